@@ -1,0 +1,1 @@
+"""Pure processing logic: importance, routing, embedding and capacities. No client libraries."""

@@ -1,0 +1,83 @@
+"""Turning text into vectors. The default is a hashing embedder: fast, deterministic, no model.
+
+Words are hashed (crc32) into signed bins and the vector is L2-normalised, so the cosine of two
+texts grows with the words they share. It knows no synonyms; a semantic embedder can be plugged
+in behind the same protocol, and the embedder's id is part of the config version so two
+embedding spaces never mix in one projection.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from typing import Protocol
+
+import numpy as np
+
+TOKEN = re.compile(r"[a-z0-9]+")
+
+STOPWORDS = frozenset(
+    "a an and are as at be been but by did do for from had has have he her his i in is it its "
+    "me my of on or our she so that the their them they this to was we were what when where "
+    "which who will with you your".split()
+)
+
+
+class Embedder(Protocol):
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, text: str) -> np.ndarray:
+        """A float32 vector of length ``dim``."""
+        ...
+
+
+def keywords(text: str) -> list[str]:
+    """Lowercased word tokens without stopwords (shared with keyword-overlap relevance)."""
+    return [t for t in TOKEN.findall(text.lower()) if t not in STOPWORDS]
+
+
+class HashingEmbedder:
+    """Signed feature hashing of words and word bigrams."""
+
+    def __init__(self, dim: int = 384) -> None:
+        if dim < 8:
+            raise ValueError("dim must be at least 8")
+        self._dim = dim
+
+    @property
+    def id(self) -> str:
+        return f"hashing-v1-{self._dim}"
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def embed(self, text: str) -> np.ndarray:
+        tokens = keywords(text)
+        features = tokens + [f"{a} {b}" for a, b in zip(tokens, tokens[1:], strict=False)]
+        if not features:
+            return np.zeros(self._dim, dtype=np.float32)
+        hashes = np.fromiter(
+            (zlib.crc32(f.encode("utf-8")) for f in features), dtype=np.uint64, count=len(features)
+        )
+        weights = np.where((hashes >> np.uint64(31)) & np.uint64(1), 1.0, -1.0)
+        weights[len(tokens) :] *= 0.5
+        vector = np.bincount(
+            (hashes % np.uint64(self._dim)).astype(np.intp), weights=weights, minlength=self._dim
+        )
+        norm = float(np.linalg.norm(vector))
+        if norm > 0.0:
+            vector /= norm
+        return vector.astype(np.float32)
+
+
+def embedder_from_name(name: str) -> Embedder:
+    """Embedders by configuration name (``ENGRAM_EMBEDDER``)."""
+    match = re.fullmatch(r"hashing(?:-(\d+))?", name)
+    if match:
+        return HashingEmbedder(int(match.group(1) or 384))
+    raise ValueError(f"unknown embedder {name!r}; known: hashing, hashing-<dim>")

@@ -1,0 +1,2 @@
+"""Read models rebuilt from the log: working memory (Redis), episodic memory (Qdrant),
+the retrieval engine over both, and the query service."""

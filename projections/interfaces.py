@@ -1,0 +1,68 @@
+"""What every projection backend offers. One contract test suite runs against each backend.
+
+``apply`` takes derived events in log order and must be idempotent: applying a batch twice,
+or a suffix of the log again after a crash, leaves the same state as applying it once.
+Each store only acts on events whose ``destination`` is its own and ignores the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+from schemas.memory_events import DerivedEvent, SourcePosition
+
+from projections.memory import StoredMemory
+
+
+class ProjectionError(RuntimeError):
+    """A projection backend failed (unreachable, refused); the message says which and why."""
+
+
+class WorkingMemoryStore(Protocol):
+    async def apply(self, events: Sequence[DerivedEvent]) -> None:
+        """Record ``working`` memories and drop forgotten ones, with the applied position."""
+
+    async def memories(self, agent_id: str) -> list[StoredMemory]:
+        """The agent's working memories, newest (highest seq) first."""
+
+    async def applied_offset(self, topic: str, partition: int) -> int | None:
+        """The highest source offset applied for that partition, if any."""
+
+    async def ping(self) -> None:
+        """Raise :class:`ProjectionError` unless the backend answers."""
+
+    async def close(self) -> None: ...
+
+
+class EpisodicMemoryStore(Protocol):
+    async def apply(self, events: Sequence[DerivedEvent]) -> None:
+        """Upsert ``episodic`` memories by their deterministic ids and delete forgotten ones."""
+
+    async def memories(self, agent_id: str, limit: int = 1000) -> list[StoredMemory]:
+        """The agent's episodic memories, newest (highest seq) first."""
+
+    async def search(self, agent_id: str, vector: np.ndarray, limit: int) -> list[StoredMemory]:
+        """The agent's memories nearest to ``vector`` (cosine), ``similarity`` filled in."""
+
+    async def count(self, agent_id: str | None = None) -> int: ...
+
+    async def applied_offset(self, topic: str, partition: int) -> int | None: ...
+
+    async def ping(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def latest_positions(events: Sequence[DerivedEvent]) -> dict[tuple[str, int], int]:
+    """The highest source offset per (topic, partition) in a batch: what a flush checkpoints."""
+    positions: dict[tuple[str, int], int] = {}
+    for event in events:
+        position: SourcePosition | None = event.source_position
+        if position is None:
+            continue
+        key = (position.topic, position.partition)
+        if positions.get(key, -1) < position.offset:
+            positions[key] = position.offset
+    return positions

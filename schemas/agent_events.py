@@ -1,0 +1,84 @@
+"""What agents publish: observations, decisions and feedback (schema version 1)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, JsonValue, StringConstraints, model_validator
+
+from schemas.envelope import MAX_CONTENT_CHARS, Event, EventId, Tag
+
+Content = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS)]
+
+
+class AgentEventBase(Event):
+    """Fields shared by everything an agent publishes.
+
+    ``source`` says how the agent learned it (personal, neighbor, community, abstract: seed 003);
+    ``kind`` names an entry of the event-type importance table (``flood.major``: seed 004).
+    An explicit ``importance`` always wins over any computed one.
+    """
+
+    agent_type: Annotated[str, StringConstraints(min_length=1, max_length=64)] = "default"
+    content: Content
+    source: Annotated[str, StringConstraints(min_length=1, max_length=64)] | None = None
+    kind: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
+    tags: tuple[Tag, ...] = Field(default=(), max_length=64)
+    importance: float | None = Field(default=None, ge=0.0, le=1.0)
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class Observation(AgentEventBase):
+    """Something the agent perceived: a flood, a neighbour elevating, a policy change."""
+
+    event_type: Literal["observation"] = "observation"
+
+
+class Decision(AgentEventBase):
+    """An action the agent took, with the skill and its parameters (seed 004, section 10)."""
+
+    event_type: Literal["decision"] = "decision"
+    skill: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    parameters: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class Feedback(AgentEventBase):
+    """A signal about an earlier event (a reward, an upvote, a claim outcome)."""
+
+    event_type: Literal["feedback"] = "feedback"
+    target_event_id: EventId
+    signal: float = Field(ge=-1.0, le=1.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _describe_when_silent(cls, data: Any) -> Any:
+        """Feedback often has no words of its own; the memory then says what it was."""
+        if isinstance(data, dict) and not data.get("content"):
+            data = {**data}
+            signal = data.get("signal")
+            shown = f"{signal:+.2f}" if isinstance(signal, int | float) else repr(signal)
+            data["content"] = f"Feedback {shown} on event {data.get('target_event_id')}"
+        return data
+
+
+AgentEvent = Observation | Decision | Feedback
+
+AGENT_EVENT_TYPES: dict[str, type[AgentEventBase]] = {
+    "observation": Observation,
+    "decision": Decision,
+    "feedback": Feedback,
+}
+
+
+def agent_event_fields(event: AgentEvent) -> dict[str, Any]:
+    """The fields a derived memory copies from its source event."""
+    return {
+        "agent_id": event.agent_id,
+        "agent_type": event.agent_type,
+        "occurred_at": event.occurred_at,
+        "step": event.step,
+        "year": event.year,
+        "content": event.content,
+        "tags": event.tags,
+        "kind": event.kind,
+    }

@@ -1,0 +1,45 @@
+"""The envelope every event carries: identity, owner, time and version."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
+
+AgentId = Annotated[
+    str, StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:@\-]+$")
+]
+"""Agent ids become Redis keys and Qdrant payload values, so whitespace and slashes are refused."""
+
+EventId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+Tag = Annotated[str, StringConstraints(min_length=1, max_length=64, strip_whitespace=True)]
+
+MAX_CONTENT_CHARS = 16_384
+"""A memory is a sentence or a paragraph; anything larger is almost surely a bug upstream."""
+
+
+def new_event_id() -> str:
+    return str(uuid.uuid4())
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Event(BaseModel):
+    """Base of all events: frozen and strict about unknown fields, so typos fail loudly."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
+
+    schema_version: int = 1
+    event_id: EventId = Field(default_factory=new_event_id)
+    agent_id: AgentId
+    occurred_at: AwareDatetime = Field(default_factory=utc_now)
+    step: int | None = Field(default=None, ge=0, description="Simulation step, if any.")
+    year: int | None = Field(default=None, description="Simulation year, if any.")
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON-ready dict that goes on the wire (every field, defaults included)."""
+        return self.model_dump(mode="json")

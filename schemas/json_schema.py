@@ -1,0 +1,36 @@
+"""JSON Schema export, so that producers in any language can validate before publishing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from schemas.agent_events import Decision, Feedback, Observation
+from schemas.deadletter import DeadLetter
+from schemas.memory_events import MemoryForgotten, MemoryRecorded
+
+EXPORTED: dict[str, type[BaseModel]] = {
+    "observation": Observation,
+    "decision": Decision,
+    "feedback": Feedback,
+    "memory.recorded": MemoryRecorded,
+    "memory.forgotten": MemoryForgotten,
+    "deadletter": DeadLetter,
+}
+
+
+def json_schemas() -> dict[str, dict[str, Any]]:
+    return {name: model.model_json_schema(mode="validation") for name, model in EXPORTED.items()}
+
+
+def export_json_schemas(directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, schema in json_schemas().items():
+        path = directory / f"{name}.v1.schema.json"
+        path.write_bytes(orjson.dumps(schema, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+        written.append(path)
+    return written

@@ -1,0 +1,66 @@
+"""Topic names. A prefix lets tests and tenants share one broker without sharing topics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Topics:
+    prefix: str = ""
+
+    def _name(self, base: str) -> str:
+        return f"{self.prefix}{base}"
+
+    @property
+    def observations(self) -> str:
+        return self._name("agent.observations")
+
+    @property
+    def decisions(self) -> str:
+        return self._name("agent.decisions")
+
+    @property
+    def feedback(self) -> str:
+        return self._name("agent.feedback")
+
+    @property
+    def items(self) -> str:
+        return self._name("memory.items")
+
+    @property
+    def lifecycle(self) -> str:
+        return self._name("memory.lifecycle")
+
+    @property
+    def schedule(self) -> str:
+        return self._name("memory.schedule")
+
+    @property
+    def access(self) -> str:
+        return self._name("memory.access")
+
+    @property
+    def deadletter(self) -> str:
+        return self._name("memory.deadletter")
+
+    @property
+    def agent_inputs(self) -> tuple[str, str, str]:
+        return (self.observations, self.decisions, self.feedback)
+
+    def for_event_type(self, event_type: str) -> str:
+        return {
+            "observation": self.observations,
+            "decision": self.decisions,
+            "feedback": self.feedback,
+        }[event_type]
+
+    def all(self) -> tuple[str, ...]:
+        return (
+            *self.agent_inputs,
+            self.items,
+            self.lifecycle,
+            self.schedule,
+            self.access,
+            self.deadletter,
+        )
