@@ -55,6 +55,14 @@ class Topics:
             "feedback": self.feedback,
         }[event_type]
 
+    def event_type_of(self, topic: str) -> str | None:
+        """The event type an agent topic carries (None for other topics)."""
+        return {
+            self.observations: "observation",
+            self.decisions: "decision",
+            self.feedback: "feedback",
+        }.get(topic)
+
     def all(self) -> tuple[str, ...]:
         return (
             *self.agent_inputs,

@@ -1,0 +1,342 @@
+"""Episodic memory on Qdrant Edge: the Qdrant engine in-process, the embedded default.
+
+A store is a directory holding the shard and, beside it, the applied positions::
+
+    <path>/shard/                    the Edge shard (segments, WAL, edge_config.json)
+    <path>/applied_positions.json    highest source offset applied per topic and partition
+
+The positions live outside the shard directory so that nothing Edge manages (snapshots,
+``update_from_snapshot``) ever has to know about a file it did not write.
+
+Checkpoint order, kept by every :meth:`EdgeEpisodicMemory.apply`:
+
+1. one upsert of the batch's surviving recordings and one delete of its forgettings;
+2. ``flush()``, so the shard is durable;
+3. the positions written to a temporary file, fsynced, renamed over the old file.
+
+A crash between two steps leaves the positions at or behind the data, never ahead of it, so a
+restart replays a little and the idempotent upserts and deletes absorb the replay.
+
+Why flush on every apply although Edge has a write-ahead log: the WAL survives a killed process
+(checked: a point upserted without a flush is back after ``os._exit``), but it is not fsynced
+per update, so after a power loss the positions file could outlive the data it vouches for.
+Flushing first makes "``apply`` returned" mean "durable", which is what lets the caller commit
+its Kafka offsets right after (STYLE.md, point 6). Measured on the 2-core machine of PARTS.md, a
+flush costs ~7 ms after a small batch and ~20 ms after 2,000 points of 384 dimensions, whose
+upsert alone takes ~60-150 ms: affordable, because batches grow with load and the flush is
+mostly I/O waiting in a worker thread.
+
+Writes run in a worker thread (``asyncio.to_thread``) because the flush and the fsyncs would
+otherwise stall the event loop for milliseconds; reads stay inline, a filtered search taking
+~0.1 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import qdrant_edge as qe
+
+from projections.interfaces import ProjectionError, latest_positions
+from projections.memory import StoredMemory
+from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded
+
+__all__ = [
+    "EdgeEpisodicMemory",
+    "EpisodicChanges",
+    "advance_positions",
+    "checked_vector",
+    "episodic_changes",
+    "stored_memory",
+]
+
+logger = logging.getLogger(__name__)
+
+SHARD_DIR = "shard"
+POSITIONS_FILE = "applied_positions.json"
+Positions = dict[tuple[str, int], int]
+
+
+@dataclass(frozen=True)
+class EpisodicChanges:
+    """A batch folded in log order: the last word on each memory wins.
+
+    Folding first lets a store send one upsert and one delete per batch: the two touch disjoint
+    ids, so their relative order no longer matters, and a memory recorded then forgotten in the
+    same batch is never written at all.
+    """
+
+    upserts: dict[str, MemoryRecorded]
+    deletes: frozenset[str]
+    positions: Positions
+
+    @property
+    def touches_data(self) -> bool:
+        return bool(self.upserts or self.deletes)
+
+
+def episodic_changes(events: Sequence[DerivedEvent]) -> EpisodicChanges:
+    """Fold a batch; positions come from every event, since a working-memory event is applied
+    too (as a no-op) and a read-your-writes wait must see the store move past it."""
+    upserts: dict[str, MemoryRecorded] = {}
+    deletes: set[str] = set()
+    for event in events:
+        if event.destination != "episodic":
+            continue
+        if isinstance(event, MemoryRecorded):
+            upserts[event.memory_id] = event
+            deletes.discard(event.memory_id)
+        elif isinstance(event, MemoryForgotten):
+            upserts.pop(event.memory_id, None)
+            deletes.add(event.memory_id)
+    return EpisodicChanges(upserts, frozenset(deletes), latest_positions(events))
+
+
+def advance_positions(current: Mapping[tuple[str, int], int], batch: Positions) -> Positions | None:
+    """The positions after a batch, or None when nothing moved forward.
+
+    Positions never go back: re-applying an old prefix of the log (a replay, a rebalance)
+    must not make a reader believe that later records are no longer applied.
+    """
+    moved = {key: offset for key, offset in batch.items() if current.get(key, -1) < offset}
+    return {**current, **moved} if moved else None
+
+
+def checked_vector(vector: np.ndarray, dim: int, what: str) -> np.ndarray:
+    """A vector of the store's dimension, or a message that names the likely cause."""
+    array = np.asarray(vector, dtype=np.float32)
+    if array.shape != (dim,):
+        raise ValueError(
+            f"{what} has shape {array.shape}, but this store holds {dim}-d vectors "
+            "(was the embedder changed without rebuilding the projection?)"
+        )
+    return array
+
+
+def stored_memory(payload: Mapping[str, Any] | None, score: float | None = None) -> StoredMemory:
+    """A memory read back from its payload; a score becomes the similarity.
+
+    The score is clipped to [-1, 1]: cosine lies there by definition, and float32 rounding
+    can put the score of a vector against itself a hair above 1.
+    """
+    if payload is None:
+        raise ProjectionError("a stored point came back without its payload")
+    similarity = None if score is None else min(1.0, max(-1.0, float(score)))
+    return StoredMemory.model_validate({**payload, "similarity": similarity})
+
+
+@contextmanager
+def _edge_errors(doing: str) -> Iterator[None]:
+    """Translate Edge failures at the boundary: it raises bare ``Exception`` (and ``ValueError``)
+    for everything, from a closed shard to a bad dimension, so nothing narrower would do."""
+    try:
+        yield
+    except ProjectionError:
+        raise
+    except Exception as exc:
+        raise ProjectionError(f"Qdrant Edge: {doing} failed: {exc}") from exc
+
+
+def _agent_filter(agent_id: str) -> qe.Filter:
+    return qe.Filter(must=[qe.FieldCondition(key="agent_id", match=qe.MatchValue(agent_id))])
+
+
+def _ensure_indexes(shard: qe.EdgeShard) -> None:
+    """agent_id: every read filters on it (``is_tenant`` lets the optimizer group an agent's
+    points). seq: ``order_by`` refuses to sort on a field without a range index."""
+    wanted: dict[str, Any] = {
+        "agent_id": qe.KeywordIndexParams(is_tenant=True),
+        "seq": qe.IntegerIndexParams(lookup=False, range=True),
+    }
+    existing = shard.info().payload_schema
+    for field_name, params in wanted.items():
+        if field_name not in existing:
+            shard.update(qe.UpdateOperation.create_field_index(field_name, params))
+
+
+def _read_positions(file: Path) -> Positions:
+    """A missing file means nothing applied yet. A damaged one cannot come from the write
+    protocol above, but if it does, starting over is safe (apply is idempotent), only slower."""
+    try:
+        data = json.loads(file.read_bytes())
+        return {(str(p["topic"]), int(p["partition"])): int(p["offset"]) for p in data["positions"]}
+    except FileNotFoundError:
+        return {}
+    except (ValueError, KeyError, TypeError) as exc:
+        logger.warning(
+            "ignoring damaged %s (%s): the log will be replayed from the start", file, exc
+        )
+        return {}
+
+
+def _write_positions(file: Path, positions: Positions) -> None:
+    body = json.dumps(
+        {
+            "version": 1,
+            "positions": [
+                {"topic": topic, "partition": partition, "offset": offset}
+                for (topic, partition), offset in sorted(positions.items())
+            ],
+        }
+    ).encode()
+    temporary = file.with_name(file.name + ".tmp")
+    try:
+        with temporary.open("wb") as fh:
+            fh.write(body)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temporary, file)
+        directory = os.open(file.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    except OSError as exc:
+        raise ProjectionError(f"Qdrant Edge: writing positions to {file} failed: {exc}") from exc
+
+
+class EdgeEpisodicMemory:
+    """One Edge shard of episodic memories, one point per memory (point id = memory id)."""
+
+    def __init__(self, shard: qe.EdgeShard, path: Path, dim: int, positions: Positions) -> None:
+        self._shard = shard
+        self._path = path
+        self._dim = dim
+        self._positions = positions
+        self._write_lock = asyncio.Lock()
+        self._closed = False
+
+    @classmethod
+    def open(cls, path: Path, dim: int) -> EdgeEpisodicMemory:
+        """Create the store at ``path``, or load it; a dimension other than the stored one fails."""
+        shard_path = path / SHARD_DIR
+        config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine))
+        with _edge_errors(f"opening the shard at {shard_path}"):
+            if (shard_path / "edge_config.json").exists():
+                shard = qe.EdgeShard.load(str(shard_path), config)
+            else:
+                shard = qe.EdgeShard.create(str(shard_path), config)
+            try:
+                _ensure_indexes(shard)
+                shard.flush()
+            except Exception:
+                shard.close()
+                raise
+        return cls(shard, path, dim, _read_positions(path / POSITIONS_FILE))
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    async def apply(self, events: Sequence[DerivedEvent]) -> None:
+        changes = episodic_changes(events)
+        for memory in changes.upserts.values():
+            checked_vector(memory.vector(), self._dim, f"the embedding of {memory.memory_id}")
+        async with self._write_lock:
+            self._check_open()
+            positions = advance_positions(self._positions, changes.positions)
+            if not changes.touches_data and positions is None:
+                return
+            await asyncio.to_thread(self._write, changes, positions)
+            if positions is not None:
+                self._positions = positions
+
+    def _write(self, changes: EpisodicChanges, positions: Positions | None) -> None:
+        with _edge_errors(f"writing {len(changes.upserts)} memories to {self._path}"):
+            if changes.upserts:
+                points = [
+                    qe.Point(
+                        m.memory_id, m.vector().tolist(), StoredMemory.from_recorded(m).payload()
+                    )
+                    for m in changes.upserts.values()
+                ]
+                self._shard.update(qe.UpdateOperation.upsert_points(points))
+        with _edge_errors(f"deleting {len(changes.deletes)} memories from {self._path}"):
+            if changes.deletes:
+                self._shard.update(qe.UpdateOperation.delete_points(list(changes.deletes)))
+        with _edge_errors(f"flushing {self._path}"):
+            if changes.touches_data:
+                self._shard.flush()
+        if positions is not None:
+            _write_positions(self._path / POSITIONS_FILE, positions)
+
+    async def memories(self, agent_id: str, limit: int = 1000) -> list[StoredMemory]:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        request = qe.ScrollRequest(
+            limit=limit,
+            filter=_agent_filter(agent_id),
+            with_payload=True,
+            with_vector=False,
+            order_by=qe.OrderBy("seq", qe.Direction.Desc),
+        )
+        self._check_open()
+        with _edge_errors(f"listing the memories of {agent_id!r}"):
+            records, _ = self._shard.scroll(request)
+        return [stored_memory(record.payload) for record in records]
+
+    async def search(self, agent_id: str, vector: np.ndarray, limit: int) -> list[StoredMemory]:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        query = checked_vector(vector, self._dim, "the query vector")
+        request = qe.QueryRequest(
+            limit=limit,
+            query=qe.Query.Nearest(query.tolist()),
+            filter=_agent_filter(agent_id),
+            with_payload=True,
+            with_vector=False,
+        )
+        self._check_open()
+        with _edge_errors(f"searching the memories of {agent_id!r}"):
+            points = self._shard.query(request)
+        return [stored_memory(point.payload, point.score) for point in points]
+
+    async def count(self, agent_id: str | None = None) -> int:
+        request = qe.CountRequest(
+            exact=True, filter=None if agent_id is None else _agent_filter(agent_id)
+        )
+        self._check_open()
+        with _edge_errors("counting memories"):
+            return int(self._shard.count(request))
+
+    async def applied_offset(self, topic: str, partition: int) -> int | None:
+        self._check_open()
+        return self._positions.get((topic, partition))
+
+    async def ping(self) -> None:
+        self._check_open()
+        with _edge_errors(f"reading the shard info of {self._path}"):
+            self._shard.info()
+
+    async def optimize(self) -> bool:
+        """Build the HNSW and payload indexes of the segments (Edge indexes nothing before).
+
+        Blocks for long (~51 s at 100k points on 2 cores), so it runs in a thread and holds
+        the write lock: applies wait, searches go on.
+        """
+        async with self._write_lock:
+            self._check_open()
+            with _edge_errors(f"optimizing {self._path}"):
+                return bool(await asyncio.to_thread(self._shard.optimize))
+
+    async def close(self) -> None:
+        async with self._write_lock:
+            if self._closed:
+                return
+            self._closed = True
+            with _edge_errors(f"closing {self._path}"):
+                self._shard.flush()
+                self._shard.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ProjectionError(f"Qdrant Edge: the store at {self._path} is closed")

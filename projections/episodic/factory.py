@@ -1,0 +1,40 @@
+"""Choosing the episodic backend from configuration: a URL means a Qdrant server (the cluster),
+a path means Qdrant Edge in-process (the embedded default)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from projections.episodic.edge import EdgeEpisodicMemory
+from projections.episodic.qdrant_server import QdrantServerEpisodicMemory
+from projections.interfaces import EpisodicMemoryStore
+
+__all__ = ["open_episodic_store"]
+
+
+async def open_episodic_store(
+    *,
+    qdrant_url: str | None,
+    qdrant_path: Path | None,
+    collection: str,
+    dim: int,
+    api_key: str | None = None,
+) -> EpisodicMemoryStore:
+    """Open the episodic store; it must be closed by the caller.
+
+    With a path, the Edge store lives in ``qdrant_path / collection``, so several collections
+    (episodic, later semantic) can share one configured directory as they share one server.
+    Async although Edge opens synchronously: the server adapter has to talk to the network,
+    and loading a large shard takes long enough to belong in a thread.
+    """
+    if qdrant_url:
+        return await QdrantServerEpisodicMemory.open(
+            qdrant_url, dim=dim, collection=collection, api_key=api_key
+        )
+    if qdrant_path is not None:
+        return await asyncio.to_thread(EdgeEpisodicMemory.open, qdrant_path / collection, dim)
+    raise ValueError(
+        "no episodic store configured: give a Qdrant server URL (cluster) or a directory for "
+        "the embedded Qdrant Edge store"
+    )

@@ -1,0 +1,298 @@
+"""Episodic memory on a Qdrant server, through ``qdrant_client.AsyncQdrantClient``.
+
+The same code runs on the client's local mode (``":memory:"`` or a directory), which is how the
+contract tests run it where no server exists. Local mode ignores payload indexes and loops over
+every payload in Python (PARTS.md: ~210 ms per filtered search at 20k points), so it is a test
+double, never a deployment.
+
+Applied positions live in a companion collection, ``<collection>_applied``: one vector-less
+point per topic and partition, its id derived from both. A companion collection rather than a
+special point among the memories, so that counts, searches and scrolls of memories never have
+to step around it. Checkpoint order per apply: upsert the batch's surviving recordings, delete
+its forgettings, then advance the positions, each request with ``wait=True``. The server cannot
+write two collections atomically; this order leaves the positions at or behind the data after
+a crash, and the idempotent upserts and deletes absorb the replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+from qdrant_client import AsyncQdrantClient, models
+
+from projections.episodic.edge import (
+    Positions,
+    advance_positions,
+    checked_vector,
+    episodic_changes,
+    stored_memory,
+)
+from projections.interfaces import ProjectionError
+from projections.memory import StoredMemory
+from schemas.memory_events import DerivedEvent, MemoryRecorded
+
+__all__ = ["DEFAULT_COLLECTION", "QdrantServerEpisodicMemory"]
+
+DEFAULT_COLLECTION = "engram_episodic"
+POSITIONS_SUFFIX = "_applied"
+POSITIONS_NAMESPACE = uuid.UUID("6a1f1f4e-3d5c-4b0e-8f0a-93c2d4b7e512")
+UPSERT_CHUNK = 256
+"""Points per upsert request: 256 memories of up to 16k characters stay well below the
+server's default 32 MB request limit."""
+
+
+def _position_id(topic: str, partition: int) -> str:
+    return str(uuid.uuid5(POSITIONS_NAMESPACE, f"{topic}/{partition}"))
+
+
+def _agent_filter(agent_id: str) -> models.Filter:
+    return models.Filter(
+        must=[models.FieldCondition(key="agent_id", match=models.MatchValue(value=agent_id))]
+    )
+
+
+def _point(memory: MemoryRecorded) -> models.PointStruct:
+    return models.PointStruct(
+        id=memory.memory_id,
+        vector=memory.vector().tolist(),
+        payload=StoredMemory.from_recorded(memory).payload(),
+    )
+
+
+def _client_for(
+    location: str | Path, api_key: str | None, request_timeout: int
+) -> tuple[AsyncQdrantClient, bool]:
+    """The client for a location, and whether it talks to a real server."""
+    if isinstance(location, Path):
+        return AsyncQdrantClient(path=str(location)), False
+    if location == ":memory:":
+        return AsyncQdrantClient(location=location), False
+    if location.startswith(("http://", "https://")):
+        return AsyncQdrantClient(url=location, api_key=api_key, timeout=request_timeout), True
+    raise ValueError(
+        f"Qdrant location {location!r} is neither an http(s) URL, ':memory:' nor a Path"
+    )
+
+
+@contextmanager
+def _client_errors(where: str, doing: str) -> Iterator[None]:
+    """Translate client failures at the boundary. The client raises ``ApiException`` subclasses,
+    httpx transport errors, and ``ValueError``/``RuntimeError`` in local mode: no common base
+    narrower than ``Exception`` covers them."""
+    try:
+        yield
+    except ProjectionError:
+        raise
+    except Exception as exc:
+        raise ProjectionError(f"Qdrant at {where}: {doing} failed: {exc}") from exc
+
+
+class QdrantServerEpisodicMemory:
+    """One collection of episodic memories, one point per memory (point id = memory id)."""
+
+    def __init__(self, client: AsyncQdrantClient, *, collection: str, dim: int, where: str) -> None:
+        self._client = client
+        self._collection = collection
+        self._positions_collection = collection + POSITIONS_SUFFIX
+        self._dim = dim
+        self._where = where
+        self._write_lock = asyncio.Lock()
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        location: str | Path,
+        *,
+        dim: int,
+        collection: str = DEFAULT_COLLECTION,
+        api_key: str | None = None,
+        request_timeout: int = 10,
+    ) -> QdrantServerEpisodicMemory:
+        """Connect and create the collections if missing.
+
+        ``location`` is a server URL (``http://qdrant:6333``), ``":memory:"``, or a directory
+        (a ``Path``) for the client's on-disk local mode.
+        """
+        client, remote = _client_for(location, api_key, request_timeout)
+        store = cls(client, collection=collection, dim=dim, where=str(location))
+        try:
+            # Local mode only warns that payload indexes have no effect, and the warning is
+            # attributed to this module (stacklevel=5), so asking for them there is only noise.
+            await store._ensure_collections(indexes=remote)
+        except BaseException:
+            await client.close()
+            raise
+        return store
+
+    async def _ensure_collections(self, *, indexes: bool) -> None:
+        vectors = models.VectorParams(size=self._dim, distance=models.Distance.COSINE)
+        await self._ensure_collection(self._collection, vectors)
+        await self._ensure_collection(self._positions_collection, {})
+        if not indexes:
+            return
+        wanted: dict[str, models.PayloadSchemaParams] = {
+            "agent_id": models.KeywordIndexParams(
+                type=models.KeywordIndexType.KEYWORD, is_tenant=True
+            ),
+            "seq": models.IntegerIndexParams(
+                type=models.IntegerIndexType.INTEGER, lookup=False, range=True
+            ),
+        }
+        with _client_errors(self._where, f"creating the payload indexes of {self._collection}"):
+            for field_name, schema in wanted.items():
+                await self._client.create_payload_index(
+                    self._collection, field_name, field_schema=schema, wait=True
+                )
+
+    async def _ensure_collection(
+        self, name: str, vectors: models.VectorParams | dict[str, models.VectorParams]
+    ) -> None:
+        with _client_errors(self._where, f"creating collection {name}"):
+            if not await self._client.collection_exists(name):
+                try:
+                    await self._client.create_collection(name, vectors_config=vectors)
+                except Exception:
+                    # Another worker may have created it between the check and the create.
+                    if not await self._client.collection_exists(name):
+                        raise
+                return
+        if isinstance(vectors, models.VectorParams):
+            with _client_errors(self._where, f"reading collection {name}"):
+                info = await self._client.get_collection(name)
+            stored = info.config.params.vectors
+            if not isinstance(stored, models.VectorParams) or (
+                stored.size,
+                stored.distance,
+            ) != (vectors.size, vectors.distance):
+                raise ProjectionError(
+                    f"Qdrant at {self._where}: collection {name} holds {stored}, but this store "
+                    f"needs {vectors.size}-d {vectors.distance.value} vectors (was the embedder "
+                    "changed without rebuilding the projection?)"
+                )
+
+    async def apply(self, events: Sequence[DerivedEvent]) -> None:
+        changes = episodic_changes(events)
+        for memory in changes.upserts.values():
+            checked_vector(memory.vector(), self._dim, f"the embedding of {memory.memory_id}")
+        async with self._write_lock:
+            self._check_open()
+            if changes.upserts:
+                points = [_point(memory) for memory in changes.upserts.values()]
+                with _client_errors(self._where, f"upserting {len(points)} memories"):
+                    for start in range(0, len(points), UPSERT_CHUNK):
+                        await self._client.upsert(
+                            self._collection, points=points[start : start + UPSERT_CHUNK], wait=True
+                        )
+            if changes.deletes:
+                with _client_errors(self._where, f"deleting {len(changes.deletes)} memories"):
+                    await self._client.delete(
+                        self._collection,
+                        points_selector=models.PointIdsList(points=sorted(changes.deletes)),
+                        wait=True,
+                    )
+            if changes.positions:
+                await self._advance_positions(changes.positions)
+
+    async def _advance_positions(self, batch: Positions) -> None:
+        """Read the stored positions of the batch's partitions before writing, rather than
+        trusting a cache: after a rebalance another worker may have moved them forward."""
+        with _client_errors(self._where, "advancing the applied positions"):
+            records = await self._client.retrieve(
+                self._positions_collection,
+                ids=[_position_id(topic, partition) for topic, partition in batch],
+                with_payload=True,
+            )
+            current = {
+                (str(r.payload["topic"]), int(r.payload["partition"])): int(r.payload["offset"])
+                for r in records
+                if r.payload is not None
+            }
+            merged = advance_positions(current, batch)
+            if merged is None:
+                return
+            moved = [
+                models.PointStruct(
+                    id=_position_id(topic, partition),
+                    vector={},
+                    payload={"topic": topic, "partition": partition, "offset": offset},
+                )
+                for (topic, partition), offset in merged.items()
+                if current.get((topic, partition)) != offset
+            ]
+            await self._client.upsert(self._positions_collection, points=moved, wait=True)
+
+    async def memories(self, agent_id: str, limit: int = 1000) -> list[StoredMemory]:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        self._check_open()
+        with _client_errors(self._where, f"listing the memories of {agent_id!r}"):
+            records, _ = await self._client.scroll(
+                self._collection,
+                scroll_filter=_agent_filter(agent_id),
+                limit=limit,
+                order_by=models.OrderBy(key="seq", direction=models.Direction.DESC),
+                with_payload=True,
+                with_vectors=False,
+            )
+        return [stored_memory(record.payload) for record in records]
+
+    async def search(self, agent_id: str, vector: np.ndarray, limit: int) -> list[StoredMemory]:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        query = checked_vector(vector, self._dim, "the query vector")
+        self._check_open()
+        with _client_errors(self._where, f"searching the memories of {agent_id!r}"):
+            response = await self._client.query_points(
+                self._collection,
+                query=query.tolist(),
+                query_filter=_agent_filter(agent_id),
+                limit=limit,
+                with_payload=True,
+                with_vectors=False,
+            )
+        return [stored_memory(point.payload, point.score) for point in response.points]
+
+    async def count(self, agent_id: str | None = None) -> int:
+        self._check_open()
+        with _client_errors(self._where, "counting memories"):
+            result = await self._client.count(
+                self._collection,
+                count_filter=None if agent_id is None else _agent_filter(agent_id),
+                exact=True,
+            )
+        return result.count
+
+    async def applied_offset(self, topic: str, partition: int) -> int | None:
+        self._check_open()
+        with _client_errors(self._where, "reading an applied position"):
+            records = await self._client.retrieve(
+                self._positions_collection, ids=[_position_id(topic, partition)], with_payload=True
+            )
+        if not records or records[0].payload is None:
+            return None
+        return int(records[0].payload["offset"])
+
+    async def ping(self) -> None:
+        self._check_open()
+        with _client_errors(self._where, "checking the collection"):
+            exists = await self._client.collection_exists(self._collection)
+        if not exists:
+            raise ProjectionError(f"Qdrant at {self._where}: collection {self._collection} is gone")
+
+    async def close(self) -> None:
+        async with self._write_lock:
+            if self._closed:
+                return
+            self._closed = True
+            with _client_errors(self._where, "closing the client"):
+                await self._client.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ProjectionError(f"Qdrant at {self._where}: the store is closed")

@@ -1,0 +1,93 @@
+"""What a retrieval request asks for and what it returns: the HTTP and MCP contract."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from projections.memory import StoredMemory
+from projections.retrieval.scoring import Breakdown, Clock, Weights
+from schemas.envelope import MAX_CONTENT_CHARS, AgentId, Tag
+
+Mode = Literal["two_phase", "weighted"]
+
+MAX_TOP_K = 100
+"""Above what both stores hold together (10 + 50, seed 004 section 5.1) with headroom for larger
+capacities; a prompt never wants more, so a larger value is refused as a likely mistake."""
+
+MAX_CONTEXT_TAGS = 64
+
+
+class RetrievalRequest(BaseModel):
+    """One retrieval for one agent. Time is given on at most one axis; see
+    :func:`projections.retrieval.scoring.resolve_clock` for what happens when it is omitted."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    query: Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS)] | None = (
+        Field(
+            default=None,
+            description=(
+                "Text of the current situation. Episodic memories are then searched by "
+                "embedding (the result carries ``similarity``), and weighted mode scores "
+                "keyword overlap (Rel) against it."
+            ),
+        )
+    )
+    top_k: int = Field(default=5, ge=1, le=MAX_TOP_K, description="How many memories to return.")
+    mode: Mode = Field(
+        default="two_phase",
+        description=(
+            "``two_phase``: working memories first, then episodic ones by 0.95^age x importance "
+            "(seed 004). ``weighted``: S = Wr*R + Wi*I + Wc*C + Wrel*Rel - Wint*Int (seed 003)."
+        ),
+    )
+    current_year: int | None = Field(
+        default=None, description="Simulation year of the retrieval; ages are then in years."
+    )
+    current_step: int | None = Field(
+        default=None,
+        ge=0,
+        description="Simulation step of the retrieval; ages are then in steps.",
+    )
+    tags: tuple[Tag, ...] = Field(
+        default=(),
+        max_length=MAX_CONTEXT_TAGS,
+        description="Context tags of the current situation (C in weighted mode; case-insensitive).",
+    )
+    weights: Weights | None = Field(
+        default=None, description="Weighted mode only: overrides of the seed 003 default weights."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RetrievalRequest:
+        if self.current_year is not None and self.current_step is not None:
+            raise ValueError(
+                "give current_year or current_step, not both: ages are measured on one axis"
+            )
+        if self.weights is not None and self.mode != "weighted":
+            raise ValueError("weights apply only to mode 'weighted'")
+        return self
+
+
+class RetrievedMemory(StoredMemory):
+    """A stored memory with its rank, score and why it got that score."""
+
+    rank: int = Field(ge=1, description="1 for the best memory.")
+    store: Literal["working", "episodic"] = Field(description="The store it was read from.")
+    score: float = Field(description="The ranking score; see ``breakdown`` for its parts.")
+    breakdown: Annotated[Breakdown, Field(discriminator="mode")]
+
+
+class RetrievalResponse(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    agent_id: AgentId
+    mode: Mode
+    clock: Clock = Field(description="The time axis and the moment ages were measured from.")
+    weights: Weights | None = Field(default=None, description="The weights used, in weighted mode.")
+    working_count: int = Field(ge=0, description="Working memories considered.")
+    episodic_count: int = Field(ge=0, description="Episodic memories considered.")
+    results: tuple[RetrievedMemory, ...]
+    took_ms: float = Field(ge=0.0, description="Time spent in the engine, reads included.")

@@ -1,0 +1,354 @@
+"""Ranking an agent's memories for a prompt: pure functions over :class:`StoredMemory` values.
+
+Two modes, each after one seed:
+
+* :func:`two_phase`, seed ``004_b17958cd3fbe918a.txt`` section 3.1: working memories first,
+  then an episodic supplement ranked by ``0.95 ** years_passed * importance``.
+* :func:`weighted`, seed ``003_534f01cf6e2c2ecf.txt`` section 2 ("Model v2") and 2b (P2):
+  ``S = Wr*R + Wi*I + Wc*C + Wrel*Rel - Wint*Int``.
+
+Time. The seeds count time in simulation years; our events may carry a ``year``, a ``step``,
+both or neither. A request picks one :data:`TimeAxis` (see :func:`resolve_clock`) and every
+age is measured on it. A memory without a value on that axis is given the time of the latest
+memory recorded before it (by ``seq``) that has one: ``seq`` is the agent's recording order and
+simulation time does not run backwards within one agent's log, so that is the closest honest
+estimate. Memories recorded before any timed memory take the first known time; if no memory
+has a time on the axis, they all sit at ``now``. Imputed times are flagged in the breakdown.
+Ages are clamped at zero, so a memory newer than the requested ``now`` is not boosted.
+
+Nothing here does I/O, reads a clock or draws a random number: the same memories and request
+always give the same ranking (DESIGN.md, invariant 2).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from processors.embedding import keywords
+from projections.memory import StoredMemory
+from schemas.memory_events import Destination
+
+TimeAxis = Literal["year", "step", "seq"]
+"""What a memory's time is measured in: simulation years, simulation steps, or, when events
+carry neither, the agent's recording order (one unit per recorded memory)."""
+
+EPISODIC_DECAY_RATE = 0.9
+"""Seed 004, section 5.1 (``DECAY_RATE``): episodic importance keeps 95% per unit of age."""
+
+IMPORTANCE_DECAY_LAMBDA = 0.1
+"""Seed 003, section 1.B (lambda): ``I = I_initial * exp(-0.1 * age)``."""
+
+INTERFERENCE_CAP = 0.8
+"""Seed 003, section 1.B (gamma): the interference penalty never exceeds 0.8, so a superseded
+memory stays partially retrievable."""
+
+Weight = Annotated[float, Field(ge=0.0)]
+
+
+class Weights(BaseModel):
+    """The v2 weights of seed 003 (section 1.B and the section 6 config). Defaults reduce the
+    formula to the classic ``0.3*R + 0.5*I + 0.2*C``; relevance and interference are opt-in."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    recency: Weight = Field(default=0.3, description="W_r: weight of recency R.")
+    importance: Weight = Field(default=0.5, description="W_i: weight of decayed importance I.")
+    context: Weight = Field(default=0.2, description="W_c: weight of the context-tag match C.")
+    relevance: Weight = Field(
+        default=0.0, description="W_rel: weight of query keyword overlap Rel (seed 003, P2)."
+    )
+    interference: Weight = Field(
+        default=0.0, description="W_int: weight of the retroactive-interference penalty Int."
+    )
+
+    @model_validator(mode="after")
+    def _not_all_zero(self) -> Weights:
+        if not any((self.recency, self.importance, self.context, self.relevance)):
+            raise ValueError(
+                "at least one of recency, importance, context, relevance must be positive, "
+                "otherwise every memory scores the same"
+            )
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """The time axis of one retrieval and the moment it is made on that axis."""
+
+    axis: TimeAxis
+    now: int
+
+
+@dataclass(frozen=True, slots=True)
+class TwoPhaseBreakdown:
+    """Why a memory got its two-phase score (seed 004, section 3.1)."""
+
+    phase: Annotated[Literal[1, 2], Field(description="1: working memory, 2: episodic supplement.")]
+    time: Annotated[int, Field(description="The memory's time on the clock's axis.")]
+    time_imputed: Annotated[bool, Field(description="True when the memory had no time on it.")]
+    age: Annotated[int, Field(description="now - time, at least 0.")]
+    decay: Annotated[float, Field(description="0.95 ** age in phase 2; 1.0 in phase 1 (no decay).")]
+    importance: Annotated[float, Field(description="The stored importance.")]
+    mode: Literal["two_phase"] = "two_phase"
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedBreakdown:
+    """The components of a v2 weighted score (seed 003, sections 1.B, 2 and 2b)."""
+
+    time: Annotated[int, Field(description="The memory's time on the clock's axis.")]
+    time_imputed: Annotated[bool, Field(description="True when the memory had no time on it.")]
+    age: Annotated[int, Field(description="now - time, at least 0.")]
+    recency: Annotated[float, Field(description="R = 1 - age / max_age.")]
+    importance: Annotated[float, Field(description="I = importance * exp(-0.1 * age).")]
+    context: Annotated[float, Field(description="C: 1.0 if a tag matches the context tags.")]
+    relevance: Annotated[float, Field(description="Rel: keyword overlap with the query.")]
+    interference: Annotated[float, Field(description="Int: overlap with newer memories x 0.8.")]
+    mode: Literal["weighted"] = "weighted"
+
+
+Breakdown = TwoPhaseBreakdown | WeightedBreakdown
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredMemory:
+    memory: StoredMemory
+    score: float
+    breakdown: Breakdown
+
+    @property
+    def store(self) -> Destination:
+        """The store the memory was read from: each store holds only its own destination."""
+        return self.memory.destination
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """The best memories, best first, and the clock their ages were measured with."""
+
+    clock: Clock
+    results: tuple[ScoredMemory, ...]
+
+
+def time_of(memory: StoredMemory, axis: TimeAxis) -> int | None:
+    if axis == "year":
+        return memory.year
+    if axis == "step":
+        return memory.step
+    return memory.seq
+
+
+def resolve_clock(
+    memories: Iterable[StoredMemory],
+    *,
+    current_year: int | None = None,
+    current_step: int | None = None,
+) -> Clock:
+    """The axis is the one the caller counts in: ``current_year`` or ``current_step``. When the
+    caller gives neither, it is the first of year, step, seq that any memory carries, and
+    ``now`` is the latest memory time + 1, as seed 003's engine advances its clock past the
+    newest memory; seed 004's audit (section 8.3: year-2 memories read in year 3) agrees.
+    """
+    if current_year is not None and current_step is not None:
+        raise ValueError("give current_year or current_step, not both")
+    if current_year is not None:
+        return Clock("year", current_year)
+    if current_step is not None:
+        return Clock("step", current_step)
+    memories = list(memories)
+    axis: TimeAxis = "seq"
+    if any(m.year is not None for m in memories):
+        axis = "year"
+    elif any(m.step is not None for m in memories):
+        axis = "step"
+    known = [t for t in (time_of(m, axis) for m in memories) if t is not None]
+    return Clock(axis, max(known) + 1 if known else 0)
+
+
+def two_phase(
+    working: Sequence[StoredMemory],
+    episodic: Sequence[StoredMemory],
+    *,
+    top_k: int,
+    current_year: int | None = None,
+    current_step: int | None = None,
+) -> Ranking:
+    """Seed 004, section 3.1. Phase 1 lists working memories, most recent first and, within
+    the same time, most important first (score = importance: working memory does not decay,
+    section 2.1). Phase 2 supplements them with episodic memories ranked by
+    ``EPISODIC_DECAY_RATE ** age * importance``. A memory present in both stores is listed
+    once, in phase 1. The seed decays per year; on a step or seq clock a step or a recorded
+    memory is the unit of age.
+    """
+    _check_top_k(top_k)
+    seen: set[tuple[str, str]] = set()
+    working = list(_unique(working, seen))
+    episodic = list(_unique(episodic, seen))
+    clock = resolve_clock(
+        [*working, *episodic], current_year=current_year, current_step=current_step
+    )
+    times = _times([*working, *episodic], clock)
+
+    phase_one: list[tuple[tuple[int, float, int], ScoredMemory]] = []
+    for memory in working:
+        time, imputed = times[memory.memory_id]
+        breakdown = TwoPhaseBreakdown(
+            phase=1,
+            time=time,
+            time_imputed=imputed,
+            age=max(clock.now - time, 0),
+            decay=1.0,
+            importance=memory.importance,
+        )
+        scored = ScoredMemory(memory, memory.importance, breakdown)
+        phase_one.append(((time, memory.importance, memory.seq), scored))
+    phase_one.sort(key=lambda pair: pair[0], reverse=True)
+
+    phase_two: list[tuple[tuple[float, int, int], ScoredMemory]] = []
+    for memory in episodic:
+        time, imputed = times[memory.memory_id]
+        age = max(clock.now - time, 0)
+        decay = EPISODIC_DECAY_RATE**age
+        score = decay * memory.importance
+        breakdown = TwoPhaseBreakdown(
+            phase=2,
+            time=time,
+            time_imputed=imputed,
+            age=age,
+            decay=decay,
+            importance=memory.importance,
+        )
+        phase_two.append(((score, time, memory.seq), ScoredMemory(memory, score, breakdown)))
+    phase_two.sort(key=lambda pair: pair[0], reverse=True)
+
+    ranked = [scored for _, scored in phase_one] + [scored for _, scored in phase_two]
+    return Ranking(clock, tuple(ranked[:top_k]))
+
+
+def weighted(
+    memories: Sequence[StoredMemory],
+    *,
+    top_k: int,
+    current_year: int | None = None,
+    current_step: int | None = None,
+    context_tags: Iterable[str] = (),
+    query_text: str | None = None,
+    weights: Weights | None = None,
+) -> Ranking:
+    """Seed 003, "Model v2" and P2: ``S = Wr*R + Wi*I + Wc*C + Wrel*Rel - Wint*Int`` with
+
+    * ``R = 1 - age / max_age``, ``max_age`` the oldest age among ``memories`` (all R = 1 when
+      every memory has age 0);
+    * ``I = importance * exp(-0.1 * age)``;
+    * ``C = 1`` if any memory tag equals a context tag, ignoring case, else 0 (binary match);
+    * ``Rel = |Q & M| / min(|Q|, |M|)`` over keyword sets of query and content (0 without a
+      query or keywords);
+    * ``Int = min(max(Rel(m, m') for newer m') * 0.8, 0.8)``, newer meaning recorded later
+      (higher ``seq``).
+
+    Every component is computed and reported even when its weight is zero, so a caller can see
+    what a weight would change. Duplicates (same ``memory_id`` or ``source_event_id``) are
+    scored once, the first occurrence kept: pass working memories before episodic ones.
+    """
+    _check_top_k(top_k)
+    weights = weights or Weights()
+    candidates = list(_unique(memories, set()))
+    clock = resolve_clock(candidates, current_year=current_year, current_step=current_step)
+    times = _times(candidates, clock)
+    ages = {key: max(clock.now - time, 0) for key, (time, _) in times.items()}
+    max_age = max(ages.values(), default=0)
+    context = {tag.casefold() for tag in context_tags}
+    query = frozenset(keywords(query_text)) if query_text else frozenset()
+    words = {m.memory_id: frozenset(keywords(m.content)) for m in candidates}
+    interference = _interference(candidates, words)
+
+    ranked: list[tuple[tuple[float, int, int], ScoredMemory]] = []
+    for memory in candidates:
+        key = memory.memory_id
+        time, imputed = times[key]
+        age = ages[key]
+        breakdown = WeightedBreakdown(
+            time=time,
+            time_imputed=imputed,
+            age=age,
+            recency=1.0 - age / max_age if max_age else 1.0,
+            importance=memory.importance * math.exp(-IMPORTANCE_DECAY_LAMBDA * age),
+            context=1.0 if any(tag.casefold() in context for tag in memory.tags) else 0.0,
+            relevance=overlap(query, words[key]),
+            interference=interference[key],
+        )
+        score = (
+            weights.recency * breakdown.recency
+            + weights.importance * breakdown.importance
+            + weights.context * breakdown.context
+            + weights.relevance * breakdown.relevance
+            - weights.interference * breakdown.interference
+        )
+        ranked.append(((score, time, memory.seq), ScoredMemory(memory, score, breakdown)))
+    ranked.sort(key=lambda pair: pair[0], reverse=True)
+    return Ranking(clock, tuple(scored for _, scored in ranked[:top_k]))
+
+
+def overlap(a: frozenset[str], b: frozenset[str]) -> float:
+    """The overlap coefficient of seed 003 (P2, Contextual Resonance): ``|A & B| / min(|A|, |B|)``.
+    Unlike Jaccard it reaches 1 when a short query is fully contained in a long memory."""
+    if not a or not b:
+        return 0.0
+    return len(a & b) / min(len(a), len(b))
+
+
+def _interference(
+    memories: Sequence[StoredMemory], words: dict[str, frozenset[str]]
+) -> dict[str, float]:
+    """Seed 003, P2 (Interference-Based Forgetting), by a newest-first sweep: each memory is
+    compared only with those recorded after it."""
+    newest_first = sorted(memories, key=lambda m: m.seq, reverse=True)
+    result: dict[str, float] = {}
+    for index, memory in enumerate(newest_first):
+        own = words[memory.memory_id]
+        strongest = 0.0
+        for newer in newest_first[:index]:
+            strongest = max(strongest, overlap(own, words[newer.memory_id]))
+            if strongest >= 1.0:
+                break
+        result[memory.memory_id] = min(strongest * INTERFERENCE_CAP, INTERFERENCE_CAP)
+    return result
+
+
+def _times(memories: Sequence[StoredMemory], clock: Clock) -> dict[str, tuple[int, bool]]:
+    """Each memory's time on the clock's axis, by memory id, and whether it was imputed (see
+    the module docstring). Expects memories already made unique."""
+    in_order = sorted(memories, key=lambda m: m.seq)
+    raw = [time_of(m, clock.axis) for m in in_order]
+    first_known = next((t for t in raw if t is not None), clock.now)
+    result: dict[str, tuple[int, bool]] = {}
+    last = first_known
+    for memory, time in zip(in_order, raw, strict=True):
+        if time is None:
+            result[memory.memory_id] = (last, True)
+        else:
+            last = time
+            result[memory.memory_id] = (time, False)
+    return result
+
+
+def _unique(memories: Iterable[StoredMemory], seen: set[tuple[str, str]]) -> Iterator[StoredMemory]:
+    """Skip memories already seen under their id or their source event: a memory promoted from
+    working to episodic memory derives from the same source event."""
+    for memory in memories:
+        identity = ("memory", memory.memory_id)
+        source = ("source", memory.source_event_id)
+        if identity in seen or source in seen:
+            continue
+        seen.update((identity, source))
+        yield memory
+
+
+def _check_top_k(top_k: int) -> None:
+    if top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")

@@ -1,0 +1,321 @@
+"""The ``engram`` command line: the dev stack, the cluster roles, publishing and retrieval."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from streams.settings import EngramSettings
+
+app = typer.Typer(
+    name="engram",
+    help="Engram: event-sourced memory for AI agents. Every memory is an event on a Kafka log; "
+    "Redis (working memory) and Qdrant (episodic memory) hold projections rebuilt from it.\n\n"
+    "Configuration comes from ENGRAM_* environment variables (see README); with none set, "
+    "commands use the embedded dev stack.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+schemas_app = typer.Typer(help="Event contracts.", no_args_is_help=True)
+app.add_typer(schemas_app, name="schemas")
+
+console = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+def load_settings(**overrides: Any) -> EngramSettings:
+    try:
+        return EngramSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        fail(f"invalid configuration:\n{exc}")
+
+
+@contextlib.contextmanager
+def friendly_errors() -> Iterator[None]:
+    """Known failures become one readable line and exit code 2, never a traceback."""
+    from projections.interfaces import ProjectionError
+    from projections.service.client import QueryError
+
+    from streams.devstack.broker import BrokerStartError
+    from streams.devstack.redis_server import RedisServerError
+    from streams.publisher import PublishError
+
+    try:
+        yield
+    except (PublishError, QueryError, ProjectionError, BrokerStartError, RedisServerError) as exc:
+        fail(str(exc))
+    except ValidationError as exc:
+        fail(f"invalid input:\n{exc}")
+    except (TimeoutError, OSError, ValueError, RuntimeError) as exc:
+        fail(f"{type(exc).__name__}: {exc}")
+
+
+async def until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def run(main: Callable[[], Awaitable[None]]) -> None:
+    with friendly_errors():
+        asyncio.run(main())  # type: ignore[arg-type]
+
+
+def configure(settings: EngramSettings) -> None:
+    from streams.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)
+
+
+@app.command()
+def up(
+    port: Annotated[int, typer.Option(help="HTTP port of the query service.")] = 8000,
+    data_dir: Annotated[Path | None, typer.Option(help="Where the stack keeps its files.")] = None,
+) -> None:
+    """Start the embedded dev stack (broker, redis-server, Qdrant Edge, processors and query
+    service in one process) and run until Ctrl-C."""
+    settings = load_settings(http_port=port, data_dir=data_dir)
+    configure(settings)
+
+    async def main() -> None:
+        from streams.devstack.stack import DevStack
+        from streams.runtime import Node
+
+        stack = DevStack(settings.data_dir)
+        endpoints = stack.start()
+        try:
+            local = settings.model_copy(update={"qdrant_path": stack.edge_path})
+            node = await Node(local, endpoints).start()
+            console.print("[green]Engram is up[/green]")
+            console.print(f"  query service   {node.http_url}  (docs: {node.http_url}/docs)")
+            console.print(f"  kafka bootstrap {endpoints.kafka_bootstrap}")
+            console.print(f"  redis           {endpoints.redis_url}")
+            console.print(f"  qdrant edge     {stack.edge_path}")
+            console.print("Publish with: ENGRAM_KAFKA_BOOTSTRAP="
+                          f"{endpoints.kafka_bootstrap} engram publish H001 'Year 1: ...'")
+            console.print("Ctrl-C stops.")
+            try:
+                await until_signalled()
+            finally:
+                await node.stop()
+        finally:
+            stack.stop()
+
+    run(main)
+
+
+@app.command()
+def demo(
+    households: Annotated[int, typer.Option(min=1, max=50)] = 4,
+    years: Annotated[int, typer.Option(min=1, max=30)] = 10,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated town.")] = 4,
+) -> None:
+    """Run the flood households of seed 004 through the embedded stack and show what each
+    household recalls before each decision, then the Year-11 trace of seed 003."""
+    settings = load_settings(http_port=0, log_level="warning")
+    configure(settings)
+
+    async def main() -> None:
+        from projections.service.client import AsyncEngramClient
+
+        from streams.demo import run_demo
+        from streams.devstack.stack import DevStack
+        from streams.publisher import AsyncPublisher
+        from streams.runtime import Node
+
+        with console.status("starting the embedded stack (broker, redis-server, Qdrant Edge)"):
+            stack = DevStack(settings.data_dir)
+            endpoints = stack.start()
+        try:
+            local = settings.model_copy(update={"qdrant_path": stack.edge_path})
+            with console.status("starting processors and the query service"):
+                node = await Node(local, endpoints).start()
+            try:
+                assert node.pipeline is not None and node.http_url is not None
+                async with AsyncPublisher(endpoints.kafka_bootstrap, linger=0.005) as publisher, \
+                        AsyncEngramClient(node.http_url) as client:
+                    outcome = await run_demo(publisher, client, node.pipeline.stats,
+                                             households=households, years=years, seed=seed,
+                                             console=console)
+                console.print(f"{outcome.events_published} events published, "
+                              f"{node.pipeline.stats.memories} memories recorded.")
+            finally:
+                await node.stop()
+        finally:
+            stack.stop()
+
+    run(main)
+
+
+def _cluster_endpoints(settings: EngramSettings) -> Any:
+    from streams.runtime import Endpoints
+
+    if not settings.kafka_bootstrap or not settings.redis_url:
+        fail("cluster mode needs ENGRAM_KAFKA_BOOTSTRAP and ENGRAM_REDIS_URL "
+             "(and ENGRAM_QDRANT_URL or ENGRAM_QDRANT_PATH); for a local try, use `engram up`")
+    return Endpoints(kafka_bootstrap=settings.kafka_bootstrap, redis_url=settings.redis_url)
+
+
+@app.command()
+def worker() -> None:
+    """Run the stream processors against the configured cluster (scale out by replicas)."""
+    settings = load_settings()
+    configure(settings)
+    endpoints = _cluster_endpoints(settings)
+
+    async def main() -> None:
+        from streams.runtime import Node
+
+        node = await Node(settings, endpoints, run_service=False).start()
+        try:
+            await until_signalled()
+        finally:
+            await node.stop()
+
+    run(main)
+
+
+@app.command()
+def serve(port: Annotated[int | None, typer.Option(help="HTTP port.")] = None) -> None:
+    """Run the query service against the configured Redis and Qdrant."""
+    settings = load_settings(http_port=port)
+    configure(settings)
+    endpoints = _cluster_endpoints(settings)
+
+    async def main() -> None:
+        from streams.runtime import Node
+
+        node = await Node(settings, endpoints, run_processors=False).start()
+        console.print(f"query service on {node.http_url}")
+        try:
+            await until_signalled()
+        finally:
+            await node.stop()
+
+    run(main)
+
+
+@app.command()
+def publish(
+    agent_id: Annotated[str, typer.Argument(help="The agent the event belongs to.")],
+    content: Annotated[str, typer.Argument(help="What happened, in words.")],
+    event_type: Annotated[str, typer.Option("--type", help="observation|decision|feedback")] = (
+        "observation"
+    ),
+    skill: Annotated[str | None, typer.Option(help="Decisions: the skill taken.")] = None,
+    target: Annotated[str | None, typer.Option(help="Feedback: the event id it is about.")] = None,
+    signal_value: Annotated[float | None, typer.Option("--signal", help="Feedback: -1..1")] = None,
+    importance: Annotated[float | None, typer.Option(help="Explicit importance 0..1.")] = None,
+    kind: Annotated[str | None, typer.Option(help="Event-type table key, e.g. flood.major")] = None,
+    source: Annotated[str | None, typer.Option(help="personal|neighbor|community|abstract")] = None,
+    tags: Annotated[str | None, typer.Option(help="Comma-separated tags.")] = None,
+    agent_type: Annotated[str, typer.Option(help="Profile in agent_types.yaml.")] = "default",
+    year: Annotated[int | None, typer.Option()] = None,
+    step: Annotated[int | None, typer.Option()] = None,
+) -> None:
+    """Publish one agent event and print where it landed (topic, partition, offset)."""
+    settings = load_settings()
+    if not settings.kafka_bootstrap:
+        fail("set ENGRAM_KAFKA_BOOTSTRAP (engram up prints it)")
+    fields: dict[str, Any] = {
+        "agent_id": agent_id, "content": content, "importance": importance, "kind": kind,
+        "source": source, "agent_type": agent_type, "year": year, "step": step,
+        "tags": tuple(t.strip() for t in tags.split(",") if t.strip()) if tags else (),
+    }
+    fields = {k: v for k, v in fields.items() if v is not None}
+
+    async def main() -> None:
+        from schemas.agent_events import AgentEvent, Decision, Feedback, Observation
+
+        from streams.publisher import AsyncPublisher
+
+        event: AgentEvent
+        if event_type == "observation":
+            event = Observation(**fields)
+        elif event_type == "decision":
+            if not skill:
+                fail("a decision needs --skill")
+            event = Decision(skill=skill, **fields)
+        elif event_type == "feedback":
+            if target is None or signal_value is None:
+                fail("feedback needs --target and --signal")
+            event = Feedback(target_event_id=target, signal=signal_value, **fields)
+        else:
+            fail(f"--type must be observation, decision or feedback, not {event_type!r}")
+        assert settings.kafka_bootstrap is not None
+        async with AsyncPublisher(settings.kafka_bootstrap) as publisher:
+            position = await publisher.publish(event)
+        console.print_json(data={"event_id": event.event_id, "topic": position.topic,
+                                 "partition": position.partition, "offset": position.offset})
+
+    run(main)
+
+
+@app.command()
+def retrieve(
+    agent_id: Annotated[str, typer.Argument(help="Whose memories.")],
+    query: Annotated[str | None, typer.Option(help="Query text.")] = None,
+    top_k: Annotated[int, typer.Option(min=1, max=100)] = 5,
+    mode: Annotated[str, typer.Option(help="two_phase | weighted")] = "two_phase",
+    year: Annotated[int | None, typer.Option(help="Current simulation year.")] = None,
+    step: Annotated[int | None, typer.Option(help="Current simulation step.")] = None,
+    tags: Annotated[str | None, typer.Option(help="Context tags, comma-separated.")] = None,
+    url: Annotated[str, typer.Option(envvar="ENGRAM_URL", help="Query service URL.")] = (
+        "http://127.0.0.1:8000"
+    ),
+) -> None:
+    """Retrieve an agent's memories from the query service, with score breakdowns."""
+    from projections.service.client import EngramClient
+
+    params: dict[str, Any] = {"top_k": top_k, "mode": mode, "query": query,
+                              "current_year": year, "current_step": step,
+                              "tags": [t.strip() for t in tags.split(",")] if tags else []}
+    with friendly_errors():
+        try:
+            with EngramClient(url) as client:
+                response = client.retrieve(
+                    agent_id, **{k: v for k, v in params.items() if v is not None}
+                )
+        except Exception as exc:  # httpx transport errors
+            import httpx
+
+            if isinstance(exc, httpx.HTTPError):
+                fail(f"cannot reach the query service at {url}: {exc}")
+            raise
+    console.print_json(response.model_dump_json())
+
+
+@schemas_app.command("export")
+def export_schemas(
+    directory: Annotated[Path, typer.Argument(help="Where to write the JSON Schema files.")],
+) -> None:
+    """Write the JSON Schema of every event type, for producers in other languages."""
+    from schemas.json_schema import export_json_schemas
+
+    for path in export_json_schemas(directory):
+        console.print(str(path))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

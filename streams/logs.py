@@ -1,0 +1,45 @@
+"""Structured logs: one JSON object a line in clusters, readable lines on a terminal."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+_STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        entry.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+class ConsoleFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        extra = {k: v for k, v in record.__dict__.items() if k not in _STANDARD}
+        tail = " ".join(f"{k}={v}" for k, v in extra.items())
+        line = f"{record.levelname.lower():7} {record.name}: {record.getMessage()}"
+        return f"{line} {tail}" if tail else line
+
+
+def configure_logging(level: str = "info", fmt: str = "console") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else ConsoleFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # Faust and aiokafka are chatty at INFO; their warnings still show.
+    for noisy in ("faust", "mode", "aiokafka", "kafka", "uvicorn.access"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

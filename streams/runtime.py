@@ -1,0 +1,165 @@
+"""Assembling a running Engram: backends, processors and the query service.
+
+``Node`` runs any of the roles in one process: the embedded dev stack runs them all (plus
+local servers from :mod:`streams.devstack.stack`); in a cluster ``engram worker`` runs the
+processors and ``engram serve`` the query service, each scaled on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from processors.config import ProcessingConfig, load_processing_config
+from processors.embedding import Embedder, embedder_from_name
+from projections.episodic.factory import open_episodic_store
+from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
+from projections.retrieval.engine import RetrievalEngine
+from projections.service.app import create_app
+from projections.working.redis_store import RedisWorkingMemory
+from schemas.topics import Topics
+
+from streams.ingest import IngestPipeline
+from streams.processor_app import ProcessorApp, create_processor_app
+from streams.settings import EngramSettings
+from streams.topic_admin import ensure_topics
+
+log = logging.getLogger("engram.runtime")
+
+
+@dataclass
+class Endpoints:
+    """Where the backends are: configured (cluster) or started locally (dev stack)."""
+
+    kafka_bootstrap: str
+    redis_url: str
+
+
+def processing_config(settings: EngramSettings) -> ProcessingConfig:
+    return load_processing_config(
+        settings.agent_types,
+        episodic_threshold=settings.episodic_threshold,
+        working_capacity=settings.working_capacity,
+        episodic_capacity=settings.episodic_capacity,
+    )
+
+
+@dataclass
+class Node:
+    settings: EngramSettings
+    endpoints: Endpoints
+    run_processors: bool = True
+    run_service: bool = True
+    embedder: Embedder = field(init=False)
+    working: WorkingMemoryStore = field(init=False)
+    episodic: EpisodicMemoryStore = field(init=False)
+    processor: ProcessorApp | None = field(default=None, init=False)
+    pipeline: IngestPipeline | None = field(default=None, init=False)
+    http_port: int | None = field(default=None, init=False)
+    _server: uvicorn.Server | None = field(default=None, init=False)
+    _server_task: asyncio.Task[None] | None = field(default=None, init=False)
+
+    async def start(self) -> Node:
+        settings = self.settings
+        self.embedder = embedder_from_name(settings.embedder)
+        self.working = RedisWorkingMemory.from_url(
+            self.endpoints.redis_url, namespace=settings.redis_namespace
+        )
+        self.episodic = await open_episodic_store(
+            qdrant_url=settings.qdrant_url,
+            qdrant_path=None if settings.qdrant_url else settings.edge_path(),
+            collection=settings.qdrant_collection,
+            dim=self.embedder.dim,
+            api_key=(
+                settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+            ),
+        )
+        await self.working.ping()
+        await self.episodic.ping()
+        if self.run_processors:
+            await self._start_processors()
+        if self.run_service:
+            await self._start_service()
+        return self
+
+    async def _start_processors(self) -> None:
+        settings = self.settings
+        topics = Topics(settings.topic_prefix)
+        await ensure_topics(self.endpoints.kafka_bootstrap, topics, settings.partitions)
+        self.processor = create_processor_app(settings, self.endpoints.kafka_bootstrap)
+        config = processing_config(settings)
+
+        def make_pipeline(**shell: Any) -> IngestPipeline:
+            return IngestPipeline(
+                config=config,
+                embedder=self.embedder,
+                topics=topics,
+                working=self.working,
+                episodic=self.episodic,
+                **shell,
+            )
+
+        self.pipeline = self.processor.bind(make_pipeline)
+        await self.processor.app.start()
+        log.info("processors started", extra={"config_version": self.pipeline.config_version})
+
+    async def _start_service(self) -> None:
+        engine = RetrievalEngine(self.working, self.episodic, self.embedder)
+        app = create_app(engine, readiness=self.readiness)
+        config = uvicorn.Config(
+            app,
+            host=self.settings.http_host,
+            port=self.settings.http_port,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+        )
+        self._server = uvicorn.Server(config)
+        self._server.install_signal_handlers = False  # type: ignore[attr-defined]
+        self._server_task = asyncio.create_task(self._server.serve())
+        for _ in range(200):
+            if self._server.started:
+                break
+            if self._server_task.done():
+                self._server_task.result()
+                raise RuntimeError("the query service stopped while starting")
+            await asyncio.sleep(0.05)
+        else:
+            raise RuntimeError("the query service did not start within 10 s")
+        sockets = [s for server in self._server.servers for s in server.sockets]
+        self.http_port = int(sockets[0].getsockname()[1])
+
+    @property
+    def http_url(self) -> str | None:
+        if self.http_port is None:
+            return None
+        return f"http://{self.settings.http_host}:{self.http_port}"
+
+    async def readiness(self) -> dict[str, str]:
+        checks: dict[str, str] = {}
+        for name, store in (("redis", self.working), ("qdrant", self.episodic)):
+            try:
+                await store.ping()
+                checks[name] = "ok"
+            except ProjectionError as exc:
+                checks[name] = f"unavailable: {exc}"
+        if self.processor is not None:
+            checks["processors"] = "ok" if not self.processor.app.should_stop else "stopped"
+        return checks
+
+    async def stop(self) -> None:
+        """Drain: the query service stops taking requests, then Faust commits and stops."""
+        if self._server is not None:
+            self._server.should_exit = True
+            if self._server_task is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._server_task, 10)
+        if self.processor is not None:
+            await self.processor.app.stop()
+        for store in (self.working, self.episodic):
+            with contextlib.suppress(Exception):
+                await store.close()

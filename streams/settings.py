@@ -1,0 +1,53 @@
+"""Configuration of every Engram process, from ``ENGRAM_*`` environment variables.
+
+Read once at the entry point and passed down. With nothing set, Engram runs the embedded dev
+stack: a local broker, a local redis-server and Qdrant Edge under ``ENGRAM_DATA_DIR``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class EngramSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ENGRAM_", frozen=True, extra="ignore")
+
+    kafka_bootstrap: str | None = Field(
+        default=None, description="host:port[,host:port]; unset starts the embedded broker."
+    )
+    redis_url: str | None = Field(default=None, description="unset starts a local redis-server.")
+    redis_namespace: str = "engram"
+    qdrant_url: str | None = Field(default=None, description="a Qdrant server; else Qdrant Edge.")
+    qdrant_api_key: SecretStr | None = None
+    qdrant_path: Path | None = Field(default=None, description="Qdrant Edge shard directory.")
+    qdrant_collection: str = "engram_episodic"
+    data_dir: Path = Path(".engram")
+
+    topic_prefix: str = ""
+    partitions: int = Field(default=4, ge=1)
+    app_id: str = "engram"
+
+    agent_types: Path | None = Field(default=None, description="YAML of importance profiles.")
+    episodic_threshold: float = Field(default=0.7, ge=0.0, le=1.0)
+    working_capacity: int = Field(default=10, ge=1)
+    episodic_capacity: int = Field(default=50, ge=1)
+    embedder: str = "hashing"
+
+    batch_size: int = Field(default=2000, ge=1)
+    batch_within: float = Field(default=0.05, gt=0.0)
+    producer_linger: float = Field(default=0.05, ge=0.0)
+    session_timeout: float = Field(
+        default=6.0, gt=0.0, description="Short: Tansu's group join waits half of it."
+    )
+
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(default=8000, ge=0, le=65535)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "console"] = "console"
+
+    def edge_path(self) -> Path:
+        return self.qdrant_path or self.data_dir / "qdrant-edge"

@@ -1,0 +1,398 @@
+"""The episodic memory contract, run on Qdrant Edge and on the qdrant-client adapter.
+
+Events are real: built by ``processors.recording.record`` from observations whose explicit
+``importance`` decides the route (>= 0.7 episodic, else working), so the stores are tested on
+exactly what the processors emit, capacity evictions included.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from processors.config import ProcessingConfig, load_processing_config
+from processors.embedding import HashingEmbedder
+from processors.recording import AgentMemoryState, record
+from projections.episodic.edge import POSITIONS_FILE, EdgeEpisodicMemory
+from projections.episodic.factory import open_episodic_store
+from projections.episodic.qdrant_server import QdrantServerEpisodicMemory
+from projections.interfaces import EpisodicMemoryStore, ProjectionError
+from projections.memory import StoredMemory
+from schemas.agent_events import Observation
+from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded, SourcePosition
+from schemas.topics import Topics
+from tests.integration.fixtures.qdrant import EMBEDDING_DIM
+
+pytestmark = pytest.mark.integration
+
+CONFIG = load_processing_config()
+SMALL = load_processing_config(episodic_capacity=3, working_capacity=2)
+"""Small capacities, so a handful of events already forgets memories."""
+EMBEDDER = HashingEmbedder()
+TOPIC = Topics().observations
+
+EPISODIC = 0.9
+WORKING = 0.3
+
+State = tuple[int, dict[str, list[StoredMemory]], int | None]
+
+
+def log_of(
+    agent_id: str,
+    items: Sequence[tuple[str, float]],
+    *,
+    config: ProcessingConfig = CONFIG,
+    partition: int = 0,
+    first_offset: int = 0,
+) -> list[DerivedEvent]:
+    """The derived events of one agent's observations (content, importance), in log order."""
+    state = AgentMemoryState()
+    log: list[DerivedEvent] = []
+    for i, (content, importance) in enumerate(items):
+        recorded = record(
+            Observation(agent_id=agent_id, content=content, importance=importance, step=i),
+            state,
+            config=config,
+            embedder=EMBEDDER,
+            config_version=config.version(EMBEDDER.id),
+            position=SourcePosition(topic=TOPIC, partition=partition, offset=first_offset + i),
+        )
+        log.append(recorded.memory)
+        log.extend(recorded.forgotten)
+        state = recorded.state
+    return log
+
+
+def numbered(agent_id: str, n: int, importance: float = EPISODIC) -> list[tuple[str, float]]:
+    return [(f"{agent_id} watched the river rise {i} feet", importance) for i in range(n)]
+
+
+def recorded(log: Sequence[DerivedEvent]) -> list[MemoryRecorded]:
+    return [e for e in log if isinstance(e, MemoryRecorded)]
+
+
+def forgotten_ids(log: Sequence[DerivedEvent]) -> set[str]:
+    return {e.memory_id for e in log if isinstance(e, MemoryForgotten)}
+
+
+async def state_of(store: EpisodicMemoryStore, *agent_ids: str, partition: int = 0) -> State:
+    memories = {agent_id: await store.memories(agent_id) for agent_id in agent_ids}
+    return await store.count(), memories, await store.applied_offset(TOPIC, partition)
+
+
+async def test_memories_are_listed_newest_first(episodic_store: EpisodicMemoryStore) -> None:
+    log = log_of("alice", numbered("alice", 5))
+
+    await episodic_store.apply(log)
+
+    memories = await episodic_store.memories("alice")
+    assert [m.seq for m in memories] == [4, 3, 2, 1, 0]
+    assert memories == [StoredMemory.from_recorded(e) for e in reversed(recorded(log))]
+    assert [m.seq for m in await episodic_store.memories("alice", limit=2)] == [4, 3]
+
+
+async def test_other_agents_memories_never_leak(episodic_store: EpisodicMemoryStore) -> None:
+    same_words = [("the levee broke at night", EPISODIC), ("we moved to the attic", EPISODIC)]
+    alice = log_of("alice", [*same_words, ("the water reached the stairs", EPISODIC)])
+    bob = log_of("bob", same_words, partition=1)
+
+    await episodic_store.apply([*alice, *bob])
+
+    assert {m.agent_id for m in await episodic_store.memories("alice")} == {"alice"}
+    assert len(await episodic_store.memories("alice")) == 3
+    assert {m.agent_id for m in await episodic_store.memories("bob")} == {"bob"}
+    assert await episodic_store.memories("carol") == []
+    assert await episodic_store.count("alice") == 3
+    assert await episodic_store.count("bob") == 2
+    assert await episodic_store.count("carol") == 0
+    assert await episodic_store.count() == 5
+
+
+async def test_search_ranks_the_nearest_first(episodic_store: EpisodicMemoryStore) -> None:
+    contents = [
+        "the river flooded the lower town",
+        "my neighbor elevated his house last spring",
+        "the insurance premium doubled this year",
+        "the council approved a new levee",
+        "we lost the harvest to the flood",
+        "the school reopened after the storm",
+    ]
+    log = log_of("alice", [(c, EPISODIC) for c in contents])
+    await episodic_store.apply(log)
+    query = EMBEDDER.embed("the insurance premium doubled")
+
+    results = await episodic_store.search("alice", query, limit=len(contents))
+
+    vectors = {e.memory_id: e.vector() for e in recorded(log)}
+    expected = {
+        memory_id: float(v @ query / (np.linalg.norm(v) * np.linalg.norm(query)))
+        for memory_id, v in vectors.items()
+    }
+    assert results[0].content == "the insurance premium doubled this year"
+    assert len(results) == len(contents)
+    similarities = [m.similarity for m in results]
+    assert all(s is not None and -1.0 <= s <= 1.0 for s in similarities)
+    assert similarities == sorted(similarities, reverse=True)  # type: ignore[type-var]
+    for memory in results:
+        assert memory.similarity == pytest.approx(expected[memory.memory_id], abs=1e-5)
+    assert len(await episodic_store.search("alice", query, limit=2)) == 2
+
+
+async def test_search_only_sees_the_agents_memories(episodic_store: EpisodicMemoryStore) -> None:
+    alice = log_of("alice", [("the bridge held", EPISODIC), ("the road closed", EPISODIC)])
+    bob = log_of("bob", [("the pumps failed in the basement", EPISODIC)], partition=1)
+    await episodic_store.apply([*alice, *bob])
+
+    results = await episodic_store.search(
+        "alice", EMBEDDER.embed("the pumps failed in the basement"), limit=10
+    )
+
+    assert len(results) == 2
+    assert {m.agent_id for m in results} == {"alice"}
+    exact = await episodic_store.search(
+        "bob", EMBEDDER.embed("the pumps failed in the basement"), limit=10
+    )
+    assert [m.agent_id for m in exact] == ["bob"]
+    assert exact[0].similarity == pytest.approx(1.0, abs=1e-5)
+
+
+async def test_forgotten_memories_are_removed(episodic_store: EpisodicMemoryStore) -> None:
+    """The same log applied event by event (deletes cross batches) and in one batch (a memory
+    recorded then forgotten inside it must never show up) ends in the same survivors."""
+    importances = [0.9, 0.8, 0.95, 0.85, 0.99, 0.75]
+    one_by_one = log_of(
+        "one-by-one", [(f"event {i}", p) for i, p in enumerate(importances)], config=SMALL
+    )
+    at_once = log_of(
+        "at-once", [(f"event {i}", p) for i, p in enumerate(importances)], config=SMALL, partition=1
+    )
+    assert len(forgotten_ids(at_once)) == 3
+
+    for event in one_by_one:
+        await episodic_store.apply([event])
+    await episodic_store.apply(at_once)
+
+    for agent_id in ("one-by-one", "at-once"):
+        survivors = await episodic_store.memories(agent_id)
+        assert sorted(m.importance for m in survivors) == [0.9, 0.95, 0.99]
+        assert await episodic_store.count(agent_id) == 3
+    gone = next(e for e in recorded(at_once) if e.importance == 0.8)
+    results = await episodic_store.search("at-once", gone.vector(), limit=10)
+    assert gone.memory_id not in {m.memory_id for m in results}
+
+
+async def test_working_memory_events_are_ignored(episodic_store: EpisodicMemoryStore) -> None:
+    working = log_of("alice", numbered("alice", 12, importance=WORKING))
+    assert forgotten_ids(working), "the working capacity should have forgotten something"
+    kept = log_of("bob", [("the dam gave way", EPISODIC)], partition=1)
+    not_ours = MemoryForgotten(
+        agent_id="bob",
+        memory_id=kept[0].memory_id,  # type: ignore[union-attr]
+        destination="working",
+        reason="capacity",
+        caused_by=kept[0].event_id,
+        config_version="test",
+    )
+
+    await episodic_store.apply([*working, *kept, not_ours])
+
+    assert await episodic_store.memories("alice") == []
+    assert [m.content for m in await episodic_store.memories("bob")] == ["the dam gave way"]
+    assert await episodic_store.count() == 1
+
+
+async def test_applying_a_batch_twice_equals_once(episodic_store: EpisodicMemoryStore) -> None:
+    log = [
+        *log_of("alice", numbered("alice", 7), config=SMALL),
+        *log_of("bob", numbered("bob", 2), config=SMALL),
+    ]
+    assert forgotten_ids(log)
+
+    await episodic_store.apply(log)
+    once = await state_of(episodic_store, "alice", "bob")
+    await episodic_store.apply(log)
+
+    assert await state_of(episodic_store, "alice", "bob") == once
+    assert once[0] == 5
+
+
+async def test_replaying_an_old_prefix_then_the_rest_converges(
+    episodic_store: EpisodicMemoryStore,
+) -> None:
+    log = log_of("alice", [(f"event {i}", 0.7 + i / 100) for i in range(8)], config=SMALL)
+    await episodic_store.apply(log)
+    final = await state_of(episodic_store, "alice")
+    cut = len(log) // 2
+    resurrected = forgotten_ids(log) & {e.memory_id for e in recorded(log[:cut])}
+    assert resurrected, "the prefix should hold memories that the rest of the log forgets"
+
+    await episodic_store.apply(log[:cut])
+    during = {m.memory_id for m in await episodic_store.memories("alice")}
+    assert resurrected & during, "a replayed prefix brings back what it recorded"
+    await episodic_store.apply(log[cut:])
+
+    assert await state_of(episodic_store, "alice") == final
+
+
+async def test_capacity_evicts_the_least_important(episodic_store: EpisodicMemoryStore) -> None:
+    steps = list(range(60))
+    random.Random(7).shuffle(steps)
+    importances = [round(0.7 + 0.005 * s, 3) for s in steps]
+    log = log_of("alice", [(f"flood report {i}", p) for i, p in enumerate(importances)])
+    assert len(forgotten_ids(log)) == 10
+
+    for start in range(0, len(log), 16):
+        await episodic_store.apply(log[start : start + 16])
+
+    survivors = await episodic_store.memories("alice")
+    assert len(survivors) == 50
+    assert await episodic_store.count("alice") == 50
+    assert sorted(m.importance for m in survivors) == sorted(importances)[10:]
+    assert not forgotten_ids(log) & {m.memory_id for m in survivors}
+
+
+async def test_applied_offset(episodic_store: EpisodicMemoryStore) -> None:
+    assert await episodic_store.applied_offset(TOPIC, 0) is None
+    alice = log_of("alice", numbered("alice", 5))
+    bob = log_of("bob", numbered("bob", 3), partition=1, first_offset=10)
+
+    await episodic_store.apply([*alice, *bob])
+    assert await episodic_store.applied_offset(TOPIC, 0) == 4
+    assert await episodic_store.applied_offset(TOPIC, 1) == 12
+    assert await episodic_store.applied_offset(TOPIC, 2) is None
+    assert await episodic_store.applied_offset("another.topic", 0) is None
+
+    working_only = log_of("carol", numbered("carol", 3, importance=WORKING), first_offset=5)
+    await episodic_store.apply(working_only)
+    assert await episodic_store.applied_offset(TOPIC, 0) == 7, "no-op events are applied too"
+
+    await episodic_store.apply(alice)
+    assert await episodic_store.applied_offset(TOPIC, 0) == 7, "a replay never moves it back"
+
+
+async def test_bad_input_and_closed_store_fail_clearly(
+    episodic_store: EpisodicMemoryStore,
+) -> None:
+    await episodic_store.ping()
+    with pytest.raises(ValueError, match="384-d"):
+        await episodic_store.search("alice", np.ones(8, dtype=np.float32), limit=3)
+    with pytest.raises(ValueError, match="limit"):
+        await episodic_store.search("alice", EMBEDDER.embed("flood"), limit=0)
+    small = HashingEmbedder(dim=16)
+    foreign = record(
+        Observation(agent_id="alice", content="a flood", importance=EPISODIC),
+        AgentMemoryState(),
+        config=CONFIG,
+        embedder=small,
+        config_version="test",
+    ).memory
+    with pytest.raises(ValueError, match="embedder"):
+        await episodic_store.apply([foreign])
+
+    await episodic_store.close()
+
+    with pytest.raises(ProjectionError, match="closed"):
+        await episodic_store.ping()
+    with pytest.raises(ProjectionError, match="closed"):
+        await episodic_store.apply(log_of("alice", numbered("alice", 1)))
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    importances=st.lists(
+        st.sampled_from([0.1, 0.5, 0.7, 0.75, 0.8, 0.9, 1.0]), min_size=1, max_size=10
+    ),
+    data=st.data(),
+)
+async def test_redelivery_equals_applying_once(
+    episodic_store: EpisodicMemoryStore, importances: list[float], data: st.DataObject
+) -> None:
+    """Applying the log twice, or a prefix again followed by an overlapping rest, equals once.
+
+    The store is shared by the examples; each uses an agent of its own.
+    """
+    agent_id = f"agent-{uuid.uuid4().hex[:8]}"
+    log = log_of(agent_id, [(f"event {i}", p) for i, p in enumerate(importances)], config=SMALL)
+    cut = data.draw(st.integers(0, len(log)), label="cut")
+    resume = data.draw(st.integers(0, cut), label="resume")
+
+    await episodic_store.apply(log)
+    once = await state_of(episodic_store, agent_id)
+    await episodic_store.apply(log)
+    assert await state_of(episodic_store, agent_id) == once
+    await episodic_store.apply(log[:cut])
+    await episodic_store.apply(log[resume:])
+    assert await state_of(episodic_store, agent_id) == once
+
+
+async def test_edge_store_survives_close_and_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "reopened"
+    log = log_of("alice", numbered("alice", 6), config=SMALL, first_offset=40)
+    store = EdgeEpisodicMemory.open(path, EMBEDDING_DIM)
+    try:
+        await store.apply(log)
+        before = await state_of(store, "alice")
+        query = EMBEDDER.embed("alice watched the river rise 5 feet")
+        found = await store.search("alice", query, limit=3)
+    finally:
+        await store.close()
+    assert (path / POSITIONS_FILE).exists()
+
+    reopened = EdgeEpisodicMemory.open(path, EMBEDDING_DIM)
+    try:
+        assert await state_of(reopened, "alice") == before
+        assert before[2] == 45
+        assert await reopened.search("alice", query, limit=3) == found
+        with pytest.raises(ProjectionError, match="vector size"):
+            EdgeEpisodicMemory.open(path, 16)
+    finally:
+        await reopened.close()
+        shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_edge_search_after_optimize(edge_store: EdgeEpisodicMemory) -> None:
+    log = log_of("alice", numbered("alice", 20))
+    await edge_store.apply(log)
+    query = EMBEDDER.embed("alice watched the river rise 13 feet")
+    before = await edge_store.search("alice", query, limit=5)
+
+    await edge_store.optimize()
+
+    assert await edge_store.search("alice", query, limit=5) == before
+    assert before[0].content == "alice watched the river rise 13 feet"
+    assert [m.seq for m in await edge_store.memories("alice", limit=3)] == [19, 18, 17]
+
+
+async def test_factory_picks_the_backend(tmp_path: Path) -> None:
+    edge = await open_episodic_store(
+        qdrant_url=None, qdrant_path=tmp_path, collection="episodic", dim=EMBEDDING_DIM
+    )
+    try:
+        assert isinstance(edge, EdgeEpisodicMemory)
+        assert edge.path == tmp_path / "episodic"
+    finally:
+        await edge.close()
+        shutil.rmtree(tmp_path / "episodic", ignore_errors=True)
+    client = await open_episodic_store(
+        qdrant_url=":memory:", qdrant_path=tmp_path, collection="episodic", dim=EMBEDDING_DIM
+    )
+    try:
+        assert isinstance(client, QdrantServerEpisodicMemory)
+    finally:
+        await client.close()
+    with pytest.raises(ValueError, match="no episodic store configured"):
+        await open_episodic_store(
+            qdrant_url=None, qdrant_path=None, collection="episodic", dim=EMBEDDING_DIM
+        )

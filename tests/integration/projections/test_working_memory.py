@@ -1,0 +1,421 @@
+"""Working memory on a real Redis, driven by the events the processor's pure core emits."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from processors.config import ProcessingConfig, load_processing_config
+from processors.embedding import HashingEmbedder
+from processors.recording import AgentMemoryState, record
+from projections.interfaces import ProjectionError
+from projections.memory import StoredMemory
+from projections.working.redis_store import RedisWorkingMemory
+from schemas.agent_events import Observation
+from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded, SourcePosition
+from streams.devstack.redis_server import RedisServer, RedisServerError
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "agent-events"
+CONFIG = load_processing_config()
+EMBEDDER = HashingEmbedder()
+
+
+@dataclass
+class Processor:
+    """The processor's bookkeeping around ``record``: per-agent state and log offsets."""
+
+    config: ProcessingConfig = CONFIG
+    partition_of: dict[str, int] = field(default_factory=dict)
+    states: dict[str, AgentMemoryState] = field(default_factory=dict)
+    next_offset: dict[int, int] = field(default_factory=dict)
+
+    def observe(
+        self,
+        agent_id: str,
+        content: str,
+        *,
+        importance: float | None = None,
+        positioned: bool = True,
+    ) -> list[DerivedEvent]:
+        partition = self.partition_of.get(agent_id, 0)
+        offset = self.next_offset.get(partition, 0)
+        self.next_offset[partition] = offset + 1
+        position = SourcePosition(topic=TOPIC, partition=partition, offset=offset)
+        result = record(
+            Observation(agent_id=agent_id, content=content, importance=importance),
+            self.states.get(agent_id, AgentMemoryState()),
+            config=self.config,
+            embedder=EMBEDDER,
+            config_version=self.config.version(EMBEDDER.id),
+            position=position if positioned else None,
+        )
+        self.states[agent_id] = result.state
+        return [result.memory, *result.forgotten]
+
+    def observe_many(self, agent_id: str, contents: Sequence[str]) -> list[DerivedEvent]:
+        return [event for content in contents for event in self.observe(agent_id, content)]
+
+    def working_ids(self, agent_id: str) -> list[str]:
+        """What the processor believes the agent's working memory is, newest first."""
+        return list(reversed(self.states.get(agent_id, AgentMemoryState()).working))
+
+
+def recorded(events: Sequence[DerivedEvent]) -> list[MemoryRecorded]:
+    return [e for e in events if isinstance(e, MemoryRecorded)]
+
+
+def batches(events: Sequence[DerivedEvent], size: int) -> list[list[DerivedEvent]]:
+    return [list(events[i : i + size]) for i in range(0, len(events), size)]
+
+
+async def snapshot(
+    store: RedisWorkingMemory, agents: Sequence[str], partitions: Sequence[int]
+) -> tuple[list[list[StoredMemory]], list[int | None]]:
+    memories = [await store.memories(agent) for agent in agents]
+    offsets = [await store.applied_offset(TOPIC, p) for p in partitions]
+    return memories, offsets
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize("batch_size", [1, 5, 100])
+async def test_fifo_keeps_the_ten_newest(
+    working_store: RedisWorkingMemory, batch_size: int
+) -> None:
+    """Seed 004: twelve observations into a working memory of ten; the two oldest are gone."""
+    processor = Processor()
+    events = processor.observe_many("agent-1", [f"Event {i}" for i in range(12)])
+    assert all(e.destination == "working" for e in events)
+
+    for batch in batches(events, batch_size):
+        await working_store.apply(batch)
+
+    memories = await working_store.memories("agent-1")
+    contents = [m.content for m in memories]
+    assert len(memories) == 10
+    assert "Event 0" not in contents
+    assert "Event 1" not in contents
+    assert [m.memory_id for m in memories] == processor.working_ids("agent-1")
+
+
+async def test_memories_are_newest_first_and_read_back_unchanged(
+    working_store: RedisWorkingMemory,
+) -> None:
+    processor = Processor()
+    events = processor.observe_many("agent-1", [f"Event {i}" for i in range(5)])
+
+    await working_store.apply(events)
+
+    memories = await working_store.memories("agent-1")
+    assert [m.seq for m in memories] == [4, 3, 2, 1, 0]
+    assert memories == [StoredMemory.from_recorded(e) for e in reversed(recorded(events))]
+
+
+async def test_unknown_agent_has_no_memories(working_store: RedisWorkingMemory) -> None:
+    await working_store.apply(Processor().observe_many("agent-1", ["Event 0"]))
+
+    assert await working_store.memories("agent-2") == []
+
+
+async def test_forgotten_removes_the_memory(working_store: RedisWorkingMemory) -> None:
+    processor = Processor()
+    events = processor.observe_many("agent-1", ["Event 0", "Event 1", "Event 2"])
+    middle = recorded(events)[1]
+    await working_store.apply(events)
+
+    await working_store.apply(
+        [
+            MemoryForgotten(
+                agent_id="agent-1",
+                memory_id=middle.memory_id,
+                destination="working",
+                reason="capacity",
+                caused_by=middle.event_id,
+                config_version=middle.config_version,
+            )
+        ]
+    )
+
+    assert [m.content for m in await working_store.memories("agent-1")] == ["Event 2", "Event 0"]
+
+
+async def test_episodic_events_are_ignored(working_store: RedisWorkingMemory) -> None:
+    processor = Processor(config=load_processing_config(episodic_capacity=1))
+    events = [
+        *processor.observe("agent-1", "Event 0", importance=0.9),
+        *processor.observe("agent-1", "Event 1", importance=0.95),
+    ]
+    assert {e.destination for e in events} == {"episodic"}
+    assert any(isinstance(e, MemoryForgotten) for e in events)
+
+    await working_store.apply(events)
+
+    assert await working_store.memories("agent-1") == []
+    assert await working_store.applied_offset(TOPIC, 0) is None
+
+
+async def test_applying_a_batch_twice_equals_once(working_store: RedisWorkingMemory) -> None:
+    processor = Processor()
+    events = processor.observe_many("agent-1", [f"Event {i}" for i in range(14)])
+    await working_store.apply(events)
+    once = await snapshot(working_store, ["agent-1"], [0])
+
+    await working_store.apply(events)
+
+    assert await snapshot(working_store, ["agent-1"], [0]) == once
+
+
+async def test_replaying_an_old_prefix_does_not_resurrect_evicted_memories(
+    working_store: RedisWorkingMemory,
+) -> None:
+    processor = Processor()
+    events = processor.observe_many("agent-1", [f"Event {i}" for i in range(12)])
+    await working_store.apply(events)
+    before = await working_store.memories("agent-1")
+
+    await working_store.apply(events[:5])
+
+    after = await working_store.memories("agent-1")
+    assert after == before
+    assert "Event 0" not in [m.content for m in after]
+
+
+async def test_redelivery_completes_a_partly_applied_source_event(
+    working_store: RedisWorkingMemory,
+) -> None:
+    """The recorded memory and the one it evicts share a source offset; a crash between the
+    two must not leave the evicted memory behind once the offset is delivered again."""
+    processor = Processor()
+    await working_store.apply(processor.observe_many("agent-1", [f"Event {i}" for i in range(10)]))
+    eleventh = processor.observe("agent-1", "Event 10")
+    assert [type(e) for e in eleventh] == [MemoryRecorded, MemoryForgotten]
+
+    await working_store.apply(eleventh[:1])
+    await working_store.apply(eleventh)
+
+    memories = await working_store.memories("agent-1")
+    assert [m.memory_id for m in memories] == processor.working_ids("agent-1")
+    assert "Event 0" not in [m.content for m in memories]
+
+
+async def test_events_without_position_are_applied_idempotently(
+    working_store: RedisWorkingMemory,
+) -> None:
+    processor = Processor()
+    events = [
+        event
+        for i in range(12)
+        for event in processor.observe("agent-1", f"Event {i}", positioned=False)
+    ]
+
+    await working_store.apply(events)
+    await working_store.apply(events)
+
+    memories = await working_store.memories("agent-1")
+    assert [m.memory_id for m in memories] == processor.working_ids("agent-1")
+    assert await working_store.applied_offset(TOPIC, 0) is None
+
+
+async def test_applied_offset_is_the_highest_per_partition(
+    working_store: RedisWorkingMemory,
+) -> None:
+    processor = Processor(partition_of={"agent-a": 0, "agent-b": 1})
+    events = [
+        *processor.observe_many("agent-a", [f"Event {i}" for i in range(5)]),
+        *processor.observe_many("agent-b", [f"Event {i}" for i in range(3)]),
+    ]
+    assert await working_store.applied_offset(TOPIC, 0) is None
+
+    await working_store.apply(events)
+    await working_store.apply(events[:2])
+
+    assert await working_store.applied_offset(TOPIC, 0) == 4
+    assert await working_store.applied_offset(TOPIC, 1) == 2
+    assert await working_store.applied_offset(TOPIC, 2) is None
+    assert await working_store.applied_offset("other-topic", 0) is None
+
+
+async def test_namespaces_do_not_share_data(
+    working_store: RedisWorkingMemory, redis_server_url: str
+) -> None:
+    other = RedisWorkingMemory.from_url(redis_server_url, namespace=f"test-{uuid.uuid4().hex}")
+    try:
+        await working_store.apply(Processor().observe_many("agent-1", ["Event 0"]))
+
+        assert await other.memories("agent-1") == []
+        assert await other.applied_offset(TOPIC, 0) is None
+    finally:
+        await other.close()
+
+
+async def test_apply_survives_a_flushed_script_cache(
+    working_store: RedisWorkingMemory, redis_server_url: str
+) -> None:
+    processor = Processor()
+    await working_store.apply(processor.observe_many("agent-1", ["Event 0"]))
+    admin = aioredis.Redis.from_url(redis_server_url)
+    try:
+        await admin.script_flush()
+    finally:
+        await admin.aclose()
+
+    await working_store.apply(processor.observe_many("agent-1", ["Event 1"]))
+
+    assert [m.content for m in await working_store.memories("agent-1")] == ["Event 1", "Event 0"]
+
+
+async def test_a_server_side_error_becomes_a_projection_error(
+    working_store: RedisWorkingMemory, redis_server_url: str
+) -> None:
+    admin = aioredis.Redis.from_url(redis_server_url)
+    try:
+        await admin.set(f"{working_store.namespace}:wm:ids:agent-1", "not a sorted set")
+    finally:
+        await admin.aclose()
+
+    with pytest.raises(ProjectionError, match=r"applying 1 events failed: .*WRONGTYPE"):
+        await working_store.apply(Processor().observe_many("agent-1", ["Event 0"]))
+
+
+async def test_an_unreachable_server_raises_a_readable_projection_error() -> None:
+    port = closed_port()
+    store = RedisWorkingMemory.from_url(f"redis://127.0.0.1:{port}/0", connect_timeout=1.0)
+    try:
+        where = rf"Redis at 127\.0\.0\.1:{port}"
+        with pytest.raises(ProjectionError, match=rf"{where}.*ping failed: ConnectionError"):
+            await store.ping()
+        with pytest.raises(ProjectionError, match=rf"{where}.*applying 1 events failed"):
+            await store.apply(Processor().observe_many("agent-1", ["Event 0"]))
+        with pytest.raises(ProjectionError, match=rf"{where}.*reading the memories"):
+            await store.memories("agent-1")
+        with pytest.raises(ProjectionError, match=rf"{where}.*applied offset"):
+            await store.applied_offset(TOPIC, 0)
+    finally:
+        await store.close()
+
+
+AGENTS = ("agent-a", "agent-b", "agent-c")
+PARTITION_OF = {"agent-a": 0, "agent-b": 0, "agent-c": 1}
+
+
+@st.composite
+def logs_in_batches(draw: st.DrawFn) -> tuple[Processor, list[list[DerivedEvent]]]:
+    """A derived log from random observations, cut into random batches.
+
+    Cuts may fall between a memory and the evictions it caused, as a crash or a flush would.
+    """
+    processor = Processor(
+        config=load_processing_config(working_capacity=3, episodic_capacity=2),
+        partition_of=PARTITION_OF,
+    )
+    positioned = draw(st.booleans())
+    steps = draw(
+        st.lists(st.tuples(st.sampled_from(AGENTS), st.booleans()), min_size=1, max_size=30)
+    )
+    events: list[DerivedEvent] = []
+    for i, (agent, important) in enumerate(steps):
+        events += processor.observe(
+            agent, f"Event {i}", importance=0.9 if important else None, positioned=positioned
+        )
+    cuts = draw(st.sets(st.integers(min_value=1, max_value=max(1, len(events) - 1))))
+    bounds = [0, *sorted(cuts), len(events)]
+    return processor, [events[a:b] for a, b in itertools.pairwise(bounds) if a < b]
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(case=logs_in_batches())
+async def test_applying_batches_twice_equals_once(
+    redis_server_url: str, case: tuple[Processor, list[list[DerivedEvent]]]
+) -> None:
+    processor, log = case
+    once = RedisWorkingMemory.from_url(redis_server_url, namespace=f"test-{uuid.uuid4().hex}")
+    twice = RedisWorkingMemory.from_url(redis_server_url, namespace=f"test-{uuid.uuid4().hex}")
+    try:
+        for batch in log:
+            await once.apply(batch)
+        for batch in log:
+            await twice.apply(batch)
+            await twice.apply(batch)
+        for batch in log:
+            await twice.apply(batch)
+
+        expected = await snapshot(once, AGENTS, [0, 1])
+        assert await snapshot(twice, AGENTS, [0, 1]) == expected
+        assert [[m.memory_id for m in ms] for ms in expected[0]] == [
+            processor.working_ids(agent) for agent in AGENTS
+        ]
+    finally:
+        for store in (once, twice):
+            await store.clear()
+            await store.close()
+
+
+def test_redis_server_starts_answers_and_stops() -> None:
+    server = RedisServer()
+    with server:
+        assert server.running
+        client = redis.Redis.from_url(server.url)
+        try:
+            assert client.ping() is True
+        finally:
+            client.close()
+        port = server.port
+        log = server.log_path
+        assert log is not None
+        assert log.exists()
+
+    assert not server.running
+    assert not log.exists()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+    with pytest.raises(RedisServerError, match="not running"):
+        _ = server.url
+
+
+def test_redis_server_with_a_data_dir_keeps_data_across_restarts(tmp_path: Path) -> None:
+    with RedisServer(tmp_path) as server:
+        client = redis.Redis.from_url(server.url)
+        try:
+            client.set("kept", "yes")
+        finally:
+            client.close()
+
+    with RedisServer(tmp_path) as server:
+        client = redis.Redis.from_url(server.url)
+        try:
+            assert client.get("kept") == b"yes"
+        finally:
+            client.close()
+
+
+def test_redis_server_that_cannot_start_says_why() -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        server = RedisServer(port=port, start_timeout=10.0)
+        with pytest.raises(RedisServerError, match=r"(?s)exited with code.*Address already in use"):
+            server.start()
+    assert not server.running

@@ -1,0 +1,272 @@
+"""The HTTP layer's answers to bad input and unavailable stores.
+
+The stores here are in-test lists: requests refused with 422 never reach a store, and the 503
+cases only need a store that raises. End-to-end retrieval over Redis and Qdrant is tested in
+``tests/integration``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from fastapi import FastAPI
+
+from processors.embedding import HashingEmbedder
+from projections.interfaces import ProjectionError
+from projections.memory import StoredMemory
+from projections.retrieval.engine import RetrievalEngine
+from projections.service.app import create_app
+from schemas.memory_events import DerivedEvent
+
+AGENT = "H001"
+URL = f"/v1/agents/{AGENT}/retrieve"
+
+
+def stored(seq: int, destination: str, importance: float, year: int) -> StoredMemory:
+    return StoredMemory.model_validate(
+        {
+            "memory_id": f"memory-{seq}",
+            "agent_id": AGENT,
+            "content": f"Year {year}: event {seq}",
+            "importance": importance,
+            "destination": destination,
+            "seq": seq,
+            "occurred_at": datetime(2024, 1, 1, tzinfo=UTC),
+            "year": year,
+            "source_event_id": f"event-{seq}",
+            "source_event_type": "observation",
+        }
+    )
+
+
+class ListWorkingMemory:
+    """A working-memory store over a list; ``failure`` makes every read and ping raise it."""
+
+    def __init__(
+        self, items: Sequence[StoredMemory] = (), failure: ProjectionError | None = None
+    ) -> None:
+        self.items = list(items)
+        self.failure = failure
+
+    async def apply(self, events: Sequence[DerivedEvent]) -> None:
+        raise NotImplementedError("retrieval never writes")
+
+    async def memories(self, agent_id: str) -> list[StoredMemory]:
+        if self.failure:
+            raise self.failure
+        return [m for m in self.items if m.agent_id == agent_id]
+
+    async def applied_offset(self, topic: str, partition: int) -> int | None:
+        return None
+
+    async def ping(self) -> None:
+        if self.failure:
+            raise self.failure
+
+    async def close(self) -> None:
+        return None
+
+
+class ListEpisodicMemory:
+    """An episodic store over a list; ``search`` returns the list as is, without similarity."""
+
+    def __init__(
+        self, items: Sequence[StoredMemory] = (), failure: ProjectionError | None = None
+    ) -> None:
+        self.items = list(items)
+        self.failure = failure
+
+    async def apply(self, events: Sequence[DerivedEvent]) -> None:
+        raise NotImplementedError("retrieval never writes")
+
+    async def memories(self, agent_id: str, limit: int = 1000) -> list[StoredMemory]:
+        if self.failure:
+            raise self.failure
+        return [m for m in self.items if m.agent_id == agent_id][:limit]
+
+    async def search(self, agent_id: str, vector: np.ndarray, limit: int) -> list[StoredMemory]:
+        return await self.memories(agent_id, limit)
+
+    async def count(self, agent_id: str | None = None) -> int:
+        return len(self.items)
+
+    async def applied_offset(self, topic: str, partition: int) -> int | None:
+        return None
+
+    async def ping(self) -> None:
+        if self.failure:
+            raise self.failure
+
+    async def close(self) -> None:
+        return None
+
+
+def app_over(
+    working: ListWorkingMemory | None = None,
+    episodic: ListEpisodicMemory | None = None,
+    **options: Any,
+) -> FastAPI:
+    engine = RetrievalEngine(
+        working or ListWorkingMemory([stored(2, "working", 0.5, 5)]),
+        episodic or ListEpisodicMemory([stored(1, "episodic", 0.9, 1)]),
+        HashingEmbedder(64),
+    )
+    return create_app(engine, **options)
+
+
+async def client_for(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://engram.test") as client:
+        yield client
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async for client in client_for(app_over()):
+        yield client
+
+
+def messages(response: httpx.Response) -> list[str]:
+    return [entry["msg"] for entry in response.json()["detail"]]
+
+
+async def test_a_valid_request_is_answered(client: httpx.AsyncClient) -> None:
+    """The control for every 422 below: the same route accepts a well-formed request."""
+    response = await client.post(URL, json={"top_k": 2, "current_year": 5, "query": "flood"})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["agent_id"] == AGENT
+    assert [r["store"] for r in body["results"]] == ["working", "episodic"]
+    assert body["results"][1]["breakdown"]["decay"] == pytest.approx(0.95**4)
+
+
+@pytest.mark.parametrize("agent_id", ["bad%20id", "x" * 201, "agent%7Cone"])
+async def test_bad_agent_id_is_refused(client: httpx.AsyncClient, agent_id: str) -> None:
+    response = await client.post(f"/v1/agents/{agent_id}/retrieve", json={})
+    assert response.status_code == 422
+    [message] = messages(response)
+    assert message.startswith("agent_id: ")
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"top_k": 0}, "top_k"),
+        ({"top_k": 101}, "top_k"),
+        ({"top_k": "many"}, "top_k"),
+        ({"mode": "recent"}, "mode"),
+        ({"bogus": 1}, "bogus"),
+        ({"current_step": -1}, "current_step"),
+        ({"mode": "weighted", "weights": {"recency": -0.5}}, "weights.recency"),
+        ({"mode": "weighted", "weights": {"novelty": 1.0}}, "weights.novelty"),
+        ({"tags": ["flood", ""]}, "tags.1"),
+        ({"query": ""}, "query"),
+    ],
+)
+async def test_bad_field_is_refused_by_name(
+    client: httpx.AsyncClient, body: dict[str, Any], field: str
+) -> None:
+    response = await client.post(URL, json=body)
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert [entry["msg"].split(":")[0] for entry in detail] == [field]
+    assert all(set(entry) == {"loc", "msg", "type"} for entry in detail)
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ({"current_year": 3, "current_step": 30}, "not both"),
+        ({"weights": {"recency": 1.0}}, "only to mode 'weighted'"),
+        ({"mode": "weighted", "weights": {"recency": 0, "importance": 0, "context": 0}}, "one"),
+    ],
+)
+async def test_inconsistent_request_is_refused_with_the_reason(
+    client: httpx.AsyncClient, body: dict[str, Any], reason: str
+) -> None:
+    response = await client.post(URL, json=body)
+    assert response.status_code == 422
+    [message] = messages(response)
+    assert reason in message
+
+
+async def test_malformed_json_is_refused(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        URL, content=b'{"top_k": ', headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422
+    [message] = messages(response)
+    assert message.startswith("body: not valid JSON")
+
+
+async def test_store_failure_is_503_with_the_reason() -> None:
+    failure = ProjectionError("redis at localhost:6390 refused the connection")
+    app = app_over(working=ListWorkingMemory(failure=failure))
+    async for client in client_for(app):
+        response = await client.post(URL, json={})
+    assert response.status_code == 503
+    assert response.json() == {
+        "detail": "memory store unavailable: redis at localhost:6390 refused the connection"
+    }
+
+
+async def test_both_store_failures_are_reported() -> None:
+    app = app_over(
+        working=ListWorkingMemory(failure=ProjectionError("redis down")),
+        episodic=ListEpisodicMemory(failure=ProjectionError("qdrant down")),
+    )
+    async for client in client_for(app):
+        response = await client.post(URL, json={})
+    assert response.status_code == 503
+    assert "redis down" in response.json()["detail"]
+    assert "qdrant down" in response.json()["detail"]
+
+
+async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/healthz")).json() == {"status": "alive"}
+    ready = await client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ready", "checks": {"working": "ok", "episodic": "ok"}}
+
+
+async def test_readiness_names_the_failing_backend() -> None:
+    app = app_over(episodic=ListEpisodicMemory(failure=ProjectionError("qdrant: no answer")))
+    async for client in client_for(app):
+        response = await client.get("/readyz")
+        health = await client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json() == {
+        "status": "not_ready",
+        "checks": {"working": "ok", "episodic": "qdrant: no answer"},
+    }
+    assert health.status_code == 200
+
+
+async def test_a_hanging_readiness_check_times_out() -> None:
+    async def hangs() -> dict[str, str]:
+        await asyncio.sleep(60)
+        return {}
+
+    app = app_over(readiness=hangs, readiness_timeout_s=0.05)
+    async for client in client_for(app):
+        response = await client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"] == {"readiness": "no answer within 0.05 s"}
+
+
+async def test_openapi_documents_the_contract(client: httpx.AsyncClient) -> None:
+    schema = (await client.get("/openapi.json")).json()
+    assert schema["info"]["title"] == "Engram query service"
+    operation = schema["paths"]["/v1/agents/{agent_id}/retrieve"]["post"]
+    assert {"200", "422", "503"} <= set(operation["responses"])
+    [agent_id] = operation["parameters"]
+    assert agent_id["schema"]["maxLength"] == 200
+    request = schema["components"]["schemas"]["RetrievalRequest"]
+    assert request["additionalProperties"] is False
+    assert request["properties"]["top_k"]["maximum"] == 100
