@@ -4,11 +4,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, JsonValue, StringConstraints, model_validator
+import orjson
+from pydantic import AfterValidator, Field, JsonValue, StringConstraints, model_validator
 
 from schemas.envelope import MAX_CONTENT_CHARS, Event, EventId, Tag
 
 Content = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS)]
+
+
+def _encodable(value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    """Refuse at the door what the wire codec could not write (integers beyond 64 bits)."""
+    try:
+        orjson.dumps(value)
+    except TypeError as exc:
+        raise ValueError(f"not encodable as JSON: {exc}") from None
+    return value
+
+
+JsonObject = Annotated[dict[str, JsonValue], AfterValidator(_encodable)]
 
 
 class AgentEventBase(Event):
@@ -25,7 +38,7 @@ class AgentEventBase(Event):
     kind: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
     tags: tuple[Tag, ...] = Field(default=(), max_length=64)
     importance: float | None = Field(default=None, ge=0.0, le=1.0)
-    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
 
 
 class Observation(AgentEventBase):
@@ -39,7 +52,7 @@ class Decision(AgentEventBase):
 
     event_type: Literal["decision"] = "decision"
     skill: Annotated[str, StringConstraints(min_length=1, max_length=128)]
-    parameters: dict[str, JsonValue] = Field(default_factory=dict)
+    parameters: JsonObject = Field(default_factory=dict)
 
 
 class Feedback(AgentEventBase):

@@ -96,7 +96,6 @@ def episodic_changes(events: Sequence[DerivedEvent]) -> EpisodicChanges:
             upserts[event.memory_id] = event
             deletes.discard(event.memory_id)
         elif isinstance(event, MemoryForgotten):
-            upserts.pop(event.memory_id, None)
             deletes.add(event.memory_id)
     return EpisodicChanges(upserts, frozenset(deletes), latest_positions(events))
 

@@ -37,7 +37,7 @@ TimeAxis = Literal["year", "step", "seq"]
 """What a memory's time is measured in: simulation years, simulation steps, or, when events
 carry neither, the agent's recording order (one unit per recorded memory)."""
 
-EPISODIC_DECAY_RATE = 0.9
+EPISODIC_DECAY_RATE = 0.95
 """Seed 004, section 5.1 (``DECAY_RATE``): episodic importance keeps 95% per unit of age."""
 
 IMPORTANCE_DECAY_LAMBDA = 0.1
@@ -330,7 +330,7 @@ def _times(memories: Sequence[StoredMemory], clock: Clock) -> dict[str, tuple[in
     last = first_known
     for memory, time in zip(in_order, raw, strict=True):
         if time is None:
-            result[memory.memory_id] = (last, True)
+            result[memory.memory_id] = (clock.now, True)
         else:
             last = time
             result[memory.memory_id] = (time, False)

@@ -110,6 +110,12 @@ class RedisServer:
         return self._port
 
     @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise RedisServerError("the Redis server is not running; call start() first")
+        return self._process.pid
+
+    @property
     def url(self) -> str:
         return f"redis://{self._host}:{self.port}/0"
 

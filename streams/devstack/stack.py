@@ -24,12 +24,13 @@ class DevStack:
     redis: RedisServer = field(init=False)
 
     def start(self) -> Endpoints:
-        stack_dir = self.data_dir / "stack"
+        stack_dir = (self.data_dir / "stack").resolve()
         if stack_dir.exists():
             shutil.rmtree(stack_dir)
         stack_dir.mkdir(parents=True)
         self.broker = TansuBroker().start()
         try:
+            (stack_dir / "redis").mkdir()
             self.redis = RedisServer(stack_dir / "redis").start()
         except Exception:
             self.broker.stop()
@@ -38,7 +39,7 @@ class DevStack:
 
     @property
     def edge_path(self) -> Path:
-        return self.data_dir / "stack" / "qdrant-edge"
+        return (self.data_dir / "stack" / "qdrant-edge").resolve()
 
     def stop(self) -> None:
         try:

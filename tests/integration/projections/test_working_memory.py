@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import socket
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -419,3 +422,43 @@ def test_redis_server_that_cannot_start_says_why() -> None:
         with pytest.raises(RedisServerError, match=r"(?s)exited with code.*Address already in use"):
             server.start()
     assert not server.running
+
+
+async def test_apply_recovers_when_the_server_restarts(tmp_path: Path) -> None:
+    """Pooled connections die and the script cache empties; the data (append-only) stays."""
+    server = RedisServer(tmp_path).start()
+    port = server.port
+    store = RedisWorkingMemory.from_url(server.url, namespace="restart")
+    processor = Processor()
+    try:
+        await store.apply(processor.observe_many("agent-1", ["Event 0"]))
+        server.stop()
+        server = RedisServer(tmp_path, port=port).start()
+
+        await store.apply(processor.observe_many("agent-1", ["Event 1"]))
+
+        assert [m.content for m in await store.memories("agent-1")] == ["Event 1", "Event 0"]
+        assert await store.applied_offset(TOPIC, 0) == 1
+    finally:
+        await store.close()
+        server.stop()
+
+
+async def test_a_server_that_stops_answering_raises_within_the_timeout() -> None:
+    with RedisServer() as server:
+        store = RedisWorkingMemory.from_url(server.url, namespace="frozen", socket_timeout=0.5)
+        events = Processor().observe_many("agent-1", ["Event 0"])
+        try:
+            await store.ping()
+            os.kill(server.pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                with pytest.raises(ProjectionError, match="applying 1 events failed: TimeoutError"):
+                    await store.apply(events)
+                assert time.monotonic() - started < 5.0
+            finally:
+                os.kill(server.pid, signal.SIGCONT)
+            await store.apply(events)
+            assert [m.content for m in await store.memories("agent-1")] == ["Event 0"]
+        finally:
+            await store.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
 from projections.service.client import AsyncEngramClient
 from schemas.agent_events import Decision, Observation
 from schemas.codec import encode_event

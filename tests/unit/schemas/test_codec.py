@@ -1,0 +1,137 @@
+"""The wire contract: lossless round trips, stored payloads, and classified decode errors."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from schemas.agent_events import Decision, Feedback, Observation
+from schemas.codec import DecodeError, decode_agent_event, decode_derived_event, encode_event
+from schemas.json_schema import export_json_schemas, json_schemas
+from schemas.memory_events import ImportanceInputs, MemoryRecorded, decode_vector, encode_vector
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "events"
+
+texts = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=200)
+agent_ids = st.from_regex(r"[A-Za-z0-9_.:@\-]{1,40}", fullmatch=True)
+times = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+)
+tags = st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True), max_size=5).map(tuple)
+
+
+@given(agent=agent_ids, content=texts, at=times, year=st.none() | st.integers(-5, 3000),
+       tags=tags, importance=st.none() | st.floats(0, 1))
+def test_observation_round_trip_is_lossless(
+    agent: str, content: str, at: datetime, year: int | None, tags: tuple[str, ...],
+    importance: float | None,
+) -> None:
+    event = Observation(agent_id=agent, content=content, occurred_at=at, year=year, tags=tags,
+                        importance=importance, metadata={"k": [1, "two", None]})
+    assert decode_agent_event(encode_event(event)) == event
+
+
+@given(skill=st.from_regex(r"[a-z_]{1,20}", fullmatch=True), content=texts,
+       params=st.dictionaries(st.text(max_size=5), st.integers(-(2**63), 2**63 - 1)
+                              | st.text(max_size=5), max_size=3))
+def test_decision_round_trip_is_lossless(skill: str, content: str, params: dict[str, object]) -> None:
+    event = Decision(agent_id="A", skill=skill, content=content, parameters=params)  # type: ignore[arg-type]
+    assert decode_agent_event(encode_event(event)) == event
+
+
+@given(vector=st.lists(st.floats(-1, 1, width=32), min_size=1, max_size=64))
+def test_vectors_travel_exactly_as_float32(vector: list[float]) -> None:
+    assert decode_vector(encode_vector(vector)).tolist() == vector
+
+
+def test_memory_recorded_round_trip() -> None:
+    event = MemoryRecorded(
+        agent_id="H1", memory_id="m", agent_type="household", source_event_id="s",
+        source_event_type="observation", seq=3, content="flood", importance=0.9,
+        destination="episodic", scoring=ImportanceInputs(method="explicit"),
+        embedding=encode_vector([0.5, -0.25]), embedder="hashing-v1-2", config_version="abc",
+    )
+    decoded = decode_derived_event(encode_event(event))
+    assert decoded == event
+    assert isinstance(decoded, MemoryRecorded)
+    assert decoded.vector().tolist() == [0.5, -0.25]
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*/v*.json")), ids=lambda p: p.parent.name)
+def test_every_stored_payload_decodes_to_a_current_event(path: Path) -> None:
+    event = decode_agent_event(path.read_bytes())
+    assert event.event_type == path.parent.name
+    assert event.schema_version == 1
+
+
+def test_feedback_without_words_gets_a_description() -> None:
+    event = Feedback(agent_id="A", target_event_id="dec-1", signal=-0.5)
+    assert event.content == "Feedback -0.50 on event dec-1"
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind"),
+    [
+        (b"{not json", "not_json"),
+        (b"[1, 2]", "invalid"),
+        (b'{"event_type": "telepathy"}', "unknown_event_type"),
+        (b'{"event_type": "observation", "schema_version": 7, "agent_id": "A", "content": "x"}',
+         "future_version"),
+        (b'{"event_type": "observation", "schema_version": "1", "agent_id": "A", "content": "x"}',
+         "invalid"),
+        (b'{"event_type": "observation", "agent_id": "A"}', "invalid"),
+        (b'{"event_type": "observation", "agent_id": "has space", "content": "x"}', "invalid"),
+        (b'{"event_type": "observation", "agent_id": "A", "content": "x", "colour": 1}', "invalid"),
+        (b'{"event_type": "observation", "agent_id": "A", "content": "x", "importance": 2}',
+         "invalid"),
+        (b'{"event_type": "memory.recorded", "agent_id": "A"}', "unknown_event_type"),
+    ],
+)
+def test_bad_records_are_classified(raw: bytes, kind: str) -> None:
+    with pytest.raises(DecodeError) as caught:
+        decode_agent_event(raw)
+    assert caught.value.kind == kind
+    assert caught.value.reason
+
+
+def test_integers_the_wire_cannot_carry_are_refused_at_validation() -> None:
+    with pytest.raises(ValueError, match="not encodable"):
+        Decision(agent_id="A", skill="s", content="x", parameters={"n": 2**70})
+
+
+def test_huge_content_is_refused() -> None:
+    raw = orjson.dumps({"event_type": "observation", "agent_id": "A", "content": "x" * 20_000})
+    with pytest.raises(DecodeError, match="content"):
+        decode_agent_event(raw)
+
+
+def test_an_event_on_the_wrong_topic_is_refused() -> None:
+    raw = encode_event(Observation(agent_id="A", content="x"))
+    with pytest.raises(DecodeError) as caught:
+        decode_agent_event(raw, expected_type="decision")
+    assert caught.value.kind == "wrong_topic"
+
+
+def test_naive_timestamps_are_refused() -> None:
+    raw = orjson.dumps({"event_type": "observation", "agent_id": "A", "content": "x",
+                        "occurred_at": "2026-01-01T00:00:00"})
+    with pytest.raises(DecodeError, match="occurred_at"):
+        decode_agent_event(raw)
+
+
+def test_events_are_immutable() -> None:
+    event = Observation(agent_id="A", content="x", occurred_at=datetime.now(UTC) - timedelta(1))
+    with pytest.raises(ValueError, match="frozen"):
+        event.content = "changed"  # type: ignore[misc]
+
+
+def test_json_schemas_are_exported_for_every_event(tmp_path: Path) -> None:
+    written = export_json_schemas(tmp_path)
+    assert {p.name for p in written} == {f"{n}.v1.schema.json" for n in json_schemas()}
+    observation = orjson.loads((tmp_path / "observation.v1.schema.json").read_bytes())
+    assert "agent_id" in observation["required"]
+    assert observation["additionalProperties"] is False
