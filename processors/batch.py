@@ -1,6 +1,7 @@
 """One batch of raw records from the agent topics to derived events and dead letters.
 
-Pure: the caller supplies a loader of per-agent states and gets the new ones back, so the Faust shell,
+Pure: the caller supplies a loader of per-agent states and gets the new ones back, so the
+Faust shell,
 the benchmarks and a reprocess all run exactly this code. A record that cannot be decoded
 becomes a :class:`DeadLetter` with the reason; the records around it are processed normally.
 """
@@ -11,13 +12,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from schemas.codec import DecodeError, decode_agent_event
-from schemas.deadletter import DeadLetter
-from schemas.memory_events import DerivedEvent, SourcePosition
-
 from processors.config import ProcessingConfig
 from processors.embedding import Embedder
 from processors.recording import AgentMemoryState, record
+from schemas.codec import DecodeError, decode_agent_event
+from schemas.deadletter import DeadLetter
+from schemas.memory_events import DerivedEvent, SourcePosition
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ embedding spaces never mix in one projection.
 
 from __future__ import annotations
 
+import itertools
 import re
 import zlib
 from typing import Protocol
@@ -17,9 +18,60 @@ import numpy as np
 TOKEN = re.compile(r"[a-z0-9]+")
 
 STOPWORDS = frozenset(
-    "a an and are as at be been but by did do for from had has have he her his i in is it its "
-    "me my of on or our she so that the their them they this to was we were what when where "
-    "which who will with you your".split()
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "been",
+        "but",
+        "by",
+        "did",
+        "do",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "he",
+        "her",
+        "his",
+        "i",
+        "in",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "our",
+        "she",
+        "so",
+        "that",
+        "the",
+        "their",
+        "them",
+        "they",
+        "this",
+        "to",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "will",
+        "with",
+        "you",
+        "your",
+    ]
 )
 
 
@@ -41,12 +93,27 @@ def keywords(text: str) -> list[str]:
 
 
 class HashingEmbedder:
-    """Signed feature hashing of words and word bigrams."""
+    """Signed feature hashing of words and word bigrams.
+
+    Hashes are memoised per feature (bounded): agents repeat their vocabulary, and the crc32 of
+    a word is most of the cost of embedding a sentence.
+    """
+
+    CACHE_LIMIT = 500_000
 
     def __init__(self, dim: int = 384) -> None:
         if dim < 8:
             raise ValueError("dim must be at least 8")
         self._dim = dim
+        self._hashes: dict[str, int] = {}
+
+    def _hash(self, feature: str) -> int:
+        h = self._hashes.get(feature)
+        if h is None:
+            if len(self._hashes) >= self.CACHE_LIMIT:
+                self._hashes.clear()
+            h = self._hashes[feature] = zlib.crc32(feature.encode("utf-8"))
+        return h
 
     @property
     def id(self) -> str:
@@ -58,20 +125,19 @@ class HashingEmbedder:
 
     def embed(self, text: str) -> np.ndarray:
         tokens = keywords(text)
-        features = tokens + [f"{a} {b}" for a, b in zip(tokens, tokens[1:], strict=False)]
+        features = tokens + [f"{a} {b}" for a, b in itertools.pairwise(tokens)]
         if not features:
             return np.zeros(self._dim, dtype=np.float32)
-        hashes = np.fromiter(
-            (zlib.crc32(f.encode("utf-8")) for f in features), dtype=np.uint64, count=len(features)
-        )
+        lookup = self._hash
+        hashes = np.fromiter(map(lookup, features), dtype=np.uint64, count=len(features))
         weights = np.where((hashes >> np.uint64(31)) & np.uint64(1), 1.0, -1.0)
         weights[len(tokens) :] *= 0.5
-        vector = np.bincount(
+        vector: np.ndarray = np.bincount(
             (hashes % np.uint64(self._dim)).astype(np.intp), weights=weights, minlength=self._dim
-        )
+        ).astype(np.float64)
         norm = float(np.linalg.norm(vector))
         if norm > 0.0:
-            vector /= norm
+            vector = vector / norm
         return vector.astype(np.float32)
 
 

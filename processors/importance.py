@@ -8,10 +8,9 @@ emotion and source classified by keywords as that seed's engine does.
 
 from __future__ import annotations
 
+from processors.config import AgentTypeProfile
 from schemas.agent_events import AgentEvent, Decision
 from schemas.memory_events import ImportanceInputs
-
-from processors.config import AgentTypeProfile
 
 
 def table_key_of(event: AgentEvent) -> str | None:
@@ -49,10 +48,12 @@ def importance_of(event: AgentEvent, profile: AgentTypeProfile) -> tuple[float, 
         return profile.event_importance[key], ImportanceInputs(method="event_table", table_key=key)
     emotion = classify_emotion(event.content, event.tags, profile)
     source = event.source or classify_source(event.content, profile)
-    emotion_weight = profile.emotional_weights.get(emotion, profile.emotional_weights.get(
-        profile.default_emotion, 0.1))
-    source_weight = profile.source_weights.get(source, profile.source_weights.get(
-        profile.default_source, 0.3))
+    emotion_weight = profile.emotional_weights.get(
+        emotion, profile.emotional_weights.get(profile.default_emotion, 0.1)
+    )
+    source_weight = profile.source_weights.get(
+        source, profile.source_weights.get(profile.default_source, 0.3)
+    )
     value = round(emotion_weight * source_weight, 6)
     return value, ImportanceInputs(
         method="emotion_source",

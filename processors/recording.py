@@ -11,6 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from processors.config import ProcessingConfig
+from processors.embedding import Embedder
+from processors.importance import importance_of
+from processors.routing import destination_for
 from schemas.agent_events import AgentEvent, agent_event_fields
 from schemas.memory_events import (
     Destination,
@@ -21,11 +25,6 @@ from schemas.memory_events import (
     encode_vector,
     memory_id_for,
 )
-
-from processors.config import ProcessingConfig
-from processors.embedding import Embedder
-from processors.importance import importance_of
-from processors.routing import destination_for
 
 
 @dataclass(frozen=True)
@@ -130,7 +129,9 @@ def record(
             ranked = sorted(episodic, key=lambda e: (e.importance, e.seq))
             excess = ranked[: len(episodic) - config.episodic_capacity]
             gone = {e.memory_id for e in excess}
-            forgotten.extend(_forget(e.memory_id, "episodic", memory, config_version) for e in excess)
+            forgotten.extend(
+                _forget(e.memory_id, "episodic", memory, config_version) for e in excess
+            )
             episodic = tuple(e for e in episodic if e.memory_id not in gone)
     new_state = AgentMemoryState(next_seq=state.next_seq + 1, working=working, episodic=episodic)
     return Recorded(memory=memory, forgotten=tuple(forgotten), state=new_state)

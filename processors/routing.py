@@ -10,5 +10,7 @@ from schemas.memory_events import Destination
 DEFAULT_EPISODIC_THRESHOLD = 0.7
 
 
-def destination_for(importance: float, threshold: float = DEFAULT_EPISODIC_THRESHOLD) -> Destination:
+def destination_for(
+    importance: float, threshold: float = DEFAULT_EPISODIC_THRESHOLD
+) -> Destination:
     return "episodic" if importance >= threshold else "working"

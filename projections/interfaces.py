@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
-from schemas.memory_events import DerivedEvent, SourcePosition
 
 from projections.memory import StoredMemory
+from schemas.memory_events import DerivedEvent, SourcePosition
 
 
 class ProjectionError(RuntimeError):

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
+
 from schemas.memory_events import Destination, MemoryRecorded
 
 

@@ -24,8 +24,8 @@ from schemas.topics import Topics
 __all__ = [
     "AgentEvent",
     "DeadLetter",
-    "DecodeError",
     "Decision",
+    "DecodeError",
     "Destination",
     "Feedback",
     "ImportanceInputs",

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from schemas.agent_events import AGENT_EVENT_TYPES, AgentEvent
 from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded
@@ -28,7 +28,6 @@ CURRENT_VERSIONS: dict[str, int] = {
 UPCASTERS: dict[tuple[str, int], Upcaster] = {}
 """``(event_type, version) -> step to version + 1``. Register one for every bump of a version."""
 
-_AGENT_ADAPTER: TypeAdapter[AgentEvent] = TypeAdapter(AgentEvent)
 _DERIVED_TYPES: dict[str, type[MemoryRecorded] | type[MemoryForgotten]] = {
     "memory.recorded": MemoryRecorded,
     "memory.forgotten": MemoryForgotten,
@@ -103,7 +102,9 @@ def decode_agent_event(raw: bytes, *, expected_type: str | None = None) -> Agent
             "wrong_topic", f"a {event_type} event on the topic for {expected_type} events"
         )
     try:
-        return _AGENT_ADAPTER.validate_python(payload)
+        # The concrete model, not the union adapter: a third of the cost on the hot path.
+        event: AgentEvent = AGENT_EVENT_TYPES[event_type].model_validate(payload)  # type: ignore[assignment]
+        return event
     except ValidationError as exc:
         raise DecodeError("invalid", _validation_message(exc)) from None
 

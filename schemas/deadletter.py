@@ -14,7 +14,9 @@ class DeadLetter(BaseModel):
     schema_version: int = 1
     event_type: Literal["deadletter"] = "deadletter"
     reason: str
-    error_kind: str = Field(description="not_json, invalid, unknown_event_type, future_version, ...")
+    error_kind: str = Field(
+        description="not_json, invalid, unknown_event_type, future_version, ..."
+    )
     topic: str
     partition: int
     offset: int

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -50,7 +49,6 @@ def friendly_errors() -> Iterator[None]:
     """Known failures become one readable line and exit code 2, never a traceback."""
     from projections.interfaces import ProjectionError
     from projections.service.client import QueryError
-
     from streams.devstack.broker import BrokerStartError
     from streams.devstack.redis_server import RedisServerError
     from streams.publisher import PublishError
@@ -108,8 +106,10 @@ def up(
             console.print(f"  kafka bootstrap {endpoints.kafka_bootstrap}")
             console.print(f"  redis           {endpoints.redis_url}")
             console.print(f"  qdrant edge     {stack.edge_path}")
-            console.print("Publish with: ENGRAM_KAFKA_BOOTSTRAP="
-                          f"{endpoints.kafka_bootstrap} engram publish H001 'Year 1: ...'")
+            console.print(
+                "Publish with: ENGRAM_KAFKA_BOOTSTRAP="
+                f"{endpoints.kafka_bootstrap} engram publish H001 'Year 1: ...'"
+            )
             console.print("Ctrl-C stops.")
             try:
                 await until_signalled()
@@ -134,7 +134,6 @@ def demo(
 
     async def main() -> None:
         from projections.service.client import AsyncEngramClient
-
         from streams.demo import run_demo
         from streams.devstack.stack import DevStack
         from streams.publisher import AsyncPublisher
@@ -148,14 +147,25 @@ def demo(
             with console.status("starting processors and the query service"):
                 node = await Node(local, endpoints).start()
             try:
-                assert node.pipeline is not None and node.http_url is not None
-                async with AsyncPublisher(endpoints.kafka_bootstrap, linger=0.005) as publisher, \
-                        AsyncEngramClient(node.http_url) as client:
-                    outcome = await run_demo(publisher, client, node.pipeline.stats,
-                                             households=households, years=years, seed=seed,
-                                             console=console)
-                console.print(f"{outcome.events_published} events published, "
-                              f"{node.pipeline.stats.memories} memories recorded.")
+                assert node.pipeline is not None
+                assert node.http_url is not None
+                async with (
+                    AsyncPublisher(endpoints.kafka_bootstrap, linger=0.005) as publisher,
+                    AsyncEngramClient(node.http_url) as client,
+                ):
+                    outcome = await run_demo(
+                        publisher,
+                        client,
+                        node.pipeline.stats,
+                        households=households,
+                        years=years,
+                        seed=seed,
+                        console=console,
+                    )
+                console.print(
+                    f"{outcome.events_published} events published, "
+                    f"{node.pipeline.stats.memories} memories recorded."
+                )
             finally:
                 await node.stop()
         finally:
@@ -168,8 +178,10 @@ def _cluster_endpoints(settings: EngramSettings) -> Any:
     from streams.runtime import Endpoints
 
     if not settings.kafka_bootstrap or not settings.redis_url:
-        fail("cluster mode needs ENGRAM_KAFKA_BOOTSTRAP and ENGRAM_REDIS_URL "
-             "(and ENGRAM_QDRANT_URL or ENGRAM_QDRANT_PATH); for a local try, use `engram up`")
+        fail(
+            "cluster mode needs ENGRAM_KAFKA_BOOTSTRAP and ENGRAM_REDIS_URL "
+            "(and ENGRAM_QDRANT_URL or ENGRAM_QDRANT_PATH); for a local try, use `engram up`"
+        )
     return Endpoints(kafka_bootstrap=settings.kafka_bootstrap, redis_url=settings.redis_url)
 
 
@@ -235,15 +247,20 @@ def publish(
     if not settings.kafka_bootstrap:
         fail("set ENGRAM_KAFKA_BOOTSTRAP (engram up prints it)")
     fields: dict[str, Any] = {
-        "agent_id": agent_id, "content": content, "importance": importance, "kind": kind,
-        "source": source, "agent_type": agent_type, "year": year, "step": step,
+        "agent_id": agent_id,
+        "content": content,
+        "importance": importance,
+        "kind": kind,
+        "source": source,
+        "agent_type": agent_type,
+        "year": year,
+        "step": step,
         "tags": tuple(t.strip() for t in tags.split(",") if t.strip()) if tags else (),
     }
     fields = {k: v for k, v in fields.items() if v is not None}
 
     async def main() -> None:
         from schemas.agent_events import AgentEvent, Decision, Feedback, Observation
-
         from streams.publisher import AsyncPublisher
 
         event: AgentEvent
@@ -262,8 +279,14 @@ def publish(
         assert settings.kafka_bootstrap is not None
         async with AsyncPublisher(settings.kafka_bootstrap) as publisher:
             position = await publisher.publish(event)
-        console.print_json(data={"event_id": event.event_id, "topic": position.topic,
-                                 "partition": position.partition, "offset": position.offset})
+        console.print_json(
+            data={
+                "event_id": event.event_id,
+                "topic": position.topic,
+                "partition": position.partition,
+                "offset": position.offset,
+            }
+        )
 
     run(main)
 
@@ -284,9 +307,14 @@ def retrieve(
     """Retrieve an agent's memories from the query service, with score breakdowns."""
     from projections.service.client import EngramClient
 
-    params: dict[str, Any] = {"top_k": top_k, "mode": mode, "query": query,
-                              "current_year": year, "current_step": step,
-                              "tags": [t.strip() for t in tags.split(",")] if tags else []}
+    params: dict[str, Any] = {
+        "top_k": top_k,
+        "mode": mode,
+        "query": query,
+        "current_year": year,
+        "current_step": step,
+        "tags": [t.strip() for t in tags.split(",")] if tags else [],
+    }
     with friendly_errors():
         try:
             with EngramClient(url) as client:
@@ -318,4 +346,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -16,11 +16,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from rich.console import Console
+
 from projections.retrieval.models import RetrievalResponse
 from projections.service.client import AsyncEngramClient
-from rich.console import Console
 from schemas.agent_events import AgentEvent, Decision, Observation
-
 from streams.ingest import IngestStats
 from streams.publisher import AsyncPublisher, Position
 
@@ -28,13 +28,19 @@ FLOOD_YEARS = {1: 70_000, 3: 8_000, 6: 90_000, 9: 30_000}
 """Base damage of the floods that hit the town, by year (varied per household)."""
 
 SKILL_MEMORY = {
-    "buy_insurance": ("Year {year}: I purchased flood insurance (premium: ${premium:,.0f})",
-                      ("decision", "insurance")),
-    "elevate_house": ("Year {year}: I elevated my house with {subsidy:.0%} subsidy",
-                      ("decision", "elevation")),
+    "buy_insurance": (
+        "Year {year}: I purchased flood insurance (premium: ${premium:,.0f})",
+        ("decision", "insurance"),
+    ),
+    "elevate_house": (
+        "Year {year}: I elevated my house with {subsidy:.0%} subsidy",
+        ("decision", "elevation"),
+    ),
     "relocate": ("Year {year}: I relocated to a safer area", ("decision", "relocation")),
-    "do_nothing": ("Year {year}: I chose to wait and not take protective action",
-                   ("decision", "inaction")),
+    "do_nothing": (
+        "Year {year}: I chose to wait and not take protective action",
+        ("decision", "inaction"),
+    ),
 }
 """The skill -> memory templates of seed 004, section 10.2."""
 
@@ -70,32 +76,55 @@ def year_events(house: Household, year: int) -> list[AgentEvent]:
         if damage > 0:
             severity = "major" if damage > 50_000 else "minor"
             house.major_floods += severity == "major"
-            events.append(Observation(
-                **common, kind=f"flood.{severity}", tags=("flood", severity), source="personal",
-                content=f"Year {year}: A {severity} flood caused ${damage:,.0f} in damages",
-            ))
+            events.append(
+                Observation(
+                    **common,
+                    kind=f"flood.{severity}",
+                    tags=("flood", severity),
+                    source="personal",
+                    content=f"Year {year}: A {severity} flood caused ${damage:,.0f} in damages",
+                )
+            )
             if house.insured:
                 if house.rng.random() < 0.25:
                     house.denied_claims += 1
-                    events.append(Observation(
-                        **common, kind="claim.denied", tags=("insurance", "claim", "denied"),
-                        content=f"Year {year}: My insurance claim was denied",
-                    ))
+                    events.append(
+                        Observation(
+                            **common,
+                            kind="claim.denied",
+                            tags=("insurance", "claim", "denied"),
+                            content=f"Year {year}: My insurance claim was denied",
+                        )
+                    )
                 else:
-                    events.append(Observation(
-                        **common, kind="claim.approved", tags=("insurance", "claim", "approved"),
-                        content=f"Year {year}: Insurance paid ${damage * 0.8:,.0f} for my claim",
-                    ))
+                    events.append(
+                        Observation(
+                            **common,
+                            kind="claim.approved",
+                            tags=("insurance", "claim", "approved"),
+                            content=f"Year {year}: Insurance paid "
+                            f"${damage * 0.8:,.0f} for my claim",
+                        )
+                    )
         else:
-            events.append(Observation(
-                **common, kind="flood.no_damage", tags=("flood", "no_damage"),
-                content=f"Year {year}: A flood occurred but caused no damage to my property",
-            ))
+            events.append(
+                Observation(
+                    **common,
+                    kind="flood.no_damage",
+                    tags=("flood", "no_damage"),
+                    content=f"Year {year}: A flood occurred but caused no damage to my property",
+                )
+            )
     if house.rng.random() < 0.3:
-        events.append(Observation(
-            **common, kind="neighbor.adaptation", tags=("neighbor",), source="neighbor",
-            content=f"Year {year}: My neighbor raised their house on stilts",
-        ))
+        events.append(
+            Observation(
+                **common,
+                kind="neighbor.adaptation",
+                tags=("neighbor",),
+                source="neighbor",
+                content=f"Year {year}: My neighbor raised their house on stilts",
+            )
+        )
     return events
 
 
@@ -123,8 +152,15 @@ def decision_event(house: Household, year: int, skill: str) -> Decision:
         house.elevated = True
     elif skill == "relocate":
         house.relocated = True
-    return Decision(agent_id=house.agent_id, agent_type="household", year=year, skill=skill,
-                    content=content, tags=tags, parameters={"premium": premium})
+    return Decision(
+        agent_id=house.agent_id,
+        agent_type="household",
+        year=year,
+        skill=skill,
+        content=content,
+        tags=tags,
+        parameters={"premium": premium},
+    )
 
 
 TRACE_AGENT = "H-TRACE"
@@ -134,12 +170,19 @@ def trace_events() -> list[Observation]:
     """The two memories of seed 003, section 2, with their stated importance and tags."""
     return [
         Observation(
-            agent_id=TRACE_AGENT, agent_type="household", year=1, importance=1.0, tags=("Flood",),
+            agent_id=TRACE_AGENT,
+            agent_type="household",
+            year=1,
+            importance=1.0,
+            tags=("Flood",),
             content="Year 1: A massive flood breached the levee. My basement was under 2 feet of "
             "water, and I lost all my furniture. It was terrifying.",
         ),
         Observation(
-            agent_id=TRACE_AGENT, agent_type="household", year=10, importance=0.1,
+            agent_id=TRACE_AGENT,
+            agent_type="household",
+            year=10,
+            importance=0.1,
             tags=("Routine",),
             content="Year 10: The sun was out all day. I spent the afternoon gardening in the "
             "backyard. It was a normal, quiet Saturday.",
@@ -171,7 +214,9 @@ async def run_demo(
 ) -> DemoOutcome:
     out = console or Console(quiet=True)
     outcome = DemoOutcome()
-    houses = [Household(f"H{i:03d}", random.Random(f"{seed}-{i}")) for i in range(1, households + 1)]
+    houses = [
+        Household(f"H{i:03d}", random.Random(f"{seed}-{i}")) for i in range(1, households + 1)
+    ]
     for year in range(1, years + 1):
         flood = FLOOD_YEARS.get(year)
         out.rule(f"Year {year}" + (f"  [red]flood (base damage ${flood:,})[/red]" if flood else ""))

@@ -3,7 +3,9 @@ projections.
 
 Per batch (``stream.take_events``): decode and record (pure, ``processors.batch``), hand the
 derived events and dead letters to the producer, apply the derived events to both projections,
-then store the per-agent states. Faust acks the batch only after this returns and flushes the
+then keep the per-agent states (in memory: they are folded back from the derived log when a
+worker takes a partition over, see :mod:`processors.state_fold`). Faust acks the batch only
+after this returns and flushes the
 producer before it commits offsets, so the order is: projections applied, log written, offsets
 committed (DESIGN.md, invariants 3 and 7). A projection that is down pauses the batch and is
 retried with backoff; the batch is never acked past it.
@@ -12,6 +14,7 @@ retried with backoff; the batch is never acked past it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -19,28 +22,24 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-import orjson
 from processors.batch import BatchResult, RawRecord, process_batch
 from processors.config import ProcessingConfig
 from processors.embedding import Embedder
 from processors.recording import AgentMemoryState
+from processors.state_fold import FoldedState
+from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
 from schemas.codec import encode_event
 from schemas.memory_events import DerivedEvent, MemoryForgotten
 from schemas.topics import Topics
-
-from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
 
 log = logging.getLogger("engram.ingest")
 
 
 class SendFn(Protocol):
-    def __call__(self, topic: str, key: bytes | None, value: bytes) -> Awaitable[Any]: ...
-
-
-class StateStore(Protocol):
-    def get(self, agent_id: str) -> dict[str, Any] | None: ...
-
-    def set(self, agent_id: str, state: dict[str, Any]) -> None: ...
+    def __call__(
+        self, topic: str, key: bytes | None, value: bytes, partition: int | None
+    ) -> Awaitable[Any]:
+        """Hand a record to the producer (not waiting for delivery: the commit flushes)."""
 
 
 @dataclass
@@ -49,6 +48,8 @@ class IngestStats:
 
     batches: int = 0
     events: int = 0
+    skipped: int = 0
+    """Redelivered records whose derived events were already in the log."""
     memories: int = 0
     dead_letters: int = 0
     projection_retries: int = 0
@@ -64,16 +65,28 @@ class IngestPipeline:
     working: WorkingMemoryStore
     episodic: EpisodicMemoryStore
     send: SendFn
-    states: StateStore
     should_stop: Callable[[], bool] = lambda: False
     max_backoff: float = 5.0
     stats: IngestStats = field(default_factory=IngestStats)
 
     def __post_init__(self) -> None:
         self.config_version = self.config.version(self.embedder.id)
+        self.folded = FoldedState()
 
     def load_state(self, agent_id: str) -> AgentMemoryState:
-        return AgentMemoryState.from_json(self.states.get(agent_id))
+        return self.folded.states.get(agent_id) or AgentMemoryState()
+
+    async def take_over(self, folded: FoldedState, logged: Sequence[DerivedEvent]) -> None:
+        """Adopt the state folded from the derived log of newly assigned partitions, and bring
+        the projections up to what that log holds (a crash may have cut in between)."""
+        self.folded.states.update(folded.states)
+        self.folded.derived_upto.update(folded.derived_upto)
+        await self.apply(logged)
+
+    def release(self, partitions: set[int]) -> None:
+        """Forget the state of partitions this worker no longer owns."""
+        for key in [k for k in self.folded.derived_upto if k[1] in partitions]:
+            del self.folded.derived_upto[key]
 
     def derive(self, records: Sequence[RawRecord]) -> BatchResult:
         return process_batch(
@@ -86,26 +99,39 @@ class IngestPipeline:
         )
 
     async def handle(self, records: Sequence[RawRecord]) -> BatchResult:
-        result = self.derive(records)
-        pending = [self._emit(event) for event in result.derived]
+        upto = self.folded.derived_upto
+        fresh = [r for r in records if r.offset > upto.get((r.topic, r.partition), -1)]
+        result = self.derive(fresh)
+        send, items, lifecycle = self.send, self.topics.items, self.topics.lifecycle
+        # Sequential awaits: each only enqueues, and no Task is made per record.
+        for event in result.derived:
+            position = event.source_position
+            await send(
+                lifecycle if isinstance(event, MemoryForgotten) else items,
+                event.agent_id.encode("utf-8"),
+                encode_event(event),
+                position.partition if position is not None else None,
+            )
         for letter in result.dead_letters:
             log.warning(
                 "dead letter",
-                extra={"topic": letter.topic, "partition": letter.partition,
-                       "offset": letter.offset, "reason": letter.reason},
+                extra={
+                    "topic": letter.topic,
+                    "partition": letter.partition,
+                    "offset": letter.offset,
+                    "reason": letter.reason,
+                },
             )
-            key = letter.key_b64.encode() if letter.key_b64 else None
-            pending.append(self.send(self.topics.deadletter, key, encode_event(letter)))
-        await asyncio.gather(*pending)
+            key = base64.b64decode(letter.key_b64) if letter.key_b64 else None
+            await send(self.topics.deadletter, key, encode_event(letter), None)
         await self.apply(result.derived)
-        for agent_id, state in result.states.items():
-            self.states.set(agent_id, state.to_json())
+        self.folded.states.update(result.states)
+        for raw in fresh:
+            if upto.get((raw.topic, raw.partition), -1) < raw.offset:
+                upto[(raw.topic, raw.partition)] = raw.offset
+        self.stats.skipped += len(records) - len(fresh)
         self._count(records, result)
         return result
-
-    def _emit(self, event: DerivedEvent) -> Awaitable[Any]:
-        topic = self.topics.lifecycle if isinstance(event, MemoryForgotten) else self.topics.items
-        return self.send(topic, event.agent_id.encode("utf-8"), encode_event(event))
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
         """Apply to both projections; retry while a backend is down instead of losing the batch."""
@@ -135,9 +161,3 @@ class IngestPipeline:
             key = (raw.topic, raw.partition)
             if stats.applied.get(key, -1) < raw.offset:
                 stats.applied[key] = raw.offset
-
-
-def dead_letter_summary(value: bytes) -> dict[str, Any]:
-    """Decode a dead-letter record for display (CLI, tests)."""
-    data: dict[str, Any] = orjson.loads(value)
-    return data

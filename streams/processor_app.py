@@ -2,51 +2,46 @@
 
 Built by ``create_processor_app`` (no global app at import time). One agent reads all three
 agent topics as raw bytes, so each event costs one Faust hop (PARTS.md: ~200 us per hop).
-The per-agent capacity state lives in a Faust table (changelog-backed, so a restarted or
-rebalanced worker continues where the last one stopped).
+Per-agent state is not a Faust table: when partitions are assigned, the shell folds it back from
+the derived topics before any record of those partitions is processed (Faust awaits the signal
+inside the rebalance), which also lets the pipeline skip records it had already derived.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import faust
-from faust.types import EventT, StreamT
+from faust.types import TP, EventT, StreamT
+
 from processors.batch import RawRecord
 from schemas.topics import Topics
-
-from streams.ingest import IngestPipeline
+from streams.derived_log import recover_state
+from streams.ingest import IngestPipeline, SendFn
 from streams.settings import EngramSettings
 
+log = logging.getLogger("engram.processors")
 
-class TableStates:
-    """The pipeline's view of the Faust table holding per-agent capacity state."""
-
-    def __init__(self, table: Any) -> None:
-        self._table = table
-
-    def get(self, agent_id: str) -> dict[str, Any] | None:
-        value: dict[str, Any] | None = self._table.get(agent_id)
-        return value
-
-    def set(self, agent_id: str, state: dict[str, Any]) -> None:
-        self._table[agent_id] = state
+PipelineFactory = Callable[..., IngestPipeline]
 
 
 @dataclass
 class ProcessorApp:
     app: faust.App
     topics: Topics
-    bind: Any
-    """Call with an :class:`IngestPipeline` factory before starting the app."""
+    bind: Callable[[PipelineFactory], IngestPipeline]
+    """Give the app its pipeline (built with the shell's ``send`` and ``should_stop``)."""
 
 
 def create_processor_app(settings: EngramSettings, bootstrap: str) -> ProcessorApp:
     topics = Topics(settings.topic_prefix)
+    app_id = f"{settings.topic_prefix}{settings.app_id}"
     (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = faust.App(
-        f"{settings.topic_prefix}{settings.app_id}",
+        app_id,
         broker=f"kafka://{bootstrap}",
         store="memory://",
         topic_partitions=settings.partitions,
@@ -59,25 +54,19 @@ def create_processor_app(settings: EngramSettings, bootstrap: str) -> ProcessorA
         consumer_auto_offset_reset="earliest",
         stream_wait_empty=False,
         web_enabled=False,
-        datadir=str(settings.data_dir / "faust" / f"{settings.topic_prefix}{settings.app_id}"),
-        table_cleanup_interval=3600.0,
+        datadir=str(settings.data_dir / "faust" / app_id),
     )
     source = app.topic(*topics.agent_inputs, key_serializer="raw", value_serializer="raw")
-    table = app.Table(
-        "agent-memory-state",
-        default=None,
-        partitions=settings.partitions,
-        use_partitioner=True,
-        key_type=str,
-    )
-    states = TableStates(table)
     holder: dict[str, IngestPipeline] = {}
     type_of = topics.event_type_of
+    agent_topics = set(topics.agent_inputs)
 
     async def ingest(stream: StreamT[bytes]) -> None:
         pipeline = holder["pipeline"]
         events: list[EventT[bytes]]
-        async for events in stream.take_events(settings.batch_size, within=settings.batch_within):
+        # take_events is missing from faust's type stubs; it yields the events of a batch.
+        batches = cast(Any, stream).take_events(settings.batch_size, within=settings.batch_within)
+        async for events in batches:
             records = []
             for event in events:
                 message = event.message
@@ -95,14 +84,39 @@ def create_processor_app(settings: EngramSettings, bootstrap: str) -> ProcessorA
 
     app.agent(source, name=f"{settings.topic_prefix}ingest")(ingest)
 
-    def bind(make_pipeline: Any) -> IngestPipeline:
-        async def send(topic: str, key: bytes | None, value: bytes) -> Any:
+    @app.on_partitions_assigned.connect
+    async def take_over(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
+        assigned: set[TP] = args[0]
+        partitions = {tp.partition for tp in assigned if tp.topic in agent_topics}
+        pipeline = holder.get("pipeline")
+        if not partitions or pipeline is None:
+            return
+        folded, logged = await recover_state(bootstrap, topics, partitions)
+        await pipeline.take_over(folded, logged)
+        log.info(
+            "took over partitions",
+            extra={
+                "partitions": sorted(partitions),
+                "agents": len(folded.states),
+                "derived_events": len(logged),
+            },
+        )
+
+    @app.on_partitions_revoked.connect
+    async def release(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
+        revoked: set[TP] = args[0]
+        pipeline = holder.get("pipeline")
+        if pipeline is not None:
+            pipeline.release({tp.partition for tp in revoked if tp.topic in agent_topics})
+
+    def bind(make_pipeline: PipelineFactory) -> IngestPipeline:
+        async def send(topic: str, key: bytes | None, value: bytes, partition: int | None) -> Any:
             return await app.producer.send(
-                topic, key, value, partition=None, timestamp=None, headers=None
+                topic, key, value, partition=partition, timestamp=None, headers=None
             )
 
-        pipeline: IngestPipeline = make_pipeline(send=send, states=states,
-                                                 should_stop=lambda: app.should_stop)
+        typed_send: SendFn = send
+        pipeline = make_pipeline(send=typed_send, should_stop=lambda: app.should_stop)
         holder["pipeline"] = pipeline
         return pipeline
 

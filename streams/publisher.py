@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
+
 from schemas.agent_events import AgentEvent, Decision, Feedback, Observation
 from schemas.codec import encode_event
 from schemas.topics import Topics
@@ -146,7 +147,9 @@ class Publisher:
     def decide(self, agent_id: str, skill: str, content: str, **fields: Any) -> Position:
         return self._run(self._async.decide(agent_id, skill, content, **fields))
 
-    def feedback(self, agent_id: str, target_event_id: str, signal: float, **fields: Any) -> Position:
+    def feedback(
+        self, agent_id: str, target_event_id: str, signal: float, **fields: Any
+    ) -> Position:
         return self._run(self._async.feedback(agent_id, target_event_id, signal, **fields))
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
+
 from processors.config import ProcessingConfig, load_processing_config
 from processors.embedding import Embedder, embedder_from_name
 from projections.episodic.factory import open_episodic_store
@@ -22,7 +23,6 @@ from projections.retrieval.engine import RetrievalEngine
 from projections.service.app import create_app
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.topics import Topics
-
 from streams.ingest import IngestPipeline
 from streams.processor_app import ProcessorApp, create_processor_app
 from streams.settings import EngramSettings

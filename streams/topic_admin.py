@@ -6,8 +6,11 @@ land on the same partition number everywhere and one worker owns them (co-partit
 
 from __future__ import annotations
 
+import contextlib
+
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
 from schemas.topics import Topics
 
 
@@ -24,10 +27,8 @@ async def ensure_topics(
             if name not in existing
         ]
         if missing:
-            try:
+            with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(missing)
-            except TopicAlreadyExistsError:
-                pass
     except KafkaError as exc:
         raise RuntimeError(f"cannot create Engram's topics on {bootstrap}: {exc}") from exc
     finally:

@@ -225,7 +225,8 @@ class QdrantServerEpisodicMemory:
                 for (topic, partition), offset in merged.items()
                 if current.get((topic, partition)) != offset
             ]
-            await self._client.upsert(self._positions_collection, points=moved, wait=True)
+            if moved:
+                await self._client.upsert(self._positions_collection, points=moved, wait=True)
 
     async def memories(self, agent_id: str, limit: int = 1000) -> list[StoredMemory]:
         if limit < 1:

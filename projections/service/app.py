@@ -66,7 +66,7 @@ def create_app(
     version: str | None = None,
 ) -> FastAPI:
     """The query service over ``engine``. ``readiness`` defaults to pinging the engine's
-    stores; a check that neither answers within ``readiness_timeout_s`` nor succeeds makes
+    stores; a check that fails, or does not answer within ``readiness_timeout_s``, makes
     ``/readyz`` answer 503, so an orchestrator stops routing traffic here."""
     check = readiness or engine.readiness
     app = FastAPI(title=title, version=version or _package_version(), description=DESCRIPTION)

@@ -34,7 +34,10 @@ class TansuBroker:
         self.port = port or free_port()
         self.start_timeout = start_timeout
         self._process: subprocess.Popen[bytes] | None = None
-        self._log = tempfile.NamedTemporaryFile(prefix="engram-broker-", suffix=".log", delete=False)
+        # Kept open for the broker's lifetime: its output goes there, and log_tail() reads it.
+        self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115
+            prefix="engram-broker-", suffix=".log", delete=False
+        )
 
     @property
     def bootstrap(self) -> str:

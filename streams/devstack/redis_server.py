@@ -152,7 +152,7 @@ class RedisServer:
                     if not port_taken or attempt == attempts:
                         raise
         except BaseException:
-            self._cleanup()
+            self.stop()
             raise
         raise AssertionError("unreachable: the last attempt either returns or raises")
 
@@ -173,13 +173,16 @@ class RedisServer:
             *persistence,
         ]  # fmt: skip
         self._log = self._log_path.open("ab")
-        self._process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            cwd=directory,
-        )
+        try:
+            self._process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                cwd=directory,
+            )
+        except OSError as exc:
+            raise RedisServerError(f"could not run {executable}: {exc}") from exc
         self._port = port
         deadline = time.monotonic() + self._start_timeout
         answer = ""

@@ -319,19 +319,28 @@ AGENTS = ("agent-a", "agent-b", "agent-c")
 PARTITION_OF = {"agent-a": 0, "agent-b": 0, "agent-c": 1}
 
 
+@dataclass(frozen=True)
+class Redelivery:
+    processor: Processor
+    batches: list[list[DerivedEvent]]
+    replayed: int
+    """How many leading batches arrive again at the end: any prefix when the events carry
+    their source position; the whole log when they do not (an old prefix is then not a no-op)."""
+
+
 @st.composite
-def logs_in_batches(draw: st.DrawFn) -> tuple[Processor, list[list[DerivedEvent]]]:
+def redeliveries(draw: st.DrawFn) -> Redelivery:
     """A derived log from random observations, cut into random batches.
 
     Cuts may fall between a memory and the evictions it caused, as a crash or a flush would.
     """
     processor = Processor(
-        config=load_processing_config(working_capacity=3, episodic_capacity=2),
+        config=load_processing_config(working_capacity=2, episodic_capacity=2),
         partition_of=PARTITION_OF,
     )
     positioned = draw(st.booleans())
     steps = draw(
-        st.lists(st.tuples(st.sampled_from(AGENTS), st.booleans()), min_size=1, max_size=30)
+        st.lists(st.tuples(st.sampled_from(AGENTS), st.booleans()), min_size=8, max_size=30)
     )
     events: list[DerivedEvent] = []
     for i, (agent, important) in enumerate(steps):
@@ -340,7 +349,9 @@ def logs_in_batches(draw: st.DrawFn) -> tuple[Processor, list[list[DerivedEvent]
         )
     cuts = draw(st.sets(st.integers(min_value=1, max_value=max(1, len(events) - 1))))
     bounds = [0, *sorted(cuts), len(events)]
-    return processor, [events[a:b] for a, b in itertools.pairwise(bounds) if a < b]
+    log = [events[a:b] for a, b in itertools.pairwise(bounds) if a < b]
+    replayed = draw(st.integers(min_value=0, max_value=len(log))) if positioned else len(log)
+    return Redelivery(processor, log, replayed)
 
 
 @settings(
@@ -348,26 +359,23 @@ def logs_in_batches(draw: st.DrawFn) -> tuple[Processor, list[list[DerivedEvent]
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(case=logs_in_batches())
-async def test_applying_batches_twice_equals_once(
-    redis_server_url: str, case: tuple[Processor, list[list[DerivedEvent]]]
-) -> None:
-    processor, log = case
+@given(case=redeliveries())
+async def test_applying_batches_twice_equals_once(redis_server_url: str, case: Redelivery) -> None:
     once = RedisWorkingMemory.from_url(redis_server_url, namespace=f"test-{uuid.uuid4().hex}")
     twice = RedisWorkingMemory.from_url(redis_server_url, namespace=f"test-{uuid.uuid4().hex}")
     try:
-        for batch in log:
+        for batch in case.batches:
             await once.apply(batch)
-        for batch in log:
+        for batch in case.batches:
             await twice.apply(batch)
             await twice.apply(batch)
-        for batch in log:
+        for batch in case.batches[: case.replayed]:
             await twice.apply(batch)
 
         expected = await snapshot(once, AGENTS, [0, 1])
         assert await snapshot(twice, AGENTS, [0, 1]) == expected
         assert [[m.memory_id for m in ms] for ms in expected[0]] == [
-            processor.working_ids(agent) for agent in AGENTS
+            case.processor.working_ids(agent) for agent in AGENTS
         ]
     finally:
         for store in (once, twice):
@@ -462,3 +470,13 @@ async def test_a_server_that_stops_answering_raises_within_the_timeout() -> None
             assert [m.content for m in await store.memories("agent-1")] == ["Event 0"]
         finally:
             await store.close()
+
+
+def test_redis_server_refuses_a_second_start_and_a_missing_binary(tmp_path: Path) -> None:
+    with RedisServer() as server, pytest.raises(RedisServerError, match="already running"):
+        server.start()
+
+    missing = RedisServer(executable=tmp_path / "no-such-redis-server")
+    with pytest.raises(RedisServerError, match="could not run"):
+        missing.start()
+    assert not missing.running

@@ -37,7 +37,10 @@ def prefix() -> str:
 
 @pytest.fixture(scope="module")
 async def node(
-    kafka_bootstrap: str, redis_server_url: str, prefix: str, tmp_path_factory: pytest.TempPathFactory
+    kafka_bootstrap: str,
+    redis_server_url: str,
+    prefix: str,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[Node]:
     data_dir: Path = tmp_path_factory.mktemp("engram")
     settings = EngramSettings(
@@ -81,15 +84,25 @@ async def test_published_events_are_retrievable_with_importance_and_destination(
 ) -> None:
     assert node.pipeline is not None
     flood = Observation(
-        agent_id="H001", agent_type="household", year=3, kind="flood.major",
-        tags=("flood", "major"), content="Year 3: A major flood caused $60,000 in damages",
+        agent_id="H001",
+        agent_type="household",
+        year=3,
+        kind="flood.major",
+        tags=("flood", "major"),
+        content="Year 3: A major flood caused $60,000 in damages",
     )
     wait = Decision(
-        agent_id="H001", agent_type="household", year=4, skill="do_nothing",
+        agent_id="H001",
+        agent_type="household",
+        year=4,
+        skill="do_nothing",
         content="Year 4: I chose to wait and not take protective action",
     )
     positions = await publisher.publish_many([flood, wait])
-    assert {p.topic for p in positions} == {publisher.topics.observations, publisher.topics.decisions}
+    assert {p.topic for p in positions} == {
+        publisher.topics.observations,
+        publisher.topics.decisions,
+    }
     await applied(node.pipeline.stats, positions)
 
     response = await client.retrieve("H001", top_k=5, current_year=4)
@@ -109,16 +122,22 @@ async def test_query_text_finds_the_related_episodic_memory(
     assert node.pipeline is not None
     events = [
         Observation(agent_id="Q1", importance=0.9, step=i, content=text)
-        for i, text in enumerate([
-            "The insurance claim for the basement was denied by the adjuster",
-            "We planted tomatoes and basil in the community garden",
-            "The river levee was breached and water filled the street",
-        ])
+        for i, text in enumerate(
+            [
+                "The insurance claim for the basement was denied by the adjuster",
+                "We planted tomatoes and basil in the community garden",
+                "The river levee was breached and water filled the street",
+            ]
+        )
     ]
     await applied(node.pipeline.stats, await publisher.publish_many(events))
-    response = await client.retrieve("Q1", query="levee breached by the river", top_k=3,
-                                     mode="weighted", weights={"relevance": 1.0, "recency": 0.0,
-                                                               "importance": 0.0, "context": 0.0})
+    response = await client.retrieve(
+        "Q1",
+        query="levee breached by the river",
+        top_k=3,
+        mode="weighted",
+        weights={"relevance": 1.0, "recency": 0.0, "importance": 0.0, "context": 0.0},
+    )
     assert response.results[0].content == events[2].content
 
 
@@ -126,13 +145,16 @@ async def test_working_memory_keeps_the_ten_latest(
     node: Node, publisher: AsyncPublisher, client: AsyncEngramClient
 ) -> None:
     assert node.pipeline is not None
-    events = [Observation(agent_id="FIFO", importance=0.5, step=i, content=f"Event {i}")
-              for i in range(12)]
+    events = [
+        Observation(agent_id="FIFO", importance=0.5, step=i, content=f"Event {i}")
+        for i in range(12)
+    ]
     await applied(node.pipeline.stats, await publisher.publish_many(events))
     response = await client.retrieve("FIFO", top_k=20)
     contents = [m.content for m in response.results]
     assert len(contents) == 10
-    assert "Event 0" not in contents and "Event 1" not in contents
+    assert "Event 0" not in contents
+    assert "Event 1" not in contents
     assert contents[0] == "Event 11"
 
 
@@ -141,28 +163,34 @@ async def test_poison_records_go_to_the_dead_letter_topic_and_good_ones_land(
 ) -> None:
     assert node.pipeline is not None
     topics = Topics(prefix)
-    good = [Observation(agent_id="P1", importance=0.5, step=i, content=f"good record {i}")
-            for i in range(4)]
+    good = [
+        Observation(agent_id="P1", importance=0.5, step=i, content=f"good record {i}")
+        for i in range(4)
+    ]
     future = Observation(agent_id="P1", content="from the future").wire() | {"schema_version": 9}
     poison = {
         b"this is not json {": "not_json",
         orjson.dumps({"event_type": "observation", "agent_id": "P1"}): "invalid",
-        orjson.dumps({"event_type": "telepathy", "agent_id": "P1", "content": "x"}):
-            "unknown_event_type",
+        orjson.dumps(
+            {"event_type": "telepathy", "agent_id": "P1", "content": "x"}
+        ): "unknown_event_type",
         orjson.dumps(future): "future_version",
         orjson.dumps([1, 2, 3]): "invalid",
-        encode_event(Decision(agent_id="P1", skill="x", content="on the wrong topic")):
-            "wrong_topic",
+        encode_event(
+            Decision(agent_id="P1", skill="x", content="on the wrong topic")
+        ): "wrong_topic",
     }
-    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all",
-                                enable_idempotence=False)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka_bootstrap, acks="all", enable_idempotence=False
+    )
     await producer.start()
     try:
         sent = []
         bad = iter(poison)
         for record in good:
-            sent.append(await producer.send_and_wait(topics.observations, encode_event(record),
-                                                     key=b"P1"))
+            sent.append(
+                await producer.send_and_wait(topics.observations, encode_event(record), key=b"P1")
+            )
             raw = next(bad, None)
             if raw is not None:
                 sent.append(await producer.send_and_wait(topics.observations, raw, key=b"P1"))
@@ -170,14 +198,17 @@ async def test_poison_records_go_to_the_dead_letter_topic_and_good_ones_land(
             sent.append(await producer.send_and_wait(topics.observations, raw, key=b"P1"))
     finally:
         await producer.stop()
-    await applied(node.pipeline.stats,
-                  [Position(m.topic, m.partition, m.offset) for m in sent])
+    await applied(node.pipeline.stats, [Position(m.topic, m.partition, m.offset) for m in sent])
 
     response = await client.retrieve("P1", top_k=10)
     assert sorted(m.content for m in response.results) == [f"good record {i}" for i in range(4)]
 
-    consumer = AIOKafkaConsumer(topics.deadletter, bootstrap_servers=kafka_bootstrap,
-                                auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        topics.deadletter,
+        bootstrap_servers=kafka_bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     await consumer.start()
     letters: list[DeadLetter] = []
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from processors.config import load_processing_config
 from processors.importance import classify_emotion, classify_source, importance_of
 from processors.routing import destination_for
@@ -27,11 +28,14 @@ DEFAULT = CONFIG.profile_for("default")
         ("neighbor.adaptation", 0.4, "working"),
     ],
 )
-def test_seed_004_event_table_for_observations(kind: str, expected: float, destination: str) -> None:
+def test_seed_004_event_table_for_observations(
+    kind: str, expected: float, destination: str
+) -> None:
     event = Observation(agent_id="H1", agent_type="household", kind=kind, content="something")
     value, inputs = importance_of(event, HOUSEHOLD)
     assert value == expected
-    assert inputs.method == "event_table" and inputs.table_key == kind
+    assert inputs.method == "event_table"
+    assert inputs.table_key == kind
     assert destination_for(value) == destination
 
 
@@ -51,8 +55,9 @@ def test_seed_004_skill_table_for_decisions(skill: str, expected: float, destina
 
 
 def test_explicit_importance_wins_over_the_table() -> None:
-    event = Decision(agent_id="H1", agent_type="household", skill="relocate", content="x",
-                     importance=0.2)
+    event = Decision(
+        agent_id="H1", agent_type="household", skill="relocate", content="x", importance=0.2
+    )
     value, inputs = importance_of(event, HOUSEHOLD)
     assert (value, inputs.method) == (0.2, "explicit")
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from processors.batch import RawRecord, process_batch
 from processors.config import load_processing_config
 from processors.embedding import HashingEmbedder, keywords
@@ -20,8 +21,9 @@ EMBEDDER = HashingEmbedder()
 VERSION = CONFIG.version(EMBEDDER.id)
 
 
-def run(events: list[Observation]) -> tuple[list[MemoryRecorded], list[MemoryForgotten],
-                                             AgentMemoryState]:
+def run(
+    events: list[Observation],
+) -> tuple[list[MemoryRecorded], list[MemoryForgotten], AgentMemoryState]:
     state = AgentMemoryState()
     recorded, forgotten = [], []
     for event in events:
@@ -42,17 +44,20 @@ def test_seed_004_working_memory_keeps_ten_fifo() -> None:
 
 
 def test_seed_004_episodic_add_goes_to_episodic_with_no_tags() -> None:
-    recorded, _, state = run([Observation(agent_id="H001", content="Major flood", importance=0.9,
-                                          year=3)])
+    recorded, _, state = run(
+        [Observation(agent_id="H001", content="Major flood", importance=0.9, year=3)]
+    )
     assert recorded[0].destination == "episodic"
     assert recorded[0].tags == ()
-    assert len(state.episodic) == 1 and not state.working
+    assert len(state.episodic) == 1
+    assert not state.working
 
 
 def test_episodic_capacity_evicts_the_least_important_oldest_first() -> None:
     importances = [0.7 + (i % 30) / 100 for i in range(60)]
-    events = [Observation(agent_id="A", content=f"e{i}", importance=v)
-              for i, v in enumerate(importances)]
+    events = [
+        Observation(agent_id="A", content=f"e{i}", importance=v) for i, v in enumerate(importances)
+    ]
     recorded, forgotten, state = run(events)
     assert len(state.episodic) == 50
     assert len(forgotten) == 10
@@ -65,23 +70,33 @@ def test_episodic_capacity_evicts_the_least_important_oldest_first() -> None:
 
 
 def test_ids_are_deterministic_and_replay_gives_identical_events() -> None:
-    events = [Observation(agent_id="A", event_id=f"ev-{i}", content=f"flood {i}",
-                          occurred_at=datetime(2026, 1, 1, tzinfo=UTC)) for i in range(15)]
+    events = [
+        Observation(
+            agent_id="A",
+            event_id=f"ev-{i}",
+            content=f"flood {i}",
+            occurred_at=datetime(2026, 1, 1, tzinfo=UTC),
+        )
+        for i in range(15)
+    ]
     first, second = run(events), run(events)
-    assert first[0] == second[0] and first[1] == second[1]
+    assert first[0] == second[0]
+    assert first[1] == second[1]
     assert first[0][3].memory_id == memory_id_for("ev-3")
 
 
 def test_state_survives_its_json_form() -> None:
-    _, _, state = run([Observation(agent_id="A", content=f"x{i}", importance=i / 20)
-                       for i in range(20)])
+    _, _, state = run(
+        [Observation(agent_id="A", content=f"x{i}", importance=i / 20) for i in range(20)]
+    )
     assert AgentMemoryState.from_json(state.to_json()) == state
 
 
 def test_the_hashing_embedder_is_deterministic_normalised_and_lexical() -> None:
     a = EMBEDDER.embed("The levee was breached by the river flood")
     assert np.array_equal(a, HashingEmbedder().embed("The levee was breached by the river flood"))
-    assert a.dtype == np.float32 and a.shape == (384,)
+    assert a.dtype == np.float32
+    assert a.shape == (384,)
     assert abs(float(np.linalg.norm(a)) - 1.0) < 1e-5
     near = EMBEDDER.embed("river flood breached the levee")
     far = EMBEDDER.embed("we planted tomatoes in the garden")
@@ -92,17 +107,27 @@ def test_the_hashing_embedder_is_deterministic_normalised_and_lexical() -> None:
 
 def test_a_batch_dead_letters_poison_and_processes_the_rest() -> None:
     good = [Observation(agent_id=f"A{i % 2}", content=f"ok {i}", importance=0.5) for i in range(4)]
-    records = [RawRecord("agent.observations", 0, i * 2, b"A", encode_event(e), "observation")
-               for i, e in enumerate(good)]
+    records = [
+        RawRecord("agent.observations", 0, i * 2, b"A", encode_event(e), "observation")
+        for i, e in enumerate(good)
+    ]
     records.insert(2, RawRecord("agent.observations", 0, 3, b"A", b"\xff\xfe", "observation"))
     records.append(RawRecord("agent.observations", 0, 9, None, None, "observation"))
-    result = process_batch(records, lambda _: AgentMemoryState(), config=CONFIG,
-                           embedder=EMBEDDER, config_version=VERSION,
-                           failed_at=datetime.now(UTC))
+    result = process_batch(
+        records,
+        lambda _: AgentMemoryState(),
+        config=CONFIG,
+        embedder=EMBEDDER,
+        config_version=VERSION,
+        failed_at=datetime.now(UTC),
+    )
     assert [m.content for m in result.derived if isinstance(m, MemoryRecorded)] == [
-        e.content for e in good]
-    assert [(d.offset, d.error_kind) for d in result.dead_letters] == [(3, "not_json"),
-                                                                       (9, "empty")]
+        e.content for e in good
+    ]
+    assert [(d.offset, d.error_kind) for d in result.dead_letters] == [
+        (3, "not_json"),
+        (9, "empty"),
+    ]
     assert result.dead_letters[0].original_value() == b"\xff\xfe"
     assert set(result.states) == {"A0", "A1"}
     assert result.states["A0"].next_seq == 2
@@ -113,9 +138,41 @@ def test_a_batch_dead_letters_poison_and_processes_the_rest() -> None:
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.floats(0, 1), min_size=1, max_size=80))
 def test_capacities_hold_for_any_sequence(importances: list[float]) -> None:
-    recorded, forgotten, state = run([Observation(agent_id="A", content=f"m{i}", importance=v)
-                                      for i, v in enumerate(importances)])
+    recorded, forgotten, state = run(
+        [
+            Observation(agent_id="A", content=f"m{i}", importance=v)
+            for i, v in enumerate(importances)
+        ]
+    )
     assert len(state.working) <= CONFIG.working_capacity
     assert len(state.episodic) <= CONFIG.episodic_capacity
     alive = {r.memory_id for r in recorded} - {f.memory_id for f in forgotten}
     assert alive == set(state.working) | {e.memory_id for e in state.episodic}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["A", "B"]), st.floats(0, 1)), min_size=1, max_size=90))
+def test_folding_the_derived_log_rebuilds_the_processor_state(
+    items: list[tuple[str, float]],
+) -> None:
+    from processors.state_fold import FoldedState
+    from schemas.memory_events import SourcePosition
+
+    states: dict[str, AgentMemoryState] = {}
+    derived: list[MemoryRecorded | MemoryForgotten] = []
+    for offset, (agent, importance) in enumerate(items):
+        out = record(
+            Observation(agent_id=agent, content=f"m{offset}", importance=importance),
+            states.get(agent, AgentMemoryState()),
+            config=CONFIG,
+            embedder=EMBEDDER,
+            config_version=VERSION,
+            position=SourcePosition(topic="obs", partition=0, offset=offset),
+        )
+        states[agent] = out.state
+        derived.extend([out.memory, *out.forgotten])
+    folded = FoldedState().apply_all(derived)
+    assert folded.states == states
+    assert folded.derived_upto == {("obs", 0): len(items) - 1}
+    # Folding twice (a redelivered derived event) changes nothing.
+    assert FoldedState().apply_all(derived + derived).states == states

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from processors.embedding import keywords
 from projections.memory import StoredMemory
 from projections.retrieval.scoring import (
     INTERFERENCE_CAP,
@@ -233,7 +234,7 @@ def test_memory_retrieval_decay() -> None:
 
 
 def test_seed_004_audit_scores() -> None:
-    """Seed 004, section 11: year-2 memories of importance 0.9 and 0.7 read in year 3 score
+    """Seed 004, sections 8.3 and 11: year-2 memories of importance 0.9 and 0.7 read in year 3 score
     0.855 and 0.665."""
     flood = memory(1, importance=0.9, year=2, content="Year 2: A major flood caused damages")
     insured = memory(2, importance=0.7, year=2, content="Year 2: I purchased flood insurance")
@@ -321,8 +322,14 @@ def test_memories_without_any_time_sit_at_now() -> None:
 
 
 def test_a_memory_newer_than_now_is_not_boosted() -> None:
-    ranking = two_phase([], [memory(1, importance=0.6, year=8)], top_k=1, current_year=5)
-    assert ranking.results[0].score == pytest.approx(0.6)
+    """Ages are clamped at zero: asking "as of year 5" never makes a year-8 memory stronger."""
+    working = memory(1, importance=0.3, year=9, destination="working")
+    episodic = memory(2, importance=0.6, year=8)
+    ranking = two_phase([working], [episodic], top_k=2, current_year=5)
+    assert [two_phase_parts(r.breakdown).age for r in ranking.results] == [0, 0]
+    assert ranking.results[1].score == pytest.approx(0.6)
+    scored = weighted([working, episodic], top_k=2, current_year=5)
+    assert [weighted_parts(r.breakdown).recency for r in scored.results] == [1.0, 1.0]
 
 
 # --- weights ------------------------------------------------------------------------------------
@@ -421,6 +428,21 @@ def test_weighted_scores_are_bounded_sorted_and_cut(
         assert 0.0 <= parts.relevance <= 1.0
         assert 0.0 <= parts.interference <= INTERFERENCE_CAP
         assert lowest - 1e-9 <= result.score <= highest + 1e-9
+
+
+@settings(max_examples=100, deadline=None)
+@given(memories=memory_sets())
+def test_interference_matches_its_definition(memories: list[StoredMemory]) -> None:
+    """The vectorised computation equals seed 003's formula applied pair by pair."""
+    for result in weighted(memories, top_k=max(len(memories), 1)).results:
+        own = frozenset(keywords(result.memory.content))
+        newer = [
+            overlap(own, frozenset(keywords(other.content)))
+            for other in memories
+            if other.seq > result.memory.seq
+        ]
+        expected = min(max(newer, default=0.0) * INTERFERENCE_CAP, INTERFERENCE_CAP)
+        assert weighted_parts(result.breakdown).interference == pytest.approx(expected)
 
 
 @settings(max_examples=100, deadline=None)

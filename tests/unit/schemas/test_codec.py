@@ -9,6 +9,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from schemas.agent_events import Decision, Feedback, Observation
 from schemas.codec import DecodeError, decode_agent_event, decode_derived_event, encode_event
 from schemas.json_schema import export_json_schemas, json_schemas
@@ -24,21 +25,44 @@ times = st.datetimes(
 tags = st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True), max_size=5).map(tuple)
 
 
-@given(agent=agent_ids, content=texts, at=times, year=st.none() | st.integers(-5, 3000),
-       tags=tags, importance=st.none() | st.floats(0, 1))
+@given(
+    agent=agent_ids,
+    content=texts,
+    at=times,
+    year=st.none() | st.integers(-5, 3000),
+    tags=tags,
+    importance=st.none() | st.floats(0, 1),
+)
 def test_observation_round_trip_is_lossless(
-    agent: str, content: str, at: datetime, year: int | None, tags: tuple[str, ...],
+    agent: str,
+    content: str,
+    at: datetime,
+    year: int | None,
+    tags: tuple[str, ...],
     importance: float | None,
 ) -> None:
-    event = Observation(agent_id=agent, content=content, occurred_at=at, year=year, tags=tags,
-                        importance=importance, metadata={"k": [1, "two", None]})
+    event = Observation(
+        agent_id=agent,
+        content=content,
+        occurred_at=at,
+        year=year,
+        tags=tags,
+        importance=importance,
+        metadata={"k": [1, "two", None]},
+    )
     assert decode_agent_event(encode_event(event)) == event
 
 
-@given(skill=st.from_regex(r"[a-z_]{1,20}", fullmatch=True), content=texts,
-       params=st.dictionaries(st.text(max_size=5), st.integers(-(2**63), 2**63 - 1)
-                              | st.text(max_size=5), max_size=3))
-def test_decision_round_trip_is_lossless(skill: str, content: str, params: dict[str, object]) -> None:
+@given(
+    skill=st.from_regex(r"[a-z_]{1,20}", fullmatch=True),
+    content=texts,
+    params=st.dictionaries(
+        st.text(max_size=5), st.integers(-(2**63), 2**63 - 1) | st.text(max_size=5), max_size=3
+    ),
+)
+def test_decision_round_trip_is_lossless(
+    skill: str, content: str, params: dict[str, object]
+) -> None:
     event = Decision(agent_id="A", skill=skill, content=content, parameters=params)  # type: ignore[arg-type]
     assert decode_agent_event(encode_event(event)) == event
 
@@ -50,10 +74,19 @@ def test_vectors_travel_exactly_as_float32(vector: list[float]) -> None:
 
 def test_memory_recorded_round_trip() -> None:
     event = MemoryRecorded(
-        agent_id="H1", memory_id="m", agent_type="household", source_event_id="s",
-        source_event_type="observation", seq=3, content="flood", importance=0.9,
-        destination="episodic", scoring=ImportanceInputs(method="explicit"),
-        embedding=encode_vector([0.5, -0.25]), embedder="hashing-v1-2", config_version="abc",
+        agent_id="H1",
+        memory_id="m",
+        agent_type="household",
+        source_event_id="s",
+        source_event_type="observation",
+        seq=3,
+        content="flood",
+        importance=0.9,
+        destination="episodic",
+        scoring=ImportanceInputs(method="explicit"),
+        embedding=encode_vector([0.5, -0.25]),
+        embedder="hashing-v1-2",
+        config_version="abc",
     )
     decoded = decode_derived_event(encode_event(event))
     assert decoded == event
@@ -79,15 +112,22 @@ def test_feedback_without_words_gets_a_description() -> None:
         (b"{not json", "not_json"),
         (b"[1, 2]", "invalid"),
         (b'{"event_type": "telepathy"}', "unknown_event_type"),
-        (b'{"event_type": "observation", "schema_version": 7, "agent_id": "A", "content": "x"}',
-         "future_version"),
-        (b'{"event_type": "observation", "schema_version": "1", "agent_id": "A", "content": "x"}',
-         "invalid"),
+        (
+            b'{"event_type": "observation", "schema_version": 7, "agent_id": "A", "content": "x"}',
+            "future_version",
+        ),
+        (
+            b'{"event_type": "observation", "schema_version": "1", '
+            b'"agent_id": "A", "content": "x"}',
+            "invalid",
+        ),
         (b'{"event_type": "observation", "agent_id": "A"}', "invalid"),
         (b'{"event_type": "observation", "agent_id": "has space", "content": "x"}', "invalid"),
         (b'{"event_type": "observation", "agent_id": "A", "content": "x", "colour": 1}', "invalid"),
-        (b'{"event_type": "observation", "agent_id": "A", "content": "x", "importance": 2}',
-         "invalid"),
+        (
+            b'{"event_type": "observation", "agent_id": "A", "content": "x", "importance": 2}',
+            "invalid",
+        ),
         (b'{"event_type": "memory.recorded", "agent_id": "A"}', "unknown_event_type"),
     ],
 )
@@ -117,8 +157,14 @@ def test_an_event_on_the_wrong_topic_is_refused() -> None:
 
 
 def test_naive_timestamps_are_refused() -> None:
-    raw = orjson.dumps({"event_type": "observation", "agent_id": "A", "content": "x",
-                        "occurred_at": "2026-01-01T00:00:00"})
+    raw = orjson.dumps(
+        {
+            "event_type": "observation",
+            "agent_id": "A",
+            "content": "x",
+            "occurred_at": "2026-01-01T00:00:00",
+        }
+    )
     with pytest.raises(DecodeError, match="occurred_at"):
         decode_agent_event(raw)
 

@@ -1,0 +1,107 @@
+"""The synthetic agent workload the benchmarks publish: 1,000 households over simulated years.
+
+Records are made before the clock starts, and published from a separate process, so the figures
+measure Engram and not the load generator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import time
+
+from aiokafka import AIOKafkaProducer
+
+from schemas.agent_events import AgentEvent, Decision, Observation
+from schemas.codec import encode_event
+from schemas.topics import Topics
+
+TEMPLATES = [
+    ("flood.major", "Year {y}: A major flood caused ${d:,} in damages to my house and the street"),
+    ("flood.minor", "Year {y}: A minor flood left {d} cm of water in the basement after the storm"),
+    ("neighbor.adaptation", "Year {y}: My neighbor raised their house on stilts after the flood"),
+    ("policy.change", "Year {y}: The county announced a new subsidy for elevating houses"),
+    (None, "Year {y}: The sun was out all day and I spent the afternoon gardening in the yard"),
+    (None, "Year {y}: The community meeting discussed the levee and the insurance premiums"),
+]
+SKILLS = ["buy_insurance", "elevate_house", "do_nothing", "do_nothing", "relocate"]
+
+
+def make_events(n: int, agents: int, seed: int = 7) -> list[AgentEvent]:
+    rng = random.Random(seed)
+    events: list[AgentEvent] = []
+    for i in range(n):
+        agent = f"H{rng.randrange(agents):05d}"
+        year = 1 + i * 10 // max(n, 1)
+        if rng.random() < 0.25:
+            skill = rng.choice(SKILLS)
+            events.append(
+                Decision(
+                    agent_id=agent,
+                    agent_type="household",
+                    year=year,
+                    skill=skill,
+                    content=f"Year {year}: I decided to {skill.replace('_', ' ')} "
+                    f"after thinking about the last floods ({i})",
+                )
+            )
+        else:
+            kind, text = rng.choice(TEMPLATES)
+            events.append(
+                Observation(
+                    agent_id=agent,
+                    agent_type="household",
+                    year=year,
+                    kind=kind,
+                    content=text.format(y=year, d=rng.randrange(1_000, 90_000)) + f" ({i})",
+                )
+            )
+    return events
+
+
+async def publish(bootstrap: str, prefix: str, n: int, agents: int, rate: float | None) -> None:
+    """Publish ``n`` events, as fast as possible or at a steady ``rate`` per second."""
+    topics = Topics(prefix)
+    prepared = [
+        (topics.for_event_type(e.event_type), e.agent_id.encode(), e)
+        for e in make_events(n, agents)
+    ]
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=False,
+        linger_ms=5 if rate else 50,
+        max_batch_size=1 << 20,
+    )
+    await producer.start()
+    try:
+        start = time.perf_counter()
+        futures = []
+        for i, (topic, key, event) in enumerate(prepared):
+            if rate:
+                due = start + i / rate
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                # occurred_at is the publish time: the latency benchmark measures from it.
+                event = event.model_copy(
+                    update={"occurred_at": event.occurred_at.now().astimezone()}
+                )
+            futures.append(await producer.send(topic, encode_event(event), key=key))
+        await asyncio.gather(*futures)
+        elapsed = time.perf_counter() - start
+        print(f"published {n} in {elapsed:.2f}s ({n / elapsed:,.0f}/s)", file=sys.stderr)
+    finally:
+        await producer.stop()
+
+
+if __name__ == "__main__":
+    bootstrap, prefix, count, agent_count = (
+        sys.argv[1],
+        sys.argv[2],
+        int(sys.argv[3]),
+        int(sys.argv[4]),
+    )
+    steady = float(sys.argv[5]) if len(sys.argv) > 5 else None
+    asyncio.run(publish(bootstrap, prefix, count, agent_count, steady))
