@@ -40,12 +40,12 @@ async def read_partitions(
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             ends = await consumer.end_offsets(tps)
-            remaining = {tp for tp in tps if ends[tp] > 0}
+            remaining = set(tps)
             deadline = time.monotonic() + timeout
             while remaining:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"reading {topic} back took longer than {timeout:.0f}s")
-                batch = await consumer.getmany(*remaining, timeout_ms=500, max_records=50_000)
+                batch = await consumer.getmany(*remaining, timeout_ms=300, max_records=50_000)
                 for tp, records in batch.items():
                     for record in records:
                         if record.value is None:
@@ -60,8 +60,10 @@ async def read_partitions(
                                 record.offset,
                                 exc,
                             )
+                # The reported end is a lower bound only: Tansu answers ListOffsets with the
+                # last *batch's* base offset + 1. Past it, an empty poll means the end.
                 for tp in list(remaining):
-                    if await consumer.position(tp) >= ends[tp]:
+                    if not batch.get(tp) and await consumer.position(tp) >= ends[tp]:
                         remaining.discard(tp)
     finally:
         await consumer.stop()

@@ -42,6 +42,9 @@ class SendFn(Protocol):
         """Hand a record to the producer (not waiting for delivery: the commit flushes)."""
 
 
+Recover = Callable[[set[int]], Awaitable[tuple[FoldedState, list[DerivedEvent]]]]
+
+
 @dataclass
 class IngestStats:
     """Counters for health and logs; cheap to update per batch, never per event."""
@@ -50,6 +53,8 @@ class IngestStats:
     events: int = 0
     skipped: int = 0
     """Redelivered records whose derived events were already in the log."""
+    caught_up: int = 0
+    """Derived events re-applied on takeover because a projection had not applied them."""
     memories: int = 0
     dead_letters: int = 0
     projection_retries: int = 0
@@ -65,6 +70,8 @@ class IngestPipeline:
     working: WorkingMemoryStore
     episodic: EpisodicMemoryStore
     send: SendFn
+    recover: Recover | None = None
+    """Reads the derived log of partitions back; None for a pipeline that starts empty."""
     should_stop: Callable[[], bool] = lambda: False
     max_backoff: float = 5.0
     stats: IngestStats = field(default_factory=IngestStats)
@@ -72,6 +79,7 @@ class IngestPipeline:
     def __post_init__(self) -> None:
         self.config_version = self.config.version(self.embedder.id)
         self.folded = FoldedState()
+        self._recovered: set[int] = set()
 
     def load_state(self, agent_id: str) -> AgentMemoryState:
         return self.folded.states.get(agent_id) or AgentMemoryState()
@@ -81,12 +89,51 @@ class IngestPipeline:
         the projections up to what that log holds (a crash may have cut in between)."""
         self.folded.states.update(folded.states)
         self.folded.derived_upto.update(folded.derived_upto)
-        await self.apply(logged)
+        applied: dict[tuple[str, int], int] = {}
+        for topic, partition in folded.derived_upto:
+            marks = [
+                await store.applied_offset(topic, partition)
+                for store in (self.working, self.episodic)
+            ]
+            applied[(topic, partition)] = min(-1 if m is None else m for m in marks)
+        tail = [
+            e
+            for e in logged
+            if e.source_position is None
+            or e.source_position.offset
+            >= applied.get((e.source_position.topic, e.source_position.partition), -1)
+        ]
+        await self.apply(tail)
+        self.stats.caught_up += len(tail)
 
     def release(self, partitions: set[int]) -> None:
-        """Forget the state of partitions this worker no longer owns."""
+        """Forget partitions this worker no longer owns: if they come back, their state is
+        folded from the log again, since another worker may have moved it on meanwhile."""
+        self._recovered -= partitions
         for key in [k for k in self.folded.derived_upto if k[1] in partitions]:
             del self.folded.derived_upto[key]
+
+    async def _ensure_recovered(self, records: Sequence[RawRecord]) -> None:
+        """Fold the state of partitions seen for the first time before deriving from them.
+
+        Done here, on the processing path, rather than in Faust's assignment signal: Faust's
+        consumer runs in its own thread and can deliver records before that signal's handler
+        has finished.
+        """
+        missing = {r.partition for r in records} - self._recovered
+        if not missing:
+            return
+        if self.recover is not None:
+            folded, logged = await self.recover(missing)
+            await self.take_over(folded, logged)
+            log.info(
+                "took over partitions %s: %d agents, %d derived events, %d re-applied",
+                sorted(missing),
+                len(folded.states),
+                len(logged),
+                self.stats.caught_up,
+            )
+        self._recovered |= missing
 
     def derive(self, records: Sequence[RawRecord]) -> BatchResult:
         return process_batch(
@@ -99,6 +146,7 @@ class IngestPipeline:
         )
 
     async def handle(self, records: Sequence[RawRecord]) -> BatchResult:
+        await self._ensure_recovered(records)
         upto = self.folded.derived_upto
         fresh = [r for r in records if r.offset > upto.get((r.topic, r.partition), -1)]
         result = self.derive(fresh)

@@ -2,9 +2,9 @@
 
 Built by ``create_processor_app`` (no global app at import time). One agent reads all three
 agent topics as raw bytes, so each event costs one Faust hop (PARTS.md: ~200 us per hop).
-Per-agent state is not a Faust table: when partitions are assigned, the shell folds it back from
-the derived topics before any record of those partitions is processed (Faust awaits the signal
-inside the rebalance), which also lets the pipeline skip records it had already derived.
+Per-agent state is not a Faust table: before the first record of a partition is processed, the
+pipeline folds that partition's state back from the derived topics, which also lets it skip
+records it had already derived. Revocation (Faust's signal) makes it fold again on return.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import faust
 from faust.types import TP, EventT, StreamT
 
 from processors.batch import RawRecord
+from processors.state_fold import FoldedState
+from schemas.memory_events import DerivedEvent
 from schemas.topics import Topics
 from streams.derived_log import recover_state
 from streams.ingest import IngestPipeline, SendFn
@@ -84,24 +86,6 @@ def create_processor_app(settings: EngramSettings, bootstrap: str) -> ProcessorA
 
     app.agent(source, name=f"{settings.topic_prefix}ingest")(ingest)
 
-    @app.on_partitions_assigned.connect
-    async def take_over(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
-        assigned: set[TP] = args[0]
-        partitions = {tp.partition for tp in assigned if tp.topic in agent_topics}
-        pipeline = holder.get("pipeline")
-        if not partitions or pipeline is None:
-            return
-        folded, logged = await recover_state(bootstrap, topics, partitions)
-        await pipeline.take_over(folded, logged)
-        log.info(
-            "took over partitions",
-            extra={
-                "partitions": sorted(partitions),
-                "agents": len(folded.states),
-                "derived_events": len(logged),
-            },
-        )
-
     @app.on_partitions_revoked.connect
     async def release(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
         revoked: set[TP] = args[0]
@@ -116,7 +100,13 @@ def create_processor_app(settings: EngramSettings, bootstrap: str) -> ProcessorA
             )
 
         typed_send: SendFn = send
-        pipeline = make_pipeline(send=typed_send, should_stop=lambda: app.should_stop)
+
+        async def recover(partitions: set[int]) -> tuple[FoldedState, list[DerivedEvent]]:
+            return await recover_state(bootstrap, topics, partitions)
+
+        pipeline = make_pipeline(
+            send=typed_send, recover=recover, should_stop=lambda: app.should_stop
+        )
         holder["pipeline"] = pipeline
         return pipeline
 

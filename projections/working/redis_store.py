@@ -36,7 +36,7 @@ from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from projections.interfaces import ProjectionError
+from projections.interfaces import ProjectionError, latest_positions
 from projections.memory import StoredMemory
 from schemas.memory_events import DerivedEvent, MemoryRecorded
 
@@ -66,6 +66,19 @@ return 1
 ARGV: 'r'ecord or 'f'orget, source offset ('' without a position), memory id, seq, payload."""
 
 _APPLY_SHA = hashlib.sha1(_APPLY).hexdigest().encode()
+
+_ADVANCE = b"""
+local applied = redis.call('GET', KEYS[1])
+if not applied or tonumber(applied) < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return 1
+"""
+"""Advance an applied offset that no working-memory event moved (the batch's episodic events):
+the checkpoint then says how far the *log* was applied, which catch-up and read-your-writes
+need, not only how far this store had something to write."""
+
+_ADVANCE_SHA = hashlib.sha1(_ADVANCE).hexdigest().encode()
 
 _READ = b"""
 local ids = redis.call('ZREVRANGE', KEYS[1], 0, -1)
@@ -208,15 +221,20 @@ class RedisWorkingMemory:
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
         """Apply ``events`` in order, in one pipelined round trip (per 10,000 events)."""
         commands = [c for c in map(self._command, events) if c is not None]
+        commands.extend(
+            _resp(b"EVALSHA", _ADVANCE_SHA, b"1", self._applied_key(topic, partition), b"%d" % off)
+            for (topic, partition), off in latest_positions(events).items()
+        )
         for start in range(0, len(commands), _MAX_PIPELINE):
             chunk = commands[start : start + _MAX_PIPELINE]
-            action = f"applying {len(chunk)} events"
+            action = f"applying {len(events)} events"
             try:
                 results = await self._pipeline(chunk)
                 if any(isinstance(r, NoScriptError) for r in results):
                     # The server lost its script cache (restart, SCRIPT FLUSH). Running the
                     # chunk again is safe: what did run is skipped or re-done idempotently.
                     await self._client.script_load(_APPLY)
+                    await self._client.script_load(_ADVANCE)
                     results = await self._pipeline(chunk)
             except (RedisError, TimeoutError) as exc:
                 raise self._error(action, exc) from exc

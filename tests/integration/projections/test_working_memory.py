@@ -160,7 +160,10 @@ async def test_forgotten_removes_the_memory(working_store: RedisWorkingMemory) -
     assert [m.content for m in await working_store.memories("agent-1")] == ["Event 2", "Event 0"]
 
 
-async def test_episodic_events_are_ignored(working_store: RedisWorkingMemory) -> None:
+async def test_episodic_events_are_not_stored_but_their_position_is_applied(
+    working_store: RedisWorkingMemory,
+) -> None:
+    """The checkpoint says how far the log was applied, so read-your-writes can rely on it."""
     processor = Processor(config=load_processing_config(episodic_capacity=1))
     events = [
         *processor.observe("agent-1", "Event 0", importance=0.9),
@@ -172,7 +175,8 @@ async def test_episodic_events_are_ignored(working_store: RedisWorkingMemory) ->
     await working_store.apply(events)
 
     assert await working_store.memories("agent-1") == []
-    assert await working_store.applied_offset(TOPIC, 0) is None
+    last = max(e.source_position.offset for e in events if e.source_position is not None)
+    assert await working_store.applied_offset(TOPIC, 0) == last
 
 
 async def test_applying_a_batch_twice_equals_once(working_store: RedisWorkingMemory) -> None:

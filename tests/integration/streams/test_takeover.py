@@ -1,0 +1,89 @@
+"""A worker that takes partitions over folds its state back from the derived log: capacities
+continue where the last worker stopped, and redelivered records are not derived twice."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from schemas.agent_events import Observation
+from schemas.topics import Topics
+from streams.derived_log import read_partitions
+from streams.ingest import IngestStats
+from streams.publisher import AsyncPublisher, Position
+from streams.runtime import Endpoints, Node
+from streams.settings import EngramSettings
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+async def wait_applied(stats: IngestStats, positions: list[Position], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(stats.applied.get((p.topic, p.partition), -1) >= p.offset for p in positions):
+        assert time.monotonic() < deadline, "records were not processed in time"
+        await asyncio.sleep(0.05)
+
+
+async def count_records(bootstrap: str, topic: str, partitions: int) -> int:
+    return len(await read_partitions(bootstrap, [topic], range(partitions)))
+
+
+async def test_a_new_worker_continues_the_state_and_derives_nothing_twice(
+    kafka_bootstrap: str, redis_server_url: str, tmp_path: Path
+) -> None:
+    prefix = f"takeover{uuid.uuid4().hex[:8]}."
+    topics = Topics(prefix)
+
+    def settings(app_id: str) -> EngramSettings:
+        return EngramSettings(
+            topic_prefix=prefix,
+            app_id=app_id,
+            redis_namespace=prefix.rstrip("."),
+            qdrant_path=tmp_path / "edge",
+            data_dir=tmp_path,
+            partitions=2,
+            http_port=0,
+            batch_within=0.02,
+        )
+
+    endpoints = Endpoints(kafka_bootstrap, redis_server_url)
+    events = [
+        Observation(agent_id="T1", importance=0.5, step=i, content=f"Event {i}") for i in range(15)
+    ]
+    async with AsyncPublisher(kafka_bootstrap, topics=topics) as publisher:
+        first = await Node(settings("engram"), endpoints, run_service=False).start()
+        try:
+            assert first.pipeline is not None
+            await wait_applied(first.pipeline.stats, await publisher.publish_many(events[:12]))
+        finally:
+            await first.stop()
+
+        second = await Node(settings("engram"), endpoints, run_service=False).start()
+        try:
+            assert second.pipeline is not None
+            await wait_applied(second.pipeline.stats, await publisher.publish_many(events[12:]))
+            working = await second.working.memories("T1")
+        finally:
+            await second.stop()
+        # Without the folded state the second worker would not evict: 13 memories, not 10.
+        assert [m.content for m in working] == [f"Event {i}" for i in range(14, 4, -1)]
+
+        items_before = await count_records(kafka_bootstrap, topics.items, 2)
+        assert items_before == 15
+        # A new consumer group reads every agent record again from the start.
+        fresh = await Node(settings("engram-fresh-group"), endpoints, run_service=False).start()
+        try:
+            assert fresh.pipeline is not None
+            stats = fresh.pipeline.stats
+            deadline = time.monotonic() + 60
+            while stats.events < 15:
+                assert time.monotonic() < deadline, "redelivered records were not consumed"
+                await asyncio.sleep(0.05)
+            assert stats.skipped == 15
+            assert stats.memories == 0
+        finally:
+            await fresh.stop()
+        assert await count_records(kafka_bootstrap, topics.items, 2) == items_before
