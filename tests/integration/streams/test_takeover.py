@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from schemas.agent_events import Observation
 from schemas.topics import Topics
 from streams.derived_log import read_partitions
