@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, ConfigDict
 
 from schemas.memory_events import Destination, MemoryRecorded
@@ -52,3 +53,46 @@ class StoredMemory(BaseModel):
     def payload(self) -> dict[str, Any]:
         """JSON-ready fields, without the query-time similarity."""
         return self.model_dump(mode="json", exclude={"similarity"})
+
+
+PAYLOAD_FIELDS = tuple(name for name in StoredMemory.model_fields if name != "similarity")
+_missing = [name for name in PAYLOAD_FIELDS if name not in MemoryRecorded.model_fields]
+if _missing:
+    raise ImportError(f"StoredMemory fields that MemoryRecorded lacks: {_missing}")
+
+
+def memory_json(event: MemoryRecorded) -> bytes:
+    """The JSON of ``StoredMemory.from_recorded(event).payload()``, without building the model.
+
+    Validating a StoredMemory and dumping it costs ~8 us per memory against ~2.4 us for this;
+    both stores write it on the hot path, and their tests check what is read back equals
+    ``StoredMemory.from_recorded``.
+    """
+    return orjson.dumps(
+        {name: getattr(event, name) for name in PAYLOAD_FIELDS}, option=orjson.OPT_UTC_Z
+    )
+
+
+def point_payload(event: MemoryRecorded) -> dict[str, Any]:
+    """The payload of a Qdrant point: the fields filters need, and the memory as one JSON string.
+
+    Qdrant Edge converts a payload field by field across the Rust boundary (~3 us a field), so
+    one string for the whole memory is several times cheaper than the 14 fields of a memory.
+    """
+    return {
+        "agent_id": event.agent_id,
+        "seq": event.seq,
+        "importance": event.importance,
+        "year": event.year,
+        "step": event.step,
+        "kind": event.kind,
+        "tags": list(event.tags),
+        "memory": memory_json(event).decode(),
+    }
+
+
+def memory_from_point(payload: Any, similarity: float | None = None) -> StoredMemory:
+    memory = StoredMemory.model_validate_json(payload["memory"])
+    if similarity is None:
+        return memory
+    return memory.model_copy(update={"similarity": similarity})

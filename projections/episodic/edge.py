@@ -50,7 +50,7 @@ import numpy as np
 import qdrant_edge as qe
 
 from projections.interfaces import ProjectionError, latest_positions
-from projections.memory import StoredMemory
+from projections.memory import StoredMemory, memory_from_point, point_payload
 from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded
 
 __all__ = [
@@ -134,7 +134,7 @@ def stored_memory(payload: Mapping[str, Any] | None, score: float | None = None)
     if payload is None:
         raise ProjectionError("a stored point came back without its payload")
     similarity = None if score is None else min(1.0, max(-1.0, float(score)))
-    return StoredMemory.model_validate({**payload, "similarity": similarity})
+    return memory_from_point(payload, similarity)
 
 
 @contextmanager
@@ -258,9 +258,7 @@ class EdgeEpisodicMemory:
         with _edge_errors(f"applying a batch to {self._path}"):
             if changes.upserts:
                 points = [
-                    qe.Point(
-                        m.memory_id, m.vector().tolist(), StoredMemory.from_recorded(m).payload()
-                    )
+                    qe.Point(m.memory_id, m.vector().tolist(), point_payload(m))
                     for m in changes.upserts.values()
                 ]
                 self._shard.update(qe.UpdateOperation.upsert_points(points))

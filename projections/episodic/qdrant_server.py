@@ -33,7 +33,7 @@ from projections.episodic.edge import (
     stored_memory,
 )
 from projections.interfaces import ProjectionError
-from projections.memory import StoredMemory
+from projections.memory import StoredMemory, point_payload
 from schemas.memory_events import DerivedEvent, MemoryRecorded
 
 __all__ = ["DEFAULT_COLLECTION", "QdrantServerEpisodicMemory"]
@@ -60,7 +60,7 @@ def _point(memory: MemoryRecorded) -> models.PointStruct:
     return models.PointStruct(
         id=memory.memory_id,
         vector=memory.vector().tolist(),
-        payload=StoredMemory.from_recorded(memory).payload(),
+        payload=point_payload(memory),
     )
 
 
