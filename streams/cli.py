@@ -174,15 +174,16 @@ def demo(
     run(main)
 
 
-def _cluster_endpoints(settings: EngramSettings) -> Any:
+def _cluster_endpoints(settings: EngramSettings, *, kafka: bool = True) -> Any:
     from streams.runtime import Endpoints
 
-    if not settings.kafka_bootstrap or not settings.redis_url:
+    if (kafka and not settings.kafka_bootstrap) or not settings.redis_url:
+        needed = "ENGRAM_KAFKA_BOOTSTRAP and ENGRAM_REDIS_URL" if kafka else "ENGRAM_REDIS_URL"
         fail(
-            "cluster mode needs ENGRAM_KAFKA_BOOTSTRAP and ENGRAM_REDIS_URL "
-            "(and ENGRAM_QDRANT_URL or ENGRAM_QDRANT_PATH); for a local try, use `engram up`"
+            f"cluster mode needs {needed} (and ENGRAM_QDRANT_URL or ENGRAM_QDRANT_PATH); "
+            "for a local try, use `engram up`"
         )
-    return Endpoints(kafka_bootstrap=settings.kafka_bootstrap, redis_url=settings.redis_url)
+    return Endpoints(kafka_bootstrap=settings.kafka_bootstrap or "", redis_url=settings.redis_url)
 
 
 @app.command()
@@ -209,7 +210,7 @@ def serve(port: Annotated[int | None, typer.Option(help="HTTP port.")] = None) -
     """Run the query service against the configured Redis and Qdrant."""
     settings = load_settings(http_port=port)
     configure(settings)
-    endpoints = _cluster_endpoints(settings)
+    endpoints = _cluster_endpoints(settings, kafka=False)
 
     async def main() -> None:
         from streams.runtime import Node

@@ -22,6 +22,7 @@ from processors.state_fold import FoldedState
 from schemas.memory_events import DerivedEvent
 from schemas.topics import Topics
 from streams.derived_log import recover_state
+from streams.faust_tuning import TunedFaustApp
 from streams.ingest import IngestPipeline, SendFn
 from streams.settings import EngramSettings
 
@@ -42,8 +43,9 @@ def create_processor_app(settings: EngramSettings, bootstrap: str) -> ProcessorA
     topics = Topics(settings.topic_prefix)
     app_id = f"{settings.topic_prefix}{settings.app_id}"
     (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
-    app = faust.App(
+    app = TunedFaustApp(
         app_id,
+        fetch_max_wait=settings.fetch_max_wait,
         broker=f"kafka://{bootstrap}",
         store="memory://",
         topic_partitions=settings.partitions,

@@ -40,6 +40,9 @@ class EngramSettings(BaseSettings):
     batch_size: int = Field(default=2000, ge=1)
     batch_within: float = Field(default=0.05, gt=0.0)
     producer_linger: float = Field(default=0.05, ge=0.0)
+    fetch_max_wait: float = Field(
+        default=0.05, gt=0.0, description="Longest a consumer fetch may wait for data (seconds)."
+    )
     session_timeout: float = Field(
         default=6.0, gt=0.0, description="Short: Tansu's group join waits half of it."
     )

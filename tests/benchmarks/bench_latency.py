@@ -1,0 +1,108 @@
+"""Publish-to-queryable latency at a steady rate (default 500 events/s for 20 s).
+
+    python -m tests.benchmarks.bench_latency [--rate 500] [--seconds 20]
+
+Each event's ``occurred_at`` is stamped by the publisher (a separate process) right before it
+is sent; an event counts as queryable when both projections have applied its memory. The
+difference, per event, is the latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from schemas.memory_events import DerivedEvent, MemoryRecorded
+from streams.runtime import Endpoints, Node
+from streams.settings import EngramSettings
+from tests.benchmarks.servers import fresh_servers, percentile
+
+
+async def main(rate: float, seconds: float, agents: int) -> None:
+    events = int(rate * seconds)
+    latencies: list[float] = []
+    with fresh_servers() as (bootstrap, redis_url):
+        prefix = f"l{uuid.uuid4().hex[:6]}."
+        data = Path(tempfile.mkdtemp(prefix="engram-latency-"))
+        settings = EngramSettings(
+            topic_prefix=prefix,
+            redis_namespace=prefix.rstrip("."),
+            qdrant_path=data / "edge",
+            data_dir=data,
+            partitions=4,
+        )
+        node = await Node(settings, Endpoints(bootstrap, redis_url), run_service=False).start()
+        try:
+            pipeline = node.pipeline
+            assert pipeline is not None
+            apply = pipeline.apply
+
+            async def timed_apply(derived: Sequence[DerivedEvent]) -> None:
+                await apply(derived)
+                now = datetime.now(UTC)
+                latencies.extend(
+                    (now - e.occurred_at).total_seconds() * 1000
+                    for e in derived
+                    if isinstance(e, MemoryRecorded)
+                )
+
+            # Warm-up: the first batch of each partition folds its state from the log (~2 s).
+            await asyncio.to_thread(
+                subprocess.run,
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.benchmarks.workload",
+                    bootstrap,
+                    prefix,
+                    "400",
+                    str(agents),
+                ],
+                check=True,
+                timeout=120,
+            )
+            while pipeline.stats.events < 400:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+            pipeline.apply = timed_apply  # type: ignore[method-assign]
+            await asyncio.to_thread(
+                subprocess.run,
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.benchmarks.workload",
+                    bootstrap,
+                    prefix,
+                    str(events),
+                    str(agents),
+                    str(rate),
+                ],
+                check=True,
+                timeout=seconds * 3 + 60,
+            )
+            deadline = asyncio.get_running_loop().time() + 60
+            while len(latencies) < events and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        finally:
+            await node.stop()
+    steady = latencies
+    print(f"rate={rate:.0f}/s events={events} measured={len(steady)} (after a warm-up)")
+    print(
+        f"publish-to-queryable latency: p50 {percentile(steady, 50):.1f} ms, "
+        f"p99 {percentile(steady, 99):.1f} ms, max {max(steady):.1f} ms"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=500.0)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--agents", type=int, default=1_000)
+    args = parser.parse_args()
+    asyncio.run(main(args.rate, args.seconds, args.agents))
