@@ -37,11 +37,19 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def validation_lines(exc: ValidationError) -> str:
+    """One line per problem, naming the field: what a person needs, without pydantic's URLs."""
+    return "\n".join(
+        f"  {'.'.join(str(p) for p in err['loc']) or '(input)'}: {err['msg']}"
+        for err in exc.errors(include_url=False)
+    )
+
+
 def load_settings(**overrides: Any) -> EngramSettings:
     try:
         return EngramSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
-        fail(f"invalid configuration:\n{exc}")
+        fail(f"invalid configuration:\n{validation_lines(exc)}")
 
 
 @contextlib.contextmanager
@@ -55,10 +63,12 @@ def friendly_errors() -> Iterator[None]:
 
     try:
         yield
+    except typer.Exit:
+        raise
     except (PublishError, QueryError, ProjectionError, BrokerStartError, RedisServerError) as exc:
         fail(str(exc))
     except ValidationError as exc:
-        fail(f"invalid input:\n{exc}")
+        fail(f"invalid input:\n{validation_lines(exc)}")
     except (TimeoutError, OSError, ValueError, RuntimeError) as exc:
         fail(f"{type(exc).__name__}: {exc}")
 
@@ -82,13 +92,16 @@ def configure(settings: EngramSettings) -> None:
     configure_logging(settings.log_level, settings.log_format)
 
 
-@app.command()
+@app.command(
+    help=(
+        "Start the embedded dev stack (broker, redis-server, Qdrant Edge, processors and "
+        "query service in one process) and run until Ctrl-C."
+    )
+)
 def up(
     port: Annotated[int, typer.Option(help="HTTP port of the query service.")] = 8000,
     data_dir: Annotated[Path | None, typer.Option(help="Where the stack keeps its files.")] = None,
 ) -> None:
-    """Start the embedded dev stack (broker, redis-server, Qdrant Edge, processors and query
-    service in one process) and run until Ctrl-C."""
     settings = load_settings(http_port=port, data_dir=data_dir)
     configure(settings)
 
@@ -121,14 +134,17 @@ def up(
     run(main)
 
 
-@app.command()
+@app.command(
+    help=(
+        "Run the flood households of seed 004 through the embedded stack and show what "
+        "each household recalls before each decision, then the Year-11 trace of seed 003."
+    )
+)
 def demo(
     households: Annotated[int, typer.Option(min=1, max=50)] = 4,
     years: Annotated[int, typer.Option(min=1, max=30)] = 10,
     seed: Annotated[int, typer.Option(help="Seed of the simulated town.")] = 4,
 ) -> None:
-    """Run the flood households of seed 004 through the embedded stack and show what each
-    household recalls before each decision, then the Year-11 trace of seed 003."""
     settings = load_settings(http_port=0, log_level="warning")
     configure(settings)
 
@@ -186,9 +202,10 @@ def _cluster_endpoints(settings: EngramSettings, *, kafka: bool = True) -> Any:
     return Endpoints(kafka_bootstrap=settings.kafka_bootstrap or "", redis_url=settings.redis_url)
 
 
-@app.command()
+@app.command(
+    help=("Run the stream processors against the configured cluster (scale out by replicas).")
+)
 def worker() -> None:
-    """Run the stream processors against the configured cluster (scale out by replicas)."""
     settings = load_settings()
     configure(settings)
     endpoints = _cluster_endpoints(settings)
@@ -205,9 +222,8 @@ def worker() -> None:
     run(main)
 
 
-@app.command()
+@app.command(help=("Run the query service against the configured Redis and Qdrant."))
 def serve(port: Annotated[int | None, typer.Option(help="HTTP port.")] = None) -> None:
-    """Run the query service against the configured Redis and Qdrant."""
     settings = load_settings(http_port=port)
     configure(settings)
     endpoints = _cluster_endpoints(settings, kafka=False)
@@ -225,7 +241,7 @@ def serve(port: Annotated[int | None, typer.Option(help="HTTP port.")] = None) -
     run(main)
 
 
-@app.command()
+@app.command(help=("Publish one agent event and print where it landed (topic, partition, offset)."))
 def publish(
     agent_id: Annotated[str, typer.Argument(help="The agent the event belongs to.")],
     content: Annotated[str, typer.Argument(help="What happened, in words.")],
@@ -243,7 +259,6 @@ def publish(
     year: Annotated[int | None, typer.Option()] = None,
     step: Annotated[int | None, typer.Option()] = None,
 ) -> None:
-    """Publish one agent event and print where it landed (topic, partition, offset)."""
     settings = load_settings()
     if not settings.kafka_bootstrap:
         fail("set ENGRAM_KAFKA_BOOTSTRAP (engram up prints it)")
@@ -292,7 +307,7 @@ def publish(
     run(main)
 
 
-@app.command()
+@app.command(help=("Retrieve an agent's memories from the query service, with score breakdowns."))
 def retrieve(
     agent_id: Annotated[str, typer.Argument(help="Whose memories.")],
     query: Annotated[str | None, typer.Option(help="Query text.")] = None,
@@ -305,7 +320,6 @@ def retrieve(
         "http://127.0.0.1:8000"
     ),
 ) -> None:
-    """Retrieve an agent's memories from the query service, with score breakdowns."""
     from projections.service.client import EngramClient
 
     params: dict[str, Any] = {
@@ -339,7 +353,7 @@ def export_schemas(
     from schemas.json_schema import export_json_schemas
 
     for path in export_json_schemas(directory):
-        console.print(str(path))
+        typer.echo(str(path))
 
 
 def main() -> None:
