@@ -41,7 +41,8 @@ async def node(kafka_bootstrap: str, redis_server_url: str, tmp_path: Path) -> A
 async def test_the_flood_households_recall_their_floods_and_the_trace_reproduces(
     node: Node, kafka_bootstrap: str
 ) -> None:
-    assert node.pipeline is not None and node.http_url is not None
+    assert node.pipeline is not None
+    assert node.http_url is not None
     topics = Topics(node.settings.topic_prefix)
     async with (
         AsyncPublisher(kafka_bootstrap, topics=topics, linger=0.005) as publisher,
@@ -59,7 +60,8 @@ async def test_the_flood_households_recall_their_floods_and_the_trace_reproduces
         assert outcome.decisions[(house, 1)] == "buy_insurance"
 
     trace = outcome.trace
-    assert trace is not None and trace.agent_id == TRACE_AGENT
+    assert trace is not None
+    assert trace.agent_id == TRACE_AGENT
     first, second = trace.results
     assert first.content.startswith("Year 1: A massive flood")
     assert first.score == pytest.approx(0.384, abs=1e-3)

@@ -236,3 +236,23 @@ async def test_the_api_answers_422_with_a_readable_message(node: Node) -> None:
         assert "top_k" in response.text
         response = await http.post("/v1/agents/bad agent/retrieve", json={})
         assert response.status_code == 422
+
+
+async def test_the_blocking_publisher_returns_positions(
+    node: Node, kafka_bootstrap: str, prefix: str, client: AsyncEngramClient
+) -> None:
+    from streams.publisher import Publisher
+
+    assert node.pipeline is not None
+
+    def publish() -> Position:
+        with Publisher(kafka_bootstrap, topics=Topics(prefix)) as blocking:
+            return blocking.decide(
+                "SYNC1", "relocate", "I relocated to a safer area", agent_type="household", year=5
+            )
+
+    position = await asyncio.to_thread(publish)
+    assert position.topic == Topics(prefix).decisions
+    await applied(node.pipeline.stats, [position])
+    (memory,) = (await client.retrieve("SYNC1")).results
+    assert (memory.importance, memory.destination) == (0.9, "episodic")

@@ -1,0 +1,87 @@
+"""The README's own flow: ``engram up``, publish and retrieve from the command line, SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from streams.devstack.ports import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+ENGRAM = [sys.executable, "-m", "streams.cli"]
+
+
+def test_up_publish_retrieve_and_a_clean_stop(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "ENGRAM_DATA_DIR": str(tmp_path)}
+    up = subprocess.Popen(
+        [*ENGRAM, "up", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 90
+        assert up.stdout is not None
+        while not any("Ctrl-C stops" in line for line in lines):
+            assert time.monotonic() < deadline, "".join(lines)
+            assert up.poll() is None, "".join(lines) + up.stdout.read()
+            lines.append(up.stdout.readline())
+        bootstrap = re.search(r"kafka bootstrap\s+(\S+)", "".join(lines))
+        assert bootstrap, "".join(lines)
+        cli_env = {**env, "ENGRAM_KAFKA_BOOTSTRAP": bootstrap.group(1)}
+        published = subprocess.run(
+            [
+                *ENGRAM,
+                "publish",
+                "H001",
+                "Year 2: A major flood caused $80,000 in damages",
+                "--kind",
+                "flood.major",
+                "--agent-type",
+                "household",
+                "--year",
+                "2",
+            ],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert json.loads(published.stdout)["topic"] == "agent.observations"
+        deadline = time.monotonic() + 30
+        while True:
+            got = subprocess.run(
+                [*ENGRAM, "retrieve", "H001", "--year", "3", "--url", f"http://127.0.0.1:{port}"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
+            results = json.loads(got.stdout)["results"]
+            if results or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert results[0]["importance"] == 0.9
+        assert results[0]["score"] == pytest.approx(0.9 * 0.95)
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(60) == 0
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait(10)
+        if up.stdout is not None:
+            up.stdout.close()
