@@ -10,10 +10,7 @@ under the v2 weighted score (0.38 vs 0.315).
 
 from __future__ import annotations
 
-import asyncio
 import random
-import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rich.console import Console
@@ -22,7 +19,7 @@ from projections.retrieval.models import RetrievalResponse
 from projections.service.client import AsyncEngramClient
 from schemas.agent_events import AgentEvent, Decision, Observation
 from streams.ingest import IngestStats
-from streams.publisher import AsyncPublisher, Position
+from streams.publisher import AsyncPublisher
 
 FLOOD_YEARS = {1: 70_000, 3: 8_000, 6: 90_000, 9: 30_000}
 """Base damage of the floods that hit the town, by year (varied per household)."""
@@ -190,17 +187,6 @@ def trace_events() -> list[Observation]:
     ]
 
 
-async def wait_applied(stats: IngestStats, positions: Sequence[Position], timeout: float) -> None:
-    """Read-your-writes for the in-process demo: wait until the processors passed each position."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if all(stats.applied.get((p.topic, p.partition), -1) >= p.offset for p in positions):
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"projections did not apply {len(positions)} records in {timeout}s")
-        await asyncio.sleep(0.02)
-
-
 async def run_demo(
     publisher: AsyncPublisher,
     client: AsyncEngramClient,
@@ -221,7 +207,7 @@ async def run_demo(
         flood = FLOOD_YEARS.get(year)
         out.rule(f"Year {year}" + (f"  [red]flood (base damage ${flood:,})[/red]" if flood else ""))
         happened = [e for house in houses for e in year_events(house, year)]
-        await wait_applied(stats, await publisher.publish_many(happened), timeout)
+        await stats.wait_for(await publisher.publish_many(happened), timeout)
         outcome.events_published += len(happened)
         decisions = []
         for house in houses:
@@ -238,11 +224,11 @@ async def run_demo(
             if not recalled.results:
                 out.print("   (nothing yet)")
             out.print(f"   -> decides [cyan]{skill}[/cyan]")
-        await wait_applied(stats, await publisher.publish_many(decisions), timeout)
+        await stats.wait_for(await publisher.publish_many(decisions), timeout)
         outcome.events_published += len(decisions)
 
     out.rule("Year 11: the trace of seed 003 (v2 weighted, tags Flood, Danger, Rain)")
-    await wait_applied(stats, await publisher.publish_many(trace_events()), timeout)
+    await stats.wait_for(await publisher.publish_many(trace_events()), timeout)
     trace = await client.retrieve(
         TRACE_AGENT, top_k=2, current_year=11, mode="weighted", tags=["Flood", "Danger", "Rain"]
     )

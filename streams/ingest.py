@@ -31,6 +31,7 @@ from projections.interfaces import EpisodicMemoryStore, ProjectionError, Working
 from schemas.codec import encode_event
 from schemas.memory_events import DerivedEvent, MemoryForgotten
 from schemas.topics import Topics
+from streams.publisher import Position
 
 log = logging.getLogger("engram.ingest")
 
@@ -60,6 +61,19 @@ class IngestStats:
     projection_retries: int = 0
     last_batch_at: float | None = None
     applied: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def covers(self, positions: Sequence[Position]) -> bool:
+        return all(self.applied.get((p.topic, p.partition), -1) >= p.offset for p in positions)
+
+    async def wait_for(self, positions: Sequence[Position], timeout: float = 30.0) -> None:
+        """Read-your-writes inside one process: until the processors passed every position."""
+        deadline = time.monotonic() + timeout
+        while not self.covers(positions):
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the projections did not apply {len(positions)} records within {timeout}s"
+                )
+            await asyncio.sleep(0.02)
 
 
 @dataclass

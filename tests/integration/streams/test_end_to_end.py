@@ -20,10 +20,9 @@ from schemas.agent_events import Decision, Observation
 from schemas.codec import encode_event
 from schemas.deadletter import DeadLetter
 from schemas.topics import Topics
-from streams.ingest import IngestStats
 from streams.publisher import AsyncPublisher, Position
 from streams.runtime import Endpoints, Node
-from streams.settings import EngramSettings
+from tests.integration.streams.isolated import isolated_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -43,15 +42,7 @@ async def node(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[Node]:
     data_dir: Path = tmp_path_factory.mktemp("engram")
-    settings = EngramSettings(
-        topic_prefix=prefix,
-        redis_namespace=prefix.rstrip("."),
-        qdrant_path=data_dir / "edge",
-        data_dir=data_dir,
-        partitions=2,
-        http_port=0,
-        batch_within=0.02,
-    )
+    settings = isolated_settings(prefix, data_dir)
     node = await Node(settings, Endpoints(kafka_bootstrap, redis_server_url)).start()
     try:
         yield node
@@ -70,13 +61,6 @@ async def client(node: Node) -> AsyncIterator[AsyncEngramClient]:
     assert node.http_url is not None
     async with AsyncEngramClient(node.http_url) as c:
         yield c
-
-
-async def applied(stats: IngestStats, positions: list[Position], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not all(stats.applied.get((p.topic, p.partition), -1) >= p.offset for p in positions):
-        assert time.monotonic() < deadline, f"not applied within {timeout}s: {positions}"
-        await asyncio.sleep(0.05)
 
 
 async def test_published_events_are_retrievable_with_importance_and_destination(
@@ -103,7 +87,7 @@ async def test_published_events_are_retrievable_with_importance_and_destination(
         publisher.topics.observations,
         publisher.topics.decisions,
     }
-    await applied(node.pipeline.stats, positions)
+    await node.pipeline.stats.wait_for(positions)
 
     response = await client.retrieve("H001", top_k=5, current_year=4)
     by_content = {m.content: m for m in response.results}
@@ -130,7 +114,7 @@ async def test_query_text_finds_the_related_episodic_memory(
             ]
         )
     ]
-    await applied(node.pipeline.stats, await publisher.publish_many(events))
+    await node.pipeline.stats.wait_for(await publisher.publish_many(events))
     response = await client.retrieve(
         "Q1",
         query="levee breached by the river",
@@ -149,7 +133,7 @@ async def test_working_memory_keeps_the_ten_latest(
         Observation(agent_id="FIFO", importance=0.5, step=i, content=f"Event {i}")
         for i in range(12)
     ]
-    await applied(node.pipeline.stats, await publisher.publish_many(events))
+    await node.pipeline.stats.wait_for(await publisher.publish_many(events))
     response = await client.retrieve("FIFO", top_k=20)
     contents = [m.content for m in response.results]
     assert len(contents) == 10
@@ -198,7 +182,7 @@ async def test_poison_records_go_to_the_dead_letter_topic_and_good_ones_land(
             sent.append(await producer.send_and_wait(topics.observations, raw, key=b"P1"))
     finally:
         await producer.stop()
-    await applied(node.pipeline.stats, [Position(m.topic, m.partition, m.offset) for m in sent])
+    await node.pipeline.stats.wait_for([Position(m.topic, m.partition, m.offset) for m in sent])
 
     response = await client.retrieve("P1", top_k=10)
     assert sorted(m.content for m in response.results) == [f"good record {i}" for i in range(4)]
@@ -253,6 +237,6 @@ async def test_the_blocking_publisher_returns_positions(
 
     position = await asyncio.to_thread(publish)
     assert position.topic == Topics(prefix).decisions
-    await applied(node.pipeline.stats, [position])
+    await node.pipeline.stats.wait_for([position])
     (memory,) = (await client.retrieve("SYNC1")).results
     assert (memory.importance, memory.destination) == (0.9, "episodic")

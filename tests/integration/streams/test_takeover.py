@@ -13,19 +13,12 @@ import pytest
 from schemas.agent_events import Observation
 from schemas.topics import Topics
 from streams.derived_log import read_partitions
-from streams.ingest import IngestStats
-from streams.publisher import AsyncPublisher, Position
+from streams.publisher import AsyncPublisher
 from streams.runtime import Endpoints, Node
 from streams.settings import EngramSettings
+from tests.integration.streams.isolated import isolated_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-
-
-async def wait_applied(stats: IngestStats, positions: list[Position], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not all(stats.applied.get((p.topic, p.partition), -1) >= p.offset for p in positions):
-        assert time.monotonic() < deadline, "records were not processed in time"
-        await asyncio.sleep(0.05)
 
 
 async def count_records(bootstrap: str, topic: str, partitions: int) -> int:
@@ -39,16 +32,7 @@ async def test_a_new_worker_continues_the_state_and_derives_nothing_twice(
     topics = Topics(prefix)
 
     def settings(app_id: str) -> EngramSettings:
-        return EngramSettings(
-            topic_prefix=prefix,
-            app_id=app_id,
-            redis_namespace=prefix.rstrip("."),
-            qdrant_path=tmp_path / "edge",
-            data_dir=tmp_path,
-            partitions=2,
-            http_port=0,
-            batch_within=0.02,
-        )
+        return isolated_settings(prefix, tmp_path, app_id=app_id)
 
     endpoints = Endpoints(kafka_bootstrap, redis_server_url)
     events = [
@@ -58,14 +42,14 @@ async def test_a_new_worker_continues_the_state_and_derives_nothing_twice(
         first = await Node(settings("engram"), endpoints, run_service=False).start()
         try:
             assert first.pipeline is not None
-            await wait_applied(first.pipeline.stats, await publisher.publish_many(events[:12]))
+            await first.pipeline.stats.wait_for(await publisher.publish_many(events[:12]))
         finally:
             await first.stop()
 
         second = await Node(settings("engram"), endpoints, run_service=False).start()
         try:
             assert second.pipeline is not None
-            await wait_applied(second.pipeline.stats, await publisher.publish_many(events[12:]))
+            await second.pipeline.stats.wait_for(await publisher.publish_many(events[12:]))
             working = await second.working.memories("T1")
         finally:
             await second.stop()
