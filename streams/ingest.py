@@ -82,7 +82,8 @@ class IngestPipeline:
     embedder: Embedder
     topics: Topics
     working: WorkingMemoryStore
-    episodic: EpisodicMemoryStore
+    episodic: EpisodicMemoryStore | None
+    """None when an episodic projector applies the log instead (Qdrant Edge in another process)."""
     send: SendFn
     recover: Recover | None = None
     """Reads the derived log of partitions back; None for a pipeline that starts empty."""
@@ -95,6 +96,10 @@ class IngestPipeline:
         self.folded = FoldedState()
         self._recovered: set[int] = set()
 
+    @property
+    def stores(self) -> list[WorkingMemoryStore | EpisodicMemoryStore]:
+        return [self.working] if self.episodic is None else [self.working, self.episodic]
+
     def load_state(self, agent_id: str) -> AgentMemoryState:
         return self.folded.states.get(agent_id) or AgentMemoryState()
 
@@ -105,10 +110,7 @@ class IngestPipeline:
         self.folded.derived_upto.update(folded.derived_upto)
         applied: dict[tuple[str, int], int] = {}
         for topic, partition in folded.derived_upto:
-            marks = [
-                await store.applied_offset(topic, partition)
-                for store in (self.working, self.episodic)
-            ]
+            marks = [await store.applied_offset(topic, partition) for store in self.stores]
             applied[(topic, partition)] = min(-1 if m is None else m for m in marks)
         tail = [
             e
@@ -202,7 +204,7 @@ class IngestPipeline:
         delay = 0.1
         while True:
             try:
-                await asyncio.gather(self.working.apply(events), self.episodic.apply(events))
+                await asyncio.gather(*(store.apply(events) for store in self.stores))
                 return
             except ProjectionError as exc:
                 if self.should_stop():

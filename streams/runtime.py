@@ -23,6 +23,7 @@ from projections.retrieval.engine import RetrievalEngine
 from projections.service.app import create_app
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.topics import Topics
+from streams.episodic_projector import EpisodicProjector
 from streams.ingest import IngestPipeline
 from streams.processor_app import ProcessorApp, create_processor_app
 from streams.settings import EngramSettings
@@ -54,9 +55,11 @@ class Node:
     endpoints: Endpoints
     run_processors: bool = True
     run_service: bool = True
+    run_projector: bool = False
     embedder: Embedder = field(init=False)
     working: WorkingMemoryStore = field(init=False)
-    episodic: EpisodicMemoryStore = field(init=False)
+    episodic: EpisodicMemoryStore | None = field(default=None, init=False)
+    projector: EpisodicProjector | None = field(default=None, init=False)
     processor: ProcessorApp | None = field(default=None, init=False)
     pipeline: IngestPipeline | None = field(default=None, init=False)
     http_port: int | None = field(default=None, init=False)
@@ -69,7 +72,33 @@ class Node:
         self.working = RedisWorkingMemory.from_url(
             self.endpoints.redis_url, namespace=settings.redis_namespace
         )
-        self.episodic = await open_episodic_store(
+        workers_write = self.run_processors and settings.episodic_writer == "worker"
+        if workers_write or self.run_service or self.run_projector:
+            self.episodic = await self._open_episodic()
+        await self.working.ping()
+        if self.episodic is not None:
+            await self.episodic.ping()
+        if self.run_processors or self.run_projector:
+            topics = Topics(settings.topic_prefix)
+            await ensure_topics(self.endpoints.kafka_bootstrap, topics, settings.partitions)
+        if self.run_projector:
+            assert self.episodic is not None
+            self.projector = await EpisodicProjector(
+                self.endpoints.kafka_bootstrap,
+                Topics(settings.topic_prefix),
+                self.episodic,
+                group_id=f"{settings.topic_prefix}{settings.app_id}-episodic",
+                fetch_max_wait=settings.fetch_max_wait,
+            ).start()
+        if self.run_processors:
+            await self._start_processors()
+        if self.run_service:
+            await self._start_service()
+        return self
+
+    async def _open_episodic(self) -> EpisodicMemoryStore:
+        settings = self.settings
+        return await open_episodic_store(
             qdrant_url=settings.qdrant_url,
             qdrant_path=None if settings.qdrant_url else settings.edge_path(),
             collection=settings.qdrant_collection,
@@ -78,18 +107,10 @@ class Node:
                 settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
             ),
         )
-        await self.working.ping()
-        await self.episodic.ping()
-        if self.run_processors:
-            await self._start_processors()
-        if self.run_service:
-            await self._start_service()
-        return self
 
     async def _start_processors(self) -> None:
         settings = self.settings
         topics = Topics(settings.topic_prefix)
-        await ensure_topics(self.endpoints.kafka_bootstrap, topics, settings.partitions)
         self.processor = create_processor_app(settings, self.endpoints.kafka_bootstrap)
         config = processing_config(settings)
 
@@ -99,7 +120,7 @@ class Node:
                 embedder=self.embedder,
                 topics=topics,
                 working=self.working,
-                episodic=self.episodic,
+                episodic=self.episodic if settings.episodic_writer == "worker" else None,
                 **shell,
             )
 
@@ -108,6 +129,7 @@ class Node:
         log.info("processors started", extra={"config_version": self.pipeline.config_version})
 
     async def _start_service(self) -> None:
+        assert self.episodic is not None
         engine = RetrievalEngine(self.working, self.episodic, self.embedder)
         app = create_app(engine, readiness=self.readiness)
         config = uvicorn.Config(
@@ -141,7 +163,8 @@ class Node:
 
     async def readiness(self) -> dict[str, str]:
         checks: dict[str, str] = {}
-        for name, store in (("redis", self.working), ("qdrant", self.episodic)):
+        stores = [("redis", self.working), ("qdrant", self.episodic)]
+        for name, store in [(n, s) for n, s in stores if s is not None]:
             try:
                 await store.ping()
                 checks[name] = "ok"
@@ -160,6 +183,8 @@ class Node:
                     await asyncio.wait_for(self._server_task, 10)
         if self.processor is not None:
             await self.processor.app.stop()
-        for store in (self.working, self.episodic):
+        if self.projector is not None:
+            await self.projector.stop()
+        for store in [s for s in (self.working, self.episodic) if s is not None]:
             with contextlib.suppress(Exception):
                 await store.close()

@@ -37,6 +37,12 @@ class EngramSettings(BaseSettings):
     episodic_capacity: int = Field(default=50, ge=1)
     embedder: str = "hashing"
 
+    episodic_writer: Literal["worker", "projector"] = Field(
+        default="worker",
+        description="Who writes episodic memory: each worker, or one projector reading the log "
+        "(for several worker processes around an embedded Qdrant Edge).",
+    )
+
     batch_size: int = Field(default=2000, ge=1)
     batch_within: float = Field(default=0.05, gt=0.0)
     producer_linger: float = Field(default=0.05, ge=0.0)
