@@ -101,8 +101,21 @@ def configure(settings: EngramSettings) -> None:
 def up(
     port: Annotated[int, typer.Option(help="HTTP port of the query service.")] = 8000,
     data_dir: Annotated[Path | None, typer.Option(help="Where the stack keeps its files.")] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=16,
+            help="Worker processes. Above 1, the workers run as processes of their own and "
+            "this one writes episodic memory from the log (Qdrant Edge lives in one process).",
+        ),
+    ] = 1,
 ) -> None:
-    settings = load_settings(http_port=port, data_dir=data_dir)
+    settings = load_settings(
+        http_port=port,
+        data_dir=data_dir,
+        episodic_writer="projector" if workers > 1 else None,
+    )
     configure(settings)
 
     async def main() -> None:
@@ -113,12 +126,19 @@ def up(
         endpoints = stack.start()
         try:
             local = settings.model_copy(update={"qdrant_path": stack.edge_path})
-            node = await Node(local, endpoints).start()
+            # Above one worker, this process holds the Qdrant Edge shard (projector and query
+            # service) and the workers run as processes of their own: Edge holds the GIL while
+            # it writes, which would stall a worker sharing its process.
+            node = await Node(
+                local, endpoints, run_processors=workers == 1, run_projector=workers > 1
+            ).start()
+            stack.start_workers(workers if workers > 1 else 0, endpoints)
             console.print("[green]Engram is up[/green]")
             console.print(f"  query service   {node.http_url}  (docs: {node.http_url}/docs)")
             console.print(f"  kafka bootstrap {endpoints.kafka_bootstrap}")
             console.print(f"  redis           {endpoints.redis_url}")
             console.print(f"  qdrant edge     {stack.edge_path}")
+            console.print(f"  workers         {workers} process(es)")
             console.print(
                 "Publish with: ENGRAM_KAFKA_BOOTSTRAP="
                 f"{endpoints.kafka_bootstrap} engram publish H001 'Year 1: ...'"

@@ -1,6 +1,6 @@
 """End-to-end ingest: publish to applied in both projections, against a naive Faust agent.
 
-    python -m tests.benchmarks.bench_ingest [--events 60000] [--agents 1000]
+    python -m tests.benchmarks.bench_ingest [--events 60000] [--agents 1000] [--workers 2]
 
 After a warm-up, the clock runs from the start of publishing (a separate process, as fast as it
 can) until the last event is applied: the publisher shares the two cores, as agents would. The
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -23,26 +24,35 @@ from pathlib import Path
 import faust
 
 from schemas.topics import Topics
+from streams.devstack.stack import DevStack
+from streams.publisher import Position
 from streams.runtime import Endpoints, Node
 from streams.settings import EngramSettings
 from streams.topic_admin import ensure_topics
-from tests.benchmarks.servers import fresh_servers
 
 
-def publish_backlog(bootstrap: str, prefix: str, events: int, agents: int) -> None:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.benchmarks.workload",
-            bootstrap,
-            prefix,
-            str(events),
-            str(agents),
-        ],
-        check=True,
-        timeout=600,
-    )
+def publish_backlog(bootstrap: str, prefix: str, events: int, agents: int) -> list[Position]:
+    """Publish from a separate process; the last offset of every partition written."""
+    with tempfile.NamedTemporaryFile("r", suffix=".positions") as positions:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tests.benchmarks.workload",
+                bootstrap,
+                prefix,
+                str(events),
+                str(agents),
+                "--positions",
+                positions.name,
+            ],
+            check=True,
+            timeout=600,
+        )
+        return [
+            Position(topic, int(partition), int(offset))
+            for topic, partition, offset in (line.split() for line in positions)
+        ]
 
 
 async def drain(counter: object, attribute: str, target: int, timeout: float) -> float:
@@ -55,28 +65,59 @@ async def drain(counter: object, attribute: str, target: int, timeout: float) ->
     return time.perf_counter() - start
 
 
-async def engram_rate(bootstrap: str, redis_url: str, events: int, agents: int) -> float:
+async def applied_everywhere(node: Node, positions: list[Position], timeout: float) -> None:
+    """Until both projections applied every position (read from the stores themselves)."""
+    stores = [s for s in (node.working, node.episodic) if s is not None]
+    deadline = time.perf_counter() + timeout
+    for p in positions:
+        for store in stores:
+            while True:
+                applied = await store.applied_offset(p.topic, p.partition)
+                if applied is not None and applied >= p.offset:
+                    break
+                if time.perf_counter() > deadline:
+                    raise TimeoutError(f"{p} not applied within {timeout}s")
+                await asyncio.sleep(0.02)
+
+
+async def engram_rate(
+    stack: DevStack, endpoints: Endpoints, events: int, agents: int, workers: int
+) -> float:
     prefix = f"b{uuid.uuid4().hex[:6]}."
-    data = Path(tempfile.mkdtemp(prefix="engram-bench-"))
+    os.environ["ENGRAM_TOPIC_PREFIX"] = prefix  # inherited by the extra worker processes
+    os.environ["ENGRAM_REDIS_NAMESPACE"] = prefix.rstrip(".")
     settings = EngramSettings(
-        topic_prefix=prefix,
-        redis_namespace=prefix.rstrip("."),
-        qdrant_path=data / "edge",
-        data_dir=data,
+        data_dir=stack.data_dir / prefix,
+        qdrant_path=stack.edge_path / prefix,
         partitions=4,
+        episodic_writer="projector" if workers > 1 else "worker",
     )
-    node = await Node(settings, Endpoints(bootstrap, redis_url), run_service=False).start()
+    # Above one worker, this process only projects episodic memory (Qdrant Edge holds the GIL
+    # while it writes, which would stall a worker sharing the process) and the workers run
+    # as processes of their own, as `engram up --workers N` runs them.
+    node = Node(
+        settings,
+        endpoints,
+        run_processors=workers == 1,
+        run_service=False,
+        run_projector=workers > 1,
+    )
+    await node.start()
+    stack.start_workers(workers if workers > 1 else 0, endpoints)
     try:
-        stats = node.pipeline.stats if node.pipeline else None
-        assert stats is not None
-        # Warm-up: the first batch of each partition folds its (empty) state from the log.
-        await asyncio.to_thread(publish_backlog, bootstrap, prefix, 400, agents)
-        await drain(stats, "events", 400, 60)
+        # Warm-up: every worker joins the group and folds its partitions' (empty) state.
+        warm = await asyncio.to_thread(
+            publish_backlog, endpoints.kafka_bootstrap, prefix, 800, agents
+        )
+        await applied_everywhere(node, warm, 120)
         start = time.perf_counter()
-        await asyncio.to_thread(publish_backlog, bootstrap, prefix, events, agents)
-        await drain(stats, "events", 400 + events, 600)
+        done = await asyncio.to_thread(
+            publish_backlog, endpoints.kafka_bootstrap, prefix, events, agents
+        )
+        await applied_everywhere(node, done, 600)
         return events / (time.perf_counter() - start)
     finally:
+        stack.stop_workers()
         await node.stop()
 
 
@@ -121,13 +162,20 @@ async def naive_rate(bootstrap: str, events: int, agents: int) -> float:
         await app.stop()
 
 
-async def main(events: int, agents: int) -> None:
-    with fresh_servers() as (bootstrap, redis_url):
-        engram = await engram_rate(bootstrap, redis_url, events, agents)
-        naive = await naive_rate(bootstrap, events, agents)
-    print(f"events={events} agents={agents}")
-    print(f"engram worker (1 process, Redis + Qdrant Edge applied): {engram:,.0f} events/s")
-    print(f"naive Faust parse-and-forward agent:                    {naive:,.0f} events/s")
+async def main(events: int, agents: int, workers: int) -> None:
+    stack = DevStack(Path(tempfile.mkdtemp(prefix="engram-bench-")))
+    endpoints = stack.start()
+    try:
+        engram = await engram_rate(stack, endpoints, events, agents, workers)
+        naive = await naive_rate(endpoints.kafka_bootstrap, events, agents)
+    finally:
+        stack.stop()
+    print(f"events={events} agents={agents} workers={workers}")
+    print(
+        f"engram ({workers} worker process(es), Redis + Qdrant Edge applied): "
+        f"{engram:,.0f} events/s"
+    )
+    print(f"naive Faust parse-and-forward agent (1 process): {naive:,.0f} events/s")
     print(f"ratio: {engram / naive:.2f}x")
 
 
@@ -135,5 +183,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=60_000)
     parser.add_argument("--agents", type=int, default=1_000)
+    parser.add_argument(
+        "--workers", type=int, default=1, help="worker processes (1 consumer group)"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.events, args.agents))
+    asyncio.run(main(args.events, args.agents, args.workers))

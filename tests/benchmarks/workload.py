@@ -6,10 +6,12 @@ measure Engram and not the load generator.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import random
 import sys
 import time
+from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaProducer
 
@@ -60,8 +62,15 @@ def make_events(n: int, agents: int, seed: int = 7) -> list[AgentEvent]:
     return events
 
 
-async def publish(bootstrap: str, prefix: str, n: int, agents: int, rate: float | None) -> None:
-    """Publish ``n`` events, as fast as possible or at a steady ``rate`` per second."""
+async def publish(
+    bootstrap: str,
+    prefix: str,
+    n: int,
+    agents: int,
+    rate: float | None,
+) -> dict[tuple[str, int], int]:
+    """Publish ``n`` events, as fast as possible or at a steady ``rate`` per second, and return
+    the last offset written to every partition."""
     topics = Topics(prefix)
     prepared = [
         (topics.for_event_type(e.event_type), e.agent_id.encode(), e)
@@ -85,23 +94,30 @@ async def publish(bootstrap: str, prefix: str, n: int, agents: int, rate: float 
                 if delay > 0:
                     await asyncio.sleep(delay)
                 # occurred_at is the publish time: the latency benchmark measures from it.
-                event = event.model_copy(
-                    update={"occurred_at": event.occurred_at.now().astimezone()}
-                )
+                event = event.model_copy(update={"occurred_at": datetime.now(UTC)})
             futures.append(await producer.send(topic, encode_event(event), key=key))
-        await asyncio.gather(*futures)
+        sent = await asyncio.gather(*futures)
         elapsed = time.perf_counter() - start
         print(f"published {n} in {elapsed:.2f}s ({n / elapsed:,.0f}/s)", file=sys.stderr)
     finally:
         await producer.stop()
+    last: dict[tuple[str, int], int] = {}
+    for md in sent:
+        last[(md.topic, md.partition)] = max(last.get((md.topic, md.partition), -1), md.offset)
+    return last
 
 
 if __name__ == "__main__":
-    bootstrap, prefix, count, agent_count = (
-        sys.argv[1],
-        sys.argv[2],
-        int(sys.argv[3]),
-        int(sys.argv[4]),
-    )
-    steady = float(sys.argv[5]) if len(sys.argv) > 5 else None
-    asyncio.run(publish(bootstrap, prefix, count, agent_count, steady))
+    parser = argparse.ArgumentParser(description="Publish the synthetic household workload.")
+    parser.add_argument("bootstrap")
+    parser.add_argument("prefix")
+    parser.add_argument("events", type=int)
+    parser.add_argument("agents", type=int)
+    parser.add_argument("rate", type=float, nargs="?")
+    parser.add_argument("--positions")
+    args = parser.parse_args()
+    last = asyncio.run(publish(args.bootstrap, args.prefix, args.events, args.agents, args.rate))
+    if args.positions:
+        # One "topic partition offset" line per partition: where a benchmark waits for.
+        with open(args.positions, "w") as out:
+            out.writelines(f"{t} {p} {o}\n" for (t, p), o in sorted(last.items()))

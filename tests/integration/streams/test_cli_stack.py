@@ -20,11 +20,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 ENGRAM = [sys.executable, "-m", "streams.cli"]
 
 
-def test_up_publish_retrieve_and_a_clean_stop(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_up_publish_retrieve_and_a_clean_stop(tmp_path: Path, workers: int) -> None:
+    """With 2 workers, episodic memory is written by the projector from the log."""
     port = free_port()
     env = {**os.environ, "ENGRAM_DATA_DIR": str(tmp_path)}
     up = subprocess.Popen(
-        [*ENGRAM, "up", "--port", str(port)],
+        [*ENGRAM, "up", "--port", str(port), "--workers", str(workers)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -76,6 +78,7 @@ def test_up_publish_retrieve_and_a_clean_stop(tmp_path: Path) -> None:
                 break
             time.sleep(0.2)
         assert results[0]["importance"] == 0.9
+        assert results[0]["store"] == "episodic"
         assert results[0]["score"] == pytest.approx(0.9 * 0.95)
         up.send_signal(signal.SIGTERM)
         assert up.wait(60) == 0
