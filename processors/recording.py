@@ -9,7 +9,6 @@ eviction is a :class:`MemoryForgotten` event, so projections only apply what the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from processors.config import ProcessingConfig
 from processors.embedding import Embedder
@@ -41,23 +40,6 @@ class AgentMemoryState:
     next_seq: int = 0
     working: tuple[str, ...] = ()
     episodic: tuple[EpisodicEntry, ...] = field(default=())
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "n": self.next_seq,
-            "w": list(self.working),
-            "e": [[e.importance, e.seq, e.memory_id] for e in self.episodic],
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> AgentMemoryState:
-        if not data:
-            return cls()
-        return cls(
-            next_seq=int(data["n"]),
-            working=tuple(data["w"]),
-            episodic=tuple(EpisodicEntry(float(i), int(s), str(m)) for i, s, m in data["e"]),
-        )
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,11 @@ from streams.settings import EngramSettings
 from streams.topic_admin import ensure_topics
 
 
-def publish_backlog(bootstrap: str, prefix: str, events: int, agents: int) -> list[Position]:
-    """Publish from a separate process; the last offset of every partition written."""
+def publish_backlog(
+    bootstrap: str, prefix: str, events: int, agents: int, rate: float | None = None
+) -> list[Position]:
+    """Publish from a separate process (at a steady ``rate`` if given); the last offset of every
+    partition written."""
     with tempfile.NamedTemporaryFile("r", suffix=".positions") as positions:
         subprocess.run(
             [
@@ -43,11 +46,12 @@ def publish_backlog(bootstrap: str, prefix: str, events: int, agents: int) -> li
                 prefix,
                 str(events),
                 str(agents),
+                *([str(rate)] if rate else []),
                 "--positions",
                 positions.name,
             ],
             check=True,
-            timeout=600,
+            timeout=600 if rate is None else events / rate * 3 + 60,
         )
         return [
             Position(topic, int(partition), int(offset))

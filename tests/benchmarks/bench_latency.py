@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import Sequence
@@ -22,6 +20,7 @@ from pathlib import Path
 from schemas.memory_events import DerivedEvent, MemoryRecorded
 from streams.runtime import Endpoints, Node
 from streams.settings import EngramSettings
+from tests.benchmarks.bench_ingest import publish_backlog
 from tests.benchmarks.servers import fresh_servers, percentile
 
 
@@ -54,38 +53,11 @@ async def main(rate: float, seconds: float, agents: int) -> None:
                 )
 
             # Warm-up: the first batch of each partition folds its state from the log (~2 s).
-            await asyncio.to_thread(
-                subprocess.run,
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.benchmarks.workload",
-                    bootstrap,
-                    prefix,
-                    "400",
-                    str(agents),
-                ],
-                check=True,
-                timeout=120,
+            await pipeline.stats.wait_for(
+                await asyncio.to_thread(publish_backlog, bootstrap, prefix, 400, agents), 120
             )
-            while pipeline.stats.events < 400:  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
             pipeline.apply = timed_apply  # type: ignore[method-assign]
-            await asyncio.to_thread(
-                subprocess.run,
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.benchmarks.workload",
-                    bootstrap,
-                    prefix,
-                    str(events),
-                    str(agents),
-                    str(rate),
-                ],
-                check=True,
-                timeout=seconds * 3 + 60,
-            )
+            await asyncio.to_thread(publish_backlog, bootstrap, prefix, events, agents, rate)
             deadline = asyncio.get_running_loop().time() + 60
             while len(latencies) < events and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(0.05)

@@ -85,13 +85,6 @@ def test_ids_are_deterministic_and_replay_gives_identical_events() -> None:
     assert first[0][3].memory_id == memory_id_for("ev-3")
 
 
-def test_state_survives_its_json_form() -> None:
-    _, _, state = run(
-        [Observation(agent_id="A", content=f"x{i}", importance=i / 20) for i in range(20)]
-    )
-    assert AgentMemoryState.from_json(state.to_json()) == state
-
-
 def test_the_hashing_embedder_is_deterministic_normalised_and_lexical() -> None:
     a = EMBEDDER.embed("The levee was breached by the river flood")
     assert np.array_equal(a, HashingEmbedder().embed("The levee was breached by the river flood"))
