@@ -20,11 +20,13 @@ from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded
 class FoldedState:
     states: dict[str, AgentMemoryState] = field(default_factory=dict)
     derived_upto: dict[tuple[str, int], int] = field(default_factory=dict)
-    """The highest source offset per (topic, partition) that has derived events in the log."""
+    """The highest source offset per (topic, partition) whose memory is in the log."""
 
     def apply(self, event: DerivedEvent) -> None:
         position = event.source_position
-        if position is not None:
+        # From recordings only: a record whose forgettings were logged but whose recording was
+        # lost (the two topics are written independently) must be derived again.
+        if position is not None and isinstance(event, MemoryRecorded):
             key = (position.topic, position.partition)
             if self.derived_upto.get(key, -1) < position.offset:
                 self.derived_upto[key] = position.offset
@@ -62,3 +64,26 @@ def fold(state: AgentMemoryState, event: DerivedEvent) -> AgentMemoryState:
             episodic=tuple(e for e in state.episodic if e.memory_id != event.memory_id),
         )
     return state
+
+
+def causal_order(events: Iterable[DerivedEvent]) -> list[DerivedEvent]:
+    """The emission order of derived events read back from two topics: each recording in log
+    order, followed by the forgettings it caused.
+
+    Read back, ``memory.items`` and ``memory.lifecycle`` are two sequences; applying all
+    recordings before all forgettings would move a projection's applied position past
+    forgettings it then skips. Forgettings whose cause is not in ``events`` (its recording was
+    lost in a partial write) come last.
+    """
+    recorded = [e for e in events if isinstance(e, MemoryRecorded)]
+    caused: dict[str, list[DerivedEvent]] = {}
+    for event in events:
+        if isinstance(event, MemoryForgotten):
+            caused.setdefault(event.caused_by, []).append(event)
+    ordered: list[DerivedEvent] = []
+    for memory in recorded:
+        ordered.append(memory)
+        ordered.extend(caused.pop(memory.event_id, ()))
+    for orphans in caused.values():
+        ordered.extend(orphans)
+    return ordered

@@ -242,6 +242,31 @@ def worker() -> None:
     run(main)
 
 
+@app.command(
+    help=(
+        "Apply memory.items and memory.lifecycle to episodic memory, for workers running with "
+        "ENGRAM_EPISODIC_WRITER=projector (run exactly one)."
+    )
+)
+def project() -> None:
+    settings = load_settings()
+    configure(settings)
+    endpoints = _cluster_endpoints(settings)
+
+    async def main() -> None:
+        from streams.runtime import Node
+
+        node = await Node(
+            settings, endpoints, run_processors=False, run_service=False, run_projector=True
+        ).start()
+        try:
+            await until_signalled()
+        finally:
+            await node.stop()
+
+    run(main)
+
+
 @app.command(help=("Run the query service against the configured Redis and Qdrant."))
 def serve(port: Annotated[int | None, typer.Option(help="HTTP port.")] = None) -> None:
     settings = load_settings(http_port=port)

@@ -1,8 +1,8 @@
 """Reading the derived topics back: the processors' state on takeover, and the projections'
 catch-up on what was logged but not yet applied.
 
-Items are read before lifecycle events so a memory's forgetting always folds after its
-recording, whatever the two topics' interleaving was when they were written.
+The two topics are read one after the other and put back in causal order (each forgetting right
+after the recording that caused it), so folding and re-applying see them as they were emitted.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from processors.state_fold import FoldedState
+from processors.state_fold import FoldedState, causal_order
 from schemas.codec import DecodeError, decode_derived_event
 from schemas.memory_events import DerivedEvent
 from schemas.topics import Topics
@@ -75,5 +75,5 @@ async def recover_state(
 ) -> tuple[FoldedState, list[DerivedEvent]]:
     """The folded processor state of these partitions, and the derived events it came from."""
     parts = sorted(set(partitions))
-    events = await read_partitions(bootstrap, (topics.items, topics.lifecycle), parts)
+    events = causal_order(await read_partitions(bootstrap, (topics.items, topics.lifecycle), parts))
     return FoldedState().apply_all(events), events

@@ -50,6 +50,7 @@ class EpisodicProjector:
     held: list[HeldForgetting] = field(default_factory=list)
     applied: dict[tuple[str, int], int] = field(default_factory=dict)
     records: int = 0
+    failures: int = 0
     _consumer: AIOKafkaConsumer | None = None
     _task: asyncio.Task[None] | None = None
 
@@ -73,17 +74,36 @@ class EpisodicProjector:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
         if self._consumer is not None:
             await self._consumer.stop()
 
     async def _run(self) -> None:
+        """Project forever; on a failure, start again from the committed offsets.
+
+        Everything past them is re-read and re-applied, which the store's idempotence and the
+        hold rule make safe; held forgettings are dropped because they will be read again.
+        """
         assert self._consumer is not None
+        delay = 0.1
         while True:
-            batch = await self._consumer.getmany(timeout_ms=100, max_records=10_000)
-            if batch:
-                await self.project(batch)
+            try:
+                batch = await self._consumer.getmany(timeout_ms=100, max_records=10_000)
+                if batch:
+                    await self.project(batch)
+                delay = 0.1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.failures += 1
+                log.warning("episodic projection failed, retrying in %.1fs: %r", delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                self.held = []
+                self.applied = {}
+                with contextlib.suppress(Exception):
+                    await self._consumer.seek_to_committed()
 
     async def _applied_offset(self, topic: str, partition: int) -> int:
         key = (topic, partition)

@@ -46,6 +46,10 @@ class SendFn(Protocol):
 Recover = Callable[[set[int]], Awaitable[tuple[FoldedState, list[DerivedEvent]]]]
 
 
+class DeliveryError(RuntimeError):
+    """The broker did not take a derived record; the batch must not be acknowledged."""
+
+
 @dataclass
 class IngestStats:
     """Counters for health and logs; cheap to update per batch, never per event."""
@@ -95,6 +99,7 @@ class IngestPipeline:
         self.config_version = self.config.version(self.embedder.id)
         self.folded = FoldedState()
         self._recovered: set[int] = set()
+        self._partition_of: dict[str, int] = {}
 
     @property
     def stores(self) -> list[WorkingMemoryStore | EpisodicMemoryStore]:
@@ -108,6 +113,9 @@ class IngestPipeline:
         the projections up to what that log holds (a crash may have cut in between)."""
         self.folded.states.update(folded.states)
         self.folded.derived_upto.update(folded.derived_upto)
+        for event in logged:
+            if event.source_position is not None:
+                self._partition_of[event.agent_id] = event.source_position.partition
         applied: dict[tuple[str, int], int] = {}
         for topic, partition in folded.derived_upto:
             marks = [await store.applied_offset(topic, partition) for store in self.stores]
@@ -128,6 +136,9 @@ class IngestPipeline:
         self._recovered -= partitions
         for key in [k for k in self.folded.derived_upto if k[1] in partitions]:
             del self.folded.derived_upto[key]
+        for agent in [a for a, p in self._partition_of.items() if p in partitions]:
+            del self._partition_of[agent]
+            self.folded.states.pop(agent, None)
 
     async def _ensure_recovered(self, records: Sequence[RawRecord]) -> None:
         """Fold the state of partitions seen for the first time before deriving from them.
@@ -167,15 +178,17 @@ class IngestPipeline:
         fresh = [r for r in records if r.offset > upto.get((r.topic, r.partition), -1)]
         result = self.derive(fresh)
         send, items, lifecycle = self.send, self.topics.items, self.topics.lifecycle
+        deliveries: list[Any] = []
         # Sequential awaits: each only enqueues, and no Task is made per record.
         for event in result.derived:
             position = event.source_position
-            await send(
+            delivery = await send(
                 lifecycle if isinstance(event, MemoryForgotten) else items,
                 event.agent_id.encode("utf-8"),
                 encode_event(event),
                 position.partition if position is not None else None,
             )
+            deliveries.append(delivery)
         for letter in result.dead_letters:
             log.warning(
                 "dead letter",
@@ -187,9 +200,22 @@ class IngestPipeline:
                 },
             )
             key = base64.b64decode(letter.key_b64) if letter.key_b64 else None
-            await send(self.topics.deadletter, key, encode_event(letter), None)
+            deliveries.append(await send(self.topics.deadletter, key, encode_event(letter), None))
         await self.apply(result.derived)
+        # The log is the truth: the batch is done only once the broker has every derived record.
+        # (A producer flush never raises, so a failed delivery would otherwise go unnoticed.)
+        failed = [
+            r
+            for r in await asyncio.gather(*deliveries, return_exceptions=True)
+            if isinstance(r, BaseException)
+        ]
+        if failed:
+            raise DeliveryError(f"{len(failed)} derived records were not delivered: {failed[0]!r}")
         self.folded.states.update(result.states)
+        partition_of = self._partition_of
+        for event in result.derived:
+            if event.source_position is not None:
+                partition_of[event.agent_id] = event.source_position.partition
         for raw in fresh:
             if upto.get((raw.topic, raw.partition), -1) < raw.offset:
                 upto[(raw.topic, raw.partition)] = raw.offset

@@ -9,7 +9,9 @@ records it had already derived. Revocation (Faust's signal) makes it fold again 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -71,9 +73,14 @@ def create_processor_app(settings: EngramSettings, bootstrap: str) -> ProcessorA
         # take_events is missing from faust's type stubs; it yields the events of a batch.
         batches = cast(Any, stream).take_events(settings.batch_size, within=settings.batch_within)
         async for events in batches:
+            # Records of partitions revoked while they waited in the batch belong to the new
+            # owner now (it gets them redelivered); deriving them here would fork the state.
+            owned = app.consumer.assignment()
             records = []
             for event in events:
                 message = event.message
+                if message.tp not in owned:
+                    continue
                 records.append(
                     RawRecord(
                         topic=message.topic,
@@ -84,7 +91,20 @@ def create_processor_app(settings: EngramSettings, bootstrap: str) -> ProcessorA
                         expected_type=type_of(message.topic),
                     )
                 )
-            await pipeline.handle(records)
+            try:
+                await pipeline.handle(records)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # Crash-only: the batch is not acknowledged, and a restarted worker folds its
+                # state from the log and skips what was already derived. Letting Faust restart
+                # the agent instead would ack this batch and lose it (faust's take() acks in a
+                # finally), and a half-failed batch cannot be retried in place.
+                log.critical(
+                    "a batch could not be processed; exiting without committing it", exc_info=True
+                )
+                logging.shutdown()
+                os._exit(70)
 
     app.agent(source, name=f"{settings.topic_prefix}ingest")(ingest)
 

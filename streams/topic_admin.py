@@ -1,7 +1,9 @@
 """Creating Engram's topics with the partition count the processors expect.
 
-All agent topics share one partition count and one key (the agent id), so an agent's events
-land on the same partition number everywhere and one worker owns them (co-partitioning).
+All topics share one partition count and one key (the agent id): an agent's events land on the
+same partition number everywhere, one worker owns them (co-partitioning), and derived records go
+to the partition number of their source record. Topics keep their records forever
+(``retention.ms=-1``): the log is the truth, and a worker folds its state from it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,12 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from schemas.topics import Topics
 
+TOPIC_CONFIG = {"retention.ms": "-1"}
+
+
+class TopicLayoutError(RuntimeError):
+    """Existing topics do not have the partition count Engram is configured for."""
+
 
 async def ensure_topics(
     bootstrap: str, topics: Topics, partitions: int, *, replication: int = 1
@@ -22,13 +30,25 @@ async def ensure_topics(
     try:
         existing = set(await admin.list_topics())
         missing = [
-            NewTopic(name, num_partitions=partitions, replication_factor=replication)
+            NewTopic(name, partitions, replication, topic_configs=TOPIC_CONFIG)
             for name in topics.all()
             if name not in existing
         ]
         if missing:
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(missing)
+        present = [name for name in topics.all() if name in existing]
+        if present:
+            wrong = {
+                d["topic"]: len(d["partitions"])
+                for d in await admin.describe_topics(present)
+                if len(d["partitions"]) != partitions
+            }
+            if wrong:
+                raise TopicLayoutError(
+                    f"topics exist with other partition counts than ENGRAM_PARTITIONS="
+                    f"{partitions}: {wrong}; all Engram topics must share one count"
+                )
     except KafkaError as exc:
         raise RuntimeError(f"cannot create Engram's topics on {bootstrap}: {exc}") from exc
     finally:

@@ -166,6 +166,38 @@ def test_folding_the_derived_log_rebuilds_the_processor_state(
         derived.extend([out.memory, *out.forgotten])
     folded = FoldedState().apply_all(derived)
     assert folded.states == states
+    # Read back from two topics: all recordings, then all forgettings; put back in order.
+    from processors.state_fold import causal_order
+
+    as_read = [e for e in derived if isinstance(e, MemoryRecorded)] + [
+        e for e in derived if isinstance(e, MemoryForgotten)
+    ]
+    assert causal_order(as_read) == derived
     assert folded.derived_upto == {("obs", 0): len(items) - 1}
     # Folding twice (a redelivered derived event) changes nothing.
     assert FoldedState().apply_all(derived + derived).states == states
+
+
+def test_a_logged_forgetting_without_its_recording_does_not_mark_the_record_derived() -> None:
+    """Items and lifecycle are written independently: if only the forgetting of record 11 made
+    it to the log, record 11 must be derived again (its memory is not in the log)."""
+    from processors.state_fold import FoldedState
+    from schemas.memory_events import SourcePosition
+
+    state = AgentMemoryState()
+    derived: list[MemoryRecorded | MemoryForgotten] = []
+    for offset in range(11):
+        out = record(
+            Observation(agent_id="A", content=f"m{offset}", importance=0.5),
+            state,
+            config=CONFIG,
+            embedder=EMBEDDER,
+            config_version=VERSION,
+            position=SourcePosition(topic="obs", partition=0, offset=offset),
+        )
+        state = out.state
+        derived.extend([out.memory, *out.forgotten])
+    *logged, _lost_recording, forgetting = derived
+    assert isinstance(forgetting, MemoryForgotten)
+    folded = FoldedState().apply_all([*logged, forgetting])
+    assert folded.derived_upto == {("obs", 0): 9}
