@@ -81,6 +81,21 @@ async def until_signalled() -> None:
     await stop.wait()
 
 
+async def until_signalled_or_exited(children: list[Any]) -> int | None:
+    """Until SIGINT/SIGTERM (None), or until a child process exits (its exit code)."""
+    signalled = asyncio.create_task(until_signalled())
+    try:
+        while not signalled.done():
+            await asyncio.wait({signalled}, timeout=1.0)
+            for child in children:
+                code = child.poll()
+                if code is not None:
+                    return int(code)
+        return None
+    finally:
+        signalled.cancel()
+
+
 def run(main: Callable[[], Awaitable[None]]) -> None:
     with friendly_errors():
         asyncio.run(main())  # type: ignore[arg-type]
@@ -145,9 +160,11 @@ def up(
             )
             console.print("Ctrl-C stops.")
             try:
-                await until_signalled()
+                lost = await until_signalled_or_exited(stack.workers)
             finally:
                 await node.stop()
+            if lost is not None:
+                fail(f"a worker process exited with code {lost}; stopping the stack")
         finally:
             stack.stop()
 

@@ -79,6 +79,10 @@ class EpisodicProjector:
         if self._consumer is not None:
             await self._consumer.stop()
 
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
     async def _run(self) -> None:
         """Project forever; on a failure, start again from the committed offsets.
 

@@ -172,6 +172,8 @@ class Node:
                 checks[name] = f"unavailable: {exc}"
         if self.processor is not None:
             checks["processors"] = "ok" if not self.processor.app.should_stop else "stopped"
+        if self.projector is not None:
+            checks["episodic projector"] = "ok" if self.projector.running else "stopped"
         return checks
 
     async def stop(self) -> None:

@@ -88,3 +88,39 @@ def test_up_publish_retrieve_and_a_clean_stop(tmp_path: Path, workers: int) -> N
             up.wait(10)
         if up.stdout is not None:
             up.stdout.close()
+
+
+def test_up_stops_when_a_worker_process_dies(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "ENGRAM_DATA_DIR": str(tmp_path)}
+    up = subprocess.Popen(
+        [*ENGRAM, "up", "--port", str(port), "--workers", "2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert up.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 90
+        while not any("Ctrl-C stops" in line for line in lines):
+            assert time.monotonic() < deadline, "".join(lines)
+            assert up.poll() is None, "".join(lines)
+            lines.append(up.stdout.readline())
+        children = Path(f"/proc/{up.pid}/task/{up.pid}/children").read_text().split()
+        workers = [
+            int(pid)
+            for pid in children
+            if "worker" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        ]
+        assert len(workers) == 2, children
+        os.kill(workers[0], signal.SIGKILL)
+        assert up.wait(60) == 2
+        assert "a worker process exited" in up.stdout.read()
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait(10)
+        if up.stdout is not None:
+            up.stdout.close()
