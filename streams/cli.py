@@ -239,24 +239,31 @@ def _cluster_endpoints(settings: EngramSettings, *, kafka: bool = True) -> Any:
     return Endpoints(kafka_bootstrap=settings.kafka_bootstrap or "", redis_url=settings.redis_url)
 
 
-@app.command(
-    help=("Run the stream processors against the configured cluster (scale out by replicas).")
-)
-def worker() -> None:
-    settings = load_settings()
+def run_node(settings: EngramSettings, **roles: bool) -> None:
+    """One cluster role (or several) against the configured backends, until SIGINT/SIGTERM."""
     configure(settings)
-    endpoints = _cluster_endpoints(settings)
+    kafka = roles.get("run_processors", True) or roles.get("run_projector", False)
+    endpoints = _cluster_endpoints(settings, kafka=kafka)
 
     async def main() -> None:
         from streams.runtime import Node
 
-        node = await Node(settings, endpoints, run_service=False).start()
+        node = await Node(settings, endpoints, **roles).start()
+        if node.http_url is not None:
+            console.print(f"query service on {node.http_url}")
         try:
             await until_signalled()
         finally:
             await node.stop()
 
     run(main)
+
+
+@app.command(
+    help=("Run the stream processors against the configured cluster (scale out by replicas).")
+)
+def worker() -> None:
+    run_node(load_settings(), run_service=False)
 
 
 @app.command(
@@ -266,41 +273,12 @@ def worker() -> None:
     )
 )
 def project() -> None:
-    settings = load_settings()
-    configure(settings)
-    endpoints = _cluster_endpoints(settings)
-
-    async def main() -> None:
-        from streams.runtime import Node
-
-        node = await Node(
-            settings, endpoints, run_processors=False, run_service=False, run_projector=True
-        ).start()
-        try:
-            await until_signalled()
-        finally:
-            await node.stop()
-
-    run(main)
+    run_node(load_settings(), run_processors=False, run_service=False, run_projector=True)
 
 
 @app.command(help=("Run the query service against the configured Redis and Qdrant."))
 def serve(port: Annotated[int | None, typer.Option(help="HTTP port.")] = None) -> None:
-    settings = load_settings(http_port=port)
-    configure(settings)
-    endpoints = _cluster_endpoints(settings, kafka=False)
-
-    async def main() -> None:
-        from streams.runtime import Node
-
-        node = await Node(settings, endpoints, run_processors=False).start()
-        console.print(f"query service on {node.http_url}")
-        try:
-            await until_signalled()
-        finally:
-            await node.stop()
-
-    run(main)
+    run_node(load_settings(http_port=port), run_processors=False)
 
 
 @app.command(help=("Publish one agent event and print where it landed (topic, partition, offset)."))

@@ -87,9 +87,10 @@ class EpisodicChanges:
         return bool(self.upserts or self.deletes)
 
 
-def episodic_changes(events: Sequence[DerivedEvent]) -> EpisodicChanges:
-    """Fold a batch; positions come from every event, since a working-memory event is applied
-    too (as a no-op) and a read-your-writes wait must see the store move past it."""
+def episodic_changes(events: Sequence[DerivedEvent], dim: int) -> EpisodicChanges:
+    """Fold a batch, its vectors checked against the store's dimension; positions come from
+    every event, since a working-memory event is applied too (as a no-op) and a read-your-writes
+    wait must see the store move past it."""
     upserts: dict[str, MemoryRecorded] = {}
     deletes: set[str] = set()
     for event in events:
@@ -101,6 +102,8 @@ def episodic_changes(events: Sequence[DerivedEvent]) -> EpisodicChanges:
         elif isinstance(event, MemoryForgotten):
             upserts.pop(event.memory_id, None)
             deletes.add(event.memory_id)
+    for memory in upserts.values():
+        checked_vector(memory.vector(), dim, f"the embedding of {memory.memory_id}")
     return EpisodicChanges(upserts, frozenset(deletes), latest_positions(events))
 
 
@@ -241,9 +244,7 @@ class EdgeEpisodicMemory:
         return self._path
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
-        changes = episodic_changes(events)
-        for memory in changes.upserts.values():
-            checked_vector(memory.vector(), self._dim, f"the embedding of {memory.memory_id}")
+        changes = episodic_changes(events, self._dim)
         async with self._write_lock:
             self._check_open()
             positions = advance_positions(self._positions, changes.positions)

@@ -177,9 +177,7 @@ class QdrantServerEpisodicMemory:
                 )
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
-        changes = episodic_changes(events)
-        for memory in changes.upserts.values():
-            checked_vector(memory.vector(), self._dim, f"the embedding of {memory.memory_id}")
+        changes = episodic_changes(events, self._dim)
         async with self._write_lock:
             self._check_open()
             if changes.upserts:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -9,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,11 +22,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 ENGRAM = [sys.executable, "-m", "streams.cli"]
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_up_publish_retrieve_and_a_clean_stop(tmp_path: Path, workers: int) -> None:
-    """With 2 workers, episodic memory is written by the projector from the log."""
-    port = free_port()
-    env = {**os.environ, "ENGRAM_DATA_DIR": str(tmp_path)}
+@contextlib.contextmanager
+def engram_up(
+    data_dir: Path, port: int, workers: int
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``engram up`` running until its banner says it is up; killed if a test leaves it."""
+    env = {**os.environ, "ENGRAM_DATA_DIR": str(data_dir)}
     up = subprocess.Popen(
         [*ENGRAM, "up", "--port", str(port), "--workers", str(workers)],
         env=env,
@@ -33,15 +36,30 @@ def test_up_publish_retrieve_and_a_clean_stop(tmp_path: Path, workers: int) -> N
         text=True,
     )
     try:
+        assert up.stdout is not None
         lines: list[str] = []
         deadline = time.monotonic() + 90
-        assert up.stdout is not None
         while not any("Ctrl-C stops" in line for line in lines):
             assert time.monotonic() < deadline, "".join(lines)
             assert up.poll() is None, "".join(lines) + up.stdout.read()
             lines.append(up.stdout.readline())
-        bootstrap = re.search(r"kafka bootstrap\s+(\S+)", "".join(lines))
-        assert bootstrap, "".join(lines)
+        yield up, "".join(lines)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait(10)
+        if up.stdout is not None:
+            up.stdout.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_up_publish_retrieve_and_a_clean_stop(tmp_path: Path, workers: int) -> None:
+    """With 2 workers, episodic memory is written by the projector from the log."""
+    port = free_port()
+    env = {**os.environ, "ENGRAM_DATA_DIR": str(tmp_path)}
+    with engram_up(tmp_path, port, workers) as (up, banner):
+        bootstrap = re.search(r"kafka bootstrap\s+(\S+)", banner)
+        assert bootstrap, banner
         cli_env = {**env, "ENGRAM_KAFKA_BOOTSTRAP": bootstrap.group(1)}
         published = subprocess.run(
             [
@@ -82,32 +100,10 @@ def test_up_publish_retrieve_and_a_clean_stop(tmp_path: Path, workers: int) -> N
         assert results[0]["score"] == pytest.approx(0.9 * 0.95)
         up.send_signal(signal.SIGTERM)
         assert up.wait(60) == 0
-    finally:
-        if up.poll() is None:
-            up.kill()
-            up.wait(10)
-        if up.stdout is not None:
-            up.stdout.close()
 
 
 def test_up_stops_when_a_worker_process_dies(tmp_path: Path) -> None:
-    port = free_port()
-    env = {**os.environ, "ENGRAM_DATA_DIR": str(tmp_path)}
-    up = subprocess.Popen(
-        [*ENGRAM, "up", "--port", str(port), "--workers", "2"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert up.stdout is not None
-        lines: list[str] = []
-        deadline = time.monotonic() + 90
-        while not any("Ctrl-C stops" in line for line in lines):
-            assert time.monotonic() < deadline, "".join(lines)
-            assert up.poll() is None, "".join(lines)
-            lines.append(up.stdout.readline())
+    with engram_up(tmp_path, free_port(), 2) as (up, _):
         children = Path(f"/proc/{up.pid}/task/{up.pid}/children").read_text().split()
         workers = [
             int(pid)
@@ -117,10 +113,5 @@ def test_up_stops_when_a_worker_process_dies(tmp_path: Path) -> None:
         assert len(workers) == 2, children
         os.kill(workers[0], signal.SIGKILL)
         assert up.wait(60) == 2
+        assert up.stdout is not None
         assert "a worker process exited" in up.stdout.read()
-    finally:
-        if up.poll() is None:
-            up.kill()
-            up.wait(10)
-        if up.stdout is not None:
-            up.stdout.close()
