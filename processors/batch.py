@@ -1,23 +1,26 @@
-"""One batch of raw records from the agent topics to derived events and dead letters.
+"""One batch of raw records (agent events, schedule ticks, retrievals) to derived events and
+dead letters.
 
 Pure: the caller supplies a loader of per-agent states and gets the new ones back, so the
-Faust shell,
-the benchmarks and a reprocess all run exactly this code. A record that cannot be decoded
-becomes a :class:`DeadLetter` with the reason; the records around it are processed normally.
+Faust shell, the benchmarks and a reprocess all run exactly this code. A record that cannot be
+decoded becomes a :class:`DeadLetter` with the reason; the records around it are processed normally.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Literal
 
-from processors.config import ProcessingConfig
-from processors.embedding import Embedder
-from processors.recording import AgentMemoryState, record
-from schemas.codec import DecodeError, decode_agent_event
+from processors.lifecycle import Deriving, on_agent_event, on_retrieval, on_tick
+from processors.recording import AgentMemoryState
+from schemas.agent_events import AgentEvent
+from schemas.codec import DecodeError, decode_agent_event, decode_retrieval, decode_tick
 from schemas.deadletter import DeadLetter
-from schemas.memory_events import DerivedEvent, SourcePosition
+from schemas.memory_events import DerivedEvent, MemoryRetrieved, ScheduleTick, SourcePosition
+
+RecordKind = Literal["agent", "tick", "retrieval"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,9 @@ class RawRecord:
     key: bytes | None
     value: bytes | None
     expected_type: str | None = None
-    """The event type the topic carries; an event of another type there is refused."""
+    """The event type an agent topic carries; an event of another type there is refused."""
+    kind: RecordKind = "agent"
+    """Agent events, ticks from ``memory.schedule``, or retrievals from ``memory.access``."""
 
 
 @dataclass
@@ -39,22 +44,32 @@ class BatchResult:
     """Only the states of agents this batch touched."""
 
 
+def _decode(raw: RawRecord) -> AgentEvent | ScheduleTick | MemoryRetrieved:
+    if raw.value is None:
+        raise DecodeError("empty", "record has no value (a tombstone?)")
+    if raw.kind == "tick":
+        return decode_tick(raw.value)
+    if raw.kind == "retrieval":
+        return decode_retrieval(raw.value)
+    return decode_agent_event(raw.value, expected_type=raw.expected_type)
+
+
 def process_batch(
     records: Sequence[RawRecord],
     load_state: Callable[[str], AgentMemoryState],
     *,
-    config: ProcessingConfig,
-    embedder: Embedder,
-    config_version: str,
+    ctx: Deriving,
     failed_at: datetime,
+    agents_of_partition: Callable[[int], Iterable[str]] = lambda _: (),
 ) -> BatchResult:
+    """Derive from a batch in record order. ``agents_of_partition`` names the agents a tick
+    of that partition concerns, besides those this batch already touched."""
     result = BatchResult()
+    touched_in: dict[int, set[str]] = {}
     for raw in records:
         position = SourcePosition(topic=raw.topic, partition=raw.partition, offset=raw.offset)
         try:
-            if raw.value is None:
-                raise DecodeError("empty", "record has no value (a tombstone?)")
-            event = decode_agent_event(raw.value, expected_type=raw.expected_type)
+            event = _decode(raw)
         except DecodeError as exc:
             result.dead_letters.append(
                 DeadLetter(
@@ -69,17 +84,22 @@ def process_batch(
                 )
             )
             continue
+        if isinstance(event, ScheduleTick):
+            agents = set(agents_of_partition(raw.partition)) | touched_in.get(raw.partition, set())
+            states = {a: result.states.get(a) or load_state(a) for a in agents}
+            derived, changed = on_tick(event, states, ctx, position)
+            result.derived.extend(derived)
+            result.states.update(changed)
+            continue
         agent = event.agent_id
         state = result.states.get(agent) or load_state(agent)
-        outcome = record(
-            event,
-            state,
-            config=config,
-            embedder=embedder,
-            config_version=config_version,
-            position=position,
-        )
+        if isinstance(event, MemoryRetrieved):
+            updated = on_retrieval(event, state)
+            if updated is not state:
+                result.states[agent] = updated
+            continue
+        outcome = on_agent_event(event, state, ctx, position)
         result.states[agent] = outcome.state
-        result.derived.append(outcome.memory)
-        result.derived.extend(outcome.forgotten)
+        result.derived.extend(outcome.events)
+        touched_in.setdefault(raw.partition, set()).add(agent)
     return result

@@ -43,6 +43,73 @@ class AgentTypeProfile(BaseModel):
         return {k: tuple(p.lower() for p in v) for k, v in value.items()}
 
 
+class ConsolidationRules(BaseModel):
+    """Year-end promotion of working memories to episodic memory.
+
+    Seed 004 section 4.3 promotes working memories with importance >= 0.7; seed 003 adds a
+    consolidation gate (0.6) passed with a burning probability (0.8). Engram applies both: at or
+    above ``promotion_threshold`` a memory is promoted, between ``gate`` and the threshold it is
+    promoted when a draw seeded from its event id falls below ``burn_probability``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = True
+    promotion_threshold: float = Field(default=0.7, ge=0.0, le=1.0)
+    gate: float = Field(default=0.6, ge=0.0, le=1.0)
+    burn_probability: float = Field(default=0.8, ge=0.0, le=1.0)
+
+
+class SummaryRules(BaseModel):
+    """L1 session and L2 chapter summaries (seed 001).
+
+    A session ends when a simulation agent's step (or, without steps, its year) moves on, or at
+    a wall-clock tick for agents whose events carry neither. An L2 chapter closes every
+    ``chapter_length`` steps (seed 001: 10) or, for wall-clock agents, every
+    ``sessions_per_chapter`` sessions.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = True
+    l1_min_memories: int = Field(default=3, ge=1)
+    chapter_length: int = Field(default=10, ge=1)
+    l2_min_summaries: int = Field(default=2, ge=1)
+    sessions_per_chapter: int = Field(default=10, ge=1)
+
+
+class PruningRules(BaseModel):
+    """Utility pruning of summaries by MUS = 0.4 F + 0.4 Rel + 0.2 Rec (seed 001).
+
+    ``min_age_*`` is the configurable age before which a summary is never pruned, on the
+    agent's own clock: in steps (or years) for simulation agents, in seconds for wall-clock ones.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = True
+    frequency_weight: float = Field(default=0.4, ge=0.0)
+    relevance_weight: float = Field(default=0.4, ge=0.0)
+    recency_weight: float = Field(default=0.2, ge=0.0)
+    l1_threshold: float = Field(default=0.2, ge=0.0)
+    l2_threshold: float = Field(default=0.3, ge=0.0)
+    l1_min_age: int = Field(default=10, ge=0, description="Steps (or years).")
+    l2_min_age: int = Field(default=50, ge=0, description="Steps (or years).")
+    l1_min_age_seconds: float = Field(default=3600.0, ge=0.0)
+    l2_min_age_seconds: float = Field(default=86400.0, ge=0.0)
+    recency_unit_seconds: float = Field(
+        default=86400.0, gt=0.0, description="Wall-clock recency counts ages in these units."
+    )
+
+
+class LifecycleRules(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    consolidation: ConsolidationRules = Field(default_factory=ConsolidationRules)
+    summaries: SummaryRules = Field(default_factory=SummaryRules)
+    pruning: PruningRules = Field(default_factory=PruningRules)
+
+
 class ProcessingConfig(BaseModel):
     """Everything a processor's output depends on besides the events it reads."""
 
@@ -52,6 +119,7 @@ class ProcessingConfig(BaseModel):
     episodic_threshold: float = Field(default=0.7, ge=0.0, le=1.0)
     working_capacity: int = Field(default=10, ge=1)
     episodic_capacity: int = Field(default=50, ge=1)
+    lifecycle: LifecycleRules = Field(default_factory=LifecycleRules)
 
     @field_validator("agent_types")
     @classmethod
@@ -63,10 +131,14 @@ class ProcessingConfig(BaseModel):
     def profile_for(self, agent_type: str) -> AgentTypeProfile:
         return self.agent_types.get(agent_type) or self.agent_types["default"]
 
-    def version(self, embedder_id: str) -> str:
-        """A short, stable hash of the rules and the embedder."""
+    def version(self, embedder_id: str, summariser_id: str = "extractive-v1") -> str:
+        """A short, stable hash of the rules, the embedder and the summariser."""
         blob = orjson.dumps(
-            {"config": self.model_dump(mode="json"), "embedder": embedder_id},
+            {
+                "config": self.model_dump(mode="json"),
+                "embedder": embedder_id,
+                "summariser": summariser_id,
+            },
             option=orjson.OPT_SORT_KEYS,
         )
         return hashlib.sha256(blob).hexdigest()[:12]
@@ -85,6 +157,7 @@ def load_processing_config(
     episodic_threshold: float = 0.7,
     working_capacity: int = 10,
     episodic_capacity: int = 50,
+    lifecycle: LifecycleRules | None = None,
 ) -> ProcessingConfig:
     """Read the profiles from a YAML file, or the defaults shipped with Engram."""
     if agent_types_path is None:
@@ -98,4 +171,5 @@ def load_processing_config(
         episodic_threshold=episodic_threshold,
         working_capacity=working_capacity,
         episodic_capacity=episodic_capacity,
+        lifecycle=lifecycle or LifecycleRules(),
     )

@@ -8,7 +8,8 @@ eviction is a :class:`MemoryForgotten` event, so projections only apply what the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from processors.config import ProcessingConfig
 from processors.embedding import Embedder
@@ -18,7 +19,9 @@ from schemas.agent_events import AgentEvent, agent_event_fields
 from schemas.memory_events import (
     Destination,
     MemoryForgotten,
+    MemoryPromoted,
     MemoryRecorded,
+    MemorySummarised,
     SourcePosition,
     derived_event_id,
     encode_vector,
@@ -34,12 +37,124 @@ class EpisodicEntry:
 
 
 @dataclass(frozen=True)
+class WorkingEntry:
+    """A working memory as the lifecycle rules need it: enough to summarise it and to promote
+    it (the embedding is recomputed from the content by the same embedder, so the state stays
+    small: about 10 of these per agent)."""
+
+    memory_id: str
+    seq: int
+    importance: float
+    content: str
+    tags: tuple[str, ...]
+    kind: str | None
+    step: int | None
+    year: int | None
+    occurred_at: datetime
+    source_event_id: str
+    source_event_type: str
+    agent_type: str
+    considered: bool = False
+    """Already decided on by a year-end consolidation: a memory gets one draw, never two."""
+
+    @classmethod
+    def of(cls, memory: MemoryRecorded) -> WorkingEntry:
+        return cls(
+            memory_id=memory.memory_id,
+            seq=memory.seq,
+            importance=memory.importance,
+            content=memory.content,
+            tags=memory.tags,
+            kind=memory.kind,
+            step=memory.step,
+            year=memory.year,
+            occurred_at=memory.occurred_at,
+            source_event_id=memory.source_event_id,
+            source_event_type=memory.source_event_type,
+            agent_type=memory.agent_type,
+        )
+
+
+@dataclass(frozen=True)
+class SummaryEntry:
+    """A live summary and how it has been used, for MUS pruning (seed 001)."""
+
+    memory_id: str
+    level: int
+    seq: int
+    content: str
+    importance: float
+    tags: tuple[str, ...]
+    step: int | None
+    year: int | None
+    occurred_at: datetime
+    retrievals: int = 0
+    relevance_sum: float = 0.0
+    last_access_step: int | None = None
+    last_access_year: int | None = None
+    last_access_at: datetime | None = None
+
+    @classmethod
+    def of(cls, summary: MemorySummarised) -> SummaryEntry:
+        return cls(
+            memory_id=summary.memory_id,
+            level=summary.level,
+            seq=summary.seq,
+            content=summary.content,
+            importance=summary.importance,
+            tags=summary.tags,
+            step=summary.step,
+            year=summary.year,
+            occurred_at=summary.occurred_at,
+        )
+
+
+@dataclass(frozen=True)
 class AgentMemoryState:
-    """What a processor must remember per agent to apply capacities deterministically."""
+    """What a processor must remember per agent to apply capacities and lifecycle rules
+    deterministically. Folded back from the log on takeover (:mod:`processors.state_fold`)."""
 
     next_seq: int = 0
-    working: tuple[str, ...] = ()
+    agent_type: str = "default"
+    working: tuple[WorkingEntry, ...] = ()
     episodic: tuple[EpisodicEntry, ...] = field(default=())
+    year: int | None = None
+    """The agent's clock: the latest year and step its events carried."""
+    step: int | None = None
+    l1_upto_seq: int = -1
+    """Working memories with a higher seq are not in any L1 summary yet."""
+    pending_l1: tuple[SummaryEntry, ...] = ()
+    """L1 summaries not yet in an L2 chapter summary."""
+    summaries: tuple[SummaryEntry, ...] = ()
+    """Summaries still in the projections, with their use."""
+
+    @property
+    def working_ids(self) -> tuple[str, ...]:
+        return tuple(entry.memory_id for entry in self.working)
+
+    @property
+    def wall_clock(self) -> bool:
+        """An agent whose events carry no simulation time: ticks end its sessions."""
+        return self.year is None and self.step is None
+
+
+def _later(current: int | None, seen: int | None) -> int | None:
+    if current is None:
+        return seen
+    return current if seen is None or seen <= current else seen
+
+
+def with_clock(state: AgentMemoryState, year: int | None, step: int | None) -> AgentMemoryState:
+    """The clock moves forward only: an out-of-order event never rewinds it."""
+    new_year = (
+        year if state.year is None or (year is not None and year > state.year) else state.year
+    )
+    new_step = (
+        step if state.step is None or (step is not None and step > state.step) else state.step
+    )
+    if new_year == state.year and new_step == state.step:
+        return state
+    return replace(state, year=new_year, step=new_step)
 
 
 @dataclass(frozen=True)
@@ -51,10 +166,10 @@ class Recorded:
     state: AgentMemoryState
 
 
-def _forget(
+def capacity_forgetting(
     memory_id: str,
     destination: Destination,
-    cause: MemoryRecorded,
+    cause: MemoryRecorded | MemoryPromoted,
     config_version: str,
 ) -> MemoryForgotten:
     return MemoryForgotten(
@@ -101,19 +216,42 @@ def record(
     forgotten: list[MemoryForgotten] = []
     working, episodic = state.working, state.episodic
     if destination == "working":
-        working = (*working, memory.memory_id)
+        working = (*working, WorkingEntry.of(memory))
         while len(working) > config.working_capacity:
-            forgotten.append(_forget(working[0], "working", memory, config_version))
+            forgotten.append(
+                capacity_forgetting(working[0].memory_id, "working", memory, config_version)
+            )
             working = working[1:]
     else:
-        episodic = (*episodic, EpisodicEntry(importance, memory.seq, memory.memory_id))
-        if len(episodic) > config.episodic_capacity:
-            ranked = sorted(episodic, key=lambda e: (e.importance, e.seq))
-            excess = ranked[: len(episodic) - config.episodic_capacity]
-            gone = {e.memory_id for e in excess}
-            forgotten.extend(
-                _forget(e.memory_id, "episodic", memory, config_version) for e in excess
-            )
-            episodic = tuple(e for e in episodic if e.memory_id not in gone)
-    new_state = AgentMemoryState(next_seq=state.next_seq + 1, working=working, episodic=episodic)
+        episodic, evicted = add_episodic(
+            episodic, EpisodicEntry(importance, memory.seq, memory.memory_id), config
+        )
+        forgotten.extend(
+            capacity_forgetting(m, "episodic", memory, config_version) for m in evicted
+        )
+    new_state = with_clock(
+        replace(
+            state,
+            next_seq=state.next_seq + 1,
+            agent_type=memory.agent_type,
+            working=working,
+            episodic=episodic,
+        ),
+        memory.year,
+        memory.step,
+    )
     return Recorded(memory=memory, forgotten=tuple(forgotten), state=new_state)
+
+
+def add_episodic(
+    episodic: tuple[EpisodicEntry, ...], entry: EpisodicEntry, config: ProcessingConfig
+) -> tuple[tuple[EpisodicEntry, ...], list[str]]:
+    """Add a memory and evict beyond capacity, the least important (then oldest) first
+    (seed 004: capacity 50; seed 003: ``max_longterm`` evicts the lowest importance)."""
+    episodic = (*episodic, entry)
+    if len(episodic) <= config.episodic_capacity:
+        return episodic, []
+    ranked = sorted(episodic, key=lambda e: (e.importance, e.seq))
+    excess = [e.memory_id for e in ranked[: len(episodic) - config.episodic_capacity]]
+    gone = set(excess)
+    return tuple(e for e in episodic if e.memory_id not in gone), excess

@@ -2,7 +2,10 @@
 
 ``apply`` takes derived events in log order and must be idempotent: applying a batch twice,
 or a suffix of the log again after a crash, leaves the same state as applying it once.
-Each store only acts on events whose ``destination`` is its own and ignores the others.
+Each store only acts on events whose ``destination`` is its own: every ``MemoryWritten``
+(recorded, promoted, summarised) is an upsert, a ``MemoryForgotten`` a delete. Other events
+(``ConsolidationCompleted``, the other store's) change no data, but their source positions still
+count as applied, so a read-your-writes wait sees the store move past them.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ class ProjectionError(RuntimeError):
 
 class WorkingMemoryStore(Protocol):
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
-        """Record ``working`` memories and drop forgotten ones, with the applied position."""
+        """Put ``working`` memories and drop forgotten ones, with the applied position."""
 
     async def memories(self, agent_id: str) -> list[StoredMemory]:
         """The agent's working memories, newest (highest seq) first."""
@@ -40,11 +43,24 @@ class EpisodicMemoryStore(Protocol):
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
         """Upsert ``episodic`` memories by their deterministic ids and delete forgotten ones."""
 
-    async def memories(self, agent_id: str, limit: int = 1000) -> list[StoredMemory]:
-        """The agent's episodic memories, newest (highest seq) first."""
+    async def memories(
+        self, agent_id: str, limit: int = 1000, levels: Sequence[int] | None = None
+    ) -> list[StoredMemory]:
+        """The agent's episodic memories, newest (highest seq) first.
 
-    async def search(self, agent_id: str, vector: np.ndarray, limit: int) -> list[StoredMemory]:
-        """The agent's memories nearest to ``vector`` (cosine), ``similarity`` filled in."""
+        ``levels`` keeps only memories of those levels (0 events, 1 and 2 summaries), filtered
+        in the store so a limit counts only what was asked for; None means every level.
+        """
+
+    async def search(
+        self,
+        agent_id: str,
+        vector: np.ndarray,
+        limit: int,
+        levels: Sequence[int] | None = None,
+    ) -> list[StoredMemory]:
+        """The agent's memories nearest to ``vector`` (cosine), ``similarity`` filled in;
+        ``levels`` as in :meth:`memories`."""
 
     async def count(self, agent_id: str | None = None) -> int: ...
 

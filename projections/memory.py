@@ -6,9 +6,9 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.memory_events import Destination, MemoryRecorded
+from schemas.memory_events import Destination, MemoryWritten
 
 
 class StoredMemory(BaseModel):
@@ -28,11 +28,17 @@ class StoredMemory(BaseModel):
     kind: str | None = None
     source_event_id: str
     source_event_type: str
+    level: int = Field(
+        default=0,
+        description="0 a memory of one event, 1 an L1 session summary, 2 an L2 chapter summary.",
+    )
     similarity: float | None = None
     """Cosine similarity to the query vector, when the store was searched with one."""
 
     @classmethod
-    def from_recorded(cls, event: MemoryRecorded) -> StoredMemory:
+    def from_event(cls, event: MemoryWritten) -> StoredMemory:
+        """What a store holds for a recorded, promoted or summarised memory: all three are
+        one read model, so retrieval ranks them together."""
         return cls(
             memory_id=event.memory_id,
             agent_id=event.agent_id,
@@ -48,6 +54,7 @@ class StoredMemory(BaseModel):
             kind=event.kind,
             source_event_id=event.source_event_id,
             source_event_type=event.source_event_type,
+            level=event.level,
         )
 
     def payload(self) -> dict[str, Any]:
@@ -56,32 +63,33 @@ class StoredMemory(BaseModel):
 
 
 PAYLOAD_FIELDS = tuple(name for name in StoredMemory.model_fields if name != "similarity")
-_missing = [name for name in PAYLOAD_FIELDS if name not in MemoryRecorded.model_fields]
+_missing = [name for name in PAYLOAD_FIELDS if name not in MemoryWritten.model_fields]
 if _missing:
-    raise ImportError(f"StoredMemory fields that MemoryRecorded lacks: {_missing}")
+    raise ImportError(f"StoredMemory fields that MemoryWritten lacks: {_missing}")
 
 
-def memory_json(event: MemoryRecorded) -> bytes:
-    """The JSON of ``StoredMemory.from_recorded(event).payload()``, without building the model.
+def memory_json(event: MemoryWritten) -> bytes:
+    """The JSON of ``StoredMemory.from_event(event).payload()``, without building the model.
 
     Validating a StoredMemory and dumping it costs ~8 us per memory against ~2.4 us for this;
     both stores write it on the hot path, and their tests check what is read back equals
-    ``StoredMemory.from_recorded``.
+    ``StoredMemory.from_event``.
     """
     return orjson.dumps(
         {name: getattr(event, name) for name in PAYLOAD_FIELDS}, option=orjson.OPT_UTC_Z
     )
 
 
-def point_payload(event: MemoryRecorded) -> dict[str, Any]:
+def point_payload(event: MemoryWritten) -> dict[str, Any]:
     """The payload of a Qdrant point: the fields filters need, and the memory as one JSON string.
 
     Qdrant Edge converts a payload field by field across the Rust boundary (~3 us a field), so
-    one string for the whole memory is several times cheaper than the 14 fields of a memory.
+    one string for the whole memory is several times cheaper than the 15 fields of a memory.
     """
     return {
         "agent_id": event.agent_id,
         "seq": event.seq,
+        "level": event.level,
         "importance": event.importance,
         "year": event.year,
         "step": event.step,

@@ -7,13 +7,24 @@ record reports, so a poison record is always classified and never crashes a proc
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
 
 from schemas.agent_events import AGENT_EVENT_TYPES, AgentEvent
-from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded
+from schemas.memory_events import (
+    ConsolidationCompleted,
+    DerivedEvent,
+    MemoryForgotten,
+    MemoryPromoted,
+    MemoryRecorded,
+    MemoryRetrieved,
+    MemorySummarised,
+    ScheduleTick,
+)
+
+_M = TypeVar("_M", bound=BaseModel)
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -22,15 +33,23 @@ CURRENT_VERSIONS: dict[str, int] = {
     "decision": 1,
     "feedback": 1,
     "memory.recorded": 1,
+    "memory.promoted": 1,
+    "memory.summarised": 1,
     "memory.forgotten": 1,
+    "memory.consolidated": 1,
+    "memory.retrieved": 1,
+    "schedule.tick": 1,
 }
 
 UPCASTERS: dict[tuple[str, int], Upcaster] = {}
 """``(event_type, version) -> step to version + 1``. Register one for every bump of a version."""
 
-_DERIVED_TYPES: dict[str, type[MemoryRecorded] | type[MemoryForgotten]] = {
+_DERIVED_TYPES: dict[str, type[BaseModel]] = {
     "memory.recorded": MemoryRecorded,
+    "memory.promoted": MemoryPromoted,
+    "memory.summarised": MemorySummarised,
     "memory.forgotten": MemoryForgotten,
+    "memory.consolidated": ConsolidationCompleted,
 }
 
 
@@ -116,6 +135,29 @@ def decode_derived_event(raw: bytes) -> DerivedEvent:
     if model is None:
         raise DecodeError("unknown_event_type", f"{payload['event_type']!r} is not derived")
     try:
+        event: DerivedEvent = model.model_validate(payload)  # type: ignore[assignment]
+        return event
+    except ValidationError as exc:
+        raise DecodeError("invalid", _validation_message(exc)) from None
+
+
+def _decode_as(raw: bytes, model: type[_M], event_type: str) -> _M:
+    payload = upcast(_load_object(raw))
+    if payload["event_type"] != event_type:
+        raise DecodeError(
+            "wrong_topic", f"a {payload['event_type']} event where {event_type} events go"
+        )
+    try:
         return model.model_validate(payload)
     except ValidationError as exc:
         raise DecodeError("invalid", _validation_message(exc)) from None
+
+
+def decode_tick(raw: bytes) -> ScheduleTick:
+    """Bytes from ``memory.schedule`` to a tick, or :class:`DecodeError`."""
+    return _decode_as(raw, ScheduleTick, "schedule.tick")
+
+
+def decode_retrieval(raw: bytes) -> MemoryRetrieved:
+    """Bytes from ``memory.access`` to a retrieval record, or :class:`DecodeError`."""
+    return _decode_as(raw, MemoryRetrieved, "memory.retrieved")

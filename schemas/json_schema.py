@@ -10,14 +10,27 @@ from pydantic import BaseModel
 
 from schemas.agent_events import Decision, Feedback, Observation
 from schemas.deadletter import DeadLetter
-from schemas.memory_events import MemoryForgotten, MemoryRecorded
+from schemas.memory_events import (
+    ConsolidationCompleted,
+    MemoryForgotten,
+    MemoryPromoted,
+    MemoryRecorded,
+    MemoryRetrieved,
+    MemorySummarised,
+    ScheduleTick,
+)
 
 EXPORTED: dict[str, type[BaseModel]] = {
     "observation": Observation,
     "decision": Decision,
     "feedback": Feedback,
     "memory.recorded": MemoryRecorded,
+    "memory.promoted": MemoryPromoted,
+    "memory.summarised": MemorySummarised,
     "memory.forgotten": MemoryForgotten,
+    "memory.consolidated": ConsolidationCompleted,
+    "memory.retrieved": MemoryRetrieved,
+    "schedule.tick": ScheduleTick,
     "deadletter": DeadLetter,
 }
 

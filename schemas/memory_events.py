@@ -1,4 +1,6 @@
-"""What the processors derive: memories recorded and memories forgotten (schema version 1).
+"""What the processors derive (memories recorded, promoted, summarised and forgotten, and the
+year-end consolidation record), plus the schedule ticks and retrieval records they read
+(schema version 1 each).
 
 Projections are functions of these events alone (DESIGN.md, invariant 7), so they carry
 everything a projection needs, the embedding included: a replay never re-embeds.
@@ -9,7 +11,7 @@ from __future__ import annotations
 import base64
 import uuid
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
@@ -73,13 +75,22 @@ class ImportanceInputs(BaseModel):
     source_weight: float | None = None
 
 
-class MemoryRecorded(Event):
-    """A memory entered working or episodic memory."""
+Level = Literal[0, 1, 2]
+"""0: a memory of one event; 1: an L1 session summary; 2: an L2 chapter summary (seed 001)."""
 
-    event_type: Literal["memory.recorded"] = "memory.recorded"
+
+class MemoryWritten(Event):
+    """Fields shared by every event that puts a memory into a projection.
+
+    Recorded, promoted and summarised memories all carry the whole memory, embedding included,
+    so a projection applies any of them without reading anything else (DESIGN.md, invariant 7).
+    """
+
     memory_id: str
     agent_type: str
-    source_event_id: EventId
+    source_event_id: EventId = Field(
+        description="The agent event remembered, or the event that triggered a summary."
+    )
     source_event_type: str
     source_position: SourcePosition | None = None
     seq: int = Field(ge=0, description="Per-agent order of recording, for FIFO and recency.")
@@ -88,7 +99,7 @@ class MemoryRecorded(Event):
     kind: str | None = None
     importance: float = Field(ge=0.0, le=1.0)
     destination: Destination
-    scoring: ImportanceInputs
+    level: Level = 0
     embedding: Embedding
     embedder: str
     config_version: str
@@ -97,7 +108,101 @@ class MemoryRecorded(Event):
         return decode_vector(self.embedding)
 
 
-ForgetReason = Literal["capacity"]
+class MemoryRecorded(MemoryWritten):
+    """A memory of one agent event entered working or episodic memory."""
+
+    event_type: Literal["memory.recorded"] = "memory.recorded"
+    scoring: ImportanceInputs
+
+
+class PromotionDecision(BaseModel):
+    """Why a working memory was promoted: the audit of seed 004 section 9.3.
+
+    ``threshold``: importance at or above the promotion threshold (004 section 4.3, 0.7).
+    ``burn``: importance at or above the consolidation gate (003, 0.6) and a draw below the burn
+    probability (003, 0.8); ``draw`` is seeded from the memory's source event id.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rule: Literal["threshold", "burn"]
+    consolidated_year: int
+    draw: float | None = None
+
+
+class MemoryPromoted(MemoryWritten):
+    """A copy of a working memory entered episodic memory at year end (seed 004 section 4.3).
+
+    The working memory stays where it is and leaves by FIFO, as in the seed; the copy has its
+    own memory id, so the two projections never fight over one id, and keeps the original's
+    ``seq`` and ``source_event_id`` (retrieval shows the experience once).
+    """
+
+    event_type: Literal["memory.promoted"] = "memory.promoted"
+    promoted_from: str
+    decision: PromotionDecision
+
+
+SummaryTrigger = Literal["step", "year", "tick", "chapter"]
+
+
+class MemorySummarised(MemoryWritten):
+    """An L1 session summary of recent working memories, or an L2 chapter summary of L1s
+    (seed 001). ``summarises`` names the memories it came from."""
+
+    event_type: Literal["memory.summarised"] = "memory.summarised"
+    summarises: tuple[str, ...] = Field(min_length=1)
+    covers_upto_seq: int = Field(
+        ge=0, description="The highest seq of the memories it summarises; the next L1 starts above."
+    )
+    summariser: str
+    trigger: SummaryTrigger
+
+
+class ConsolidationOutcome(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memory_id: str
+    importance: float
+    outcome: Literal["promoted", "burned", "below_gate"]
+    """``burned``: passed the gate, but the draw was at or above the burn probability."""
+    draw: float | None = None
+
+
+class ConsolidationCompleted(Event):
+    """The year-end consolidation of one agent: what was considered and what was promoted.
+
+    The audit record of seed 004 section 9.3; it also lets a worker that folds the log know
+    which memories were already considered, so a replay never draws for them again.
+    """
+
+    event_type: Literal["memory.consolidated"] = "memory.consolidated"
+    consolidated_year: int
+    considered: tuple[ConsolidationOutcome, ...]
+    promoted: tuple[str, ...] = Field(description="Memory ids of the episodic copies.")
+    working_after: int = Field(ge=0)
+    episodic_after: int = Field(ge=0)
+    caused_by: EventId
+    source_position: SourcePosition | None = None
+    config_version: str
+
+
+class MusBreakdown(BaseModel):
+    """The Memory Utility Score of seed 001 and its parts, as computed at the pruning."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    score: float
+    retrieval_frequency: float
+    relevance: float
+    recency: float
+    threshold: float
+    retrievals: int = Field(ge=0)
+    age: float = Field(ge=0.0)
+    age_unit: Literal["steps", "years", "seconds"]
+
+
+ForgetReason = Literal["capacity", "utility"]
 
 
 class MemoryForgotten(Event):
@@ -107,21 +212,81 @@ class MemoryForgotten(Event):
     memory_id: str
     destination: Destination
     reason: ForgetReason
-    caused_by: EventId = Field(description="The event whose recording pushed this memory out.")
+    level: Level = 0
+    caused_by: EventId = Field(
+        description="The event whose processing forgot it: a recording, promotion or trigger."
+    )
     source_position: SourcePosition | None = None
+    mus: MusBreakdown | None = Field(default=None, description="Set when reason is utility.")
     config_version: str
 
 
-DerivedEvent = MemoryRecorded | MemoryForgotten
+MemoryPut = MemoryRecorded | MemoryPromoted | MemorySummarised
+"""The events that put a memory into a projection."""
+
+DerivedEvent = (
+    MemoryRecorded | MemoryPromoted | MemorySummarised | MemoryForgotten | ConsolidationCompleted
+)
+
+
+class ScheduleTick(BaseModel):
+    """A wall-clock tick on ``memory.schedule``, one per partition per interval.
+
+    Its own time is what the lifecycle rules read, never the processor's clock, so a replay
+    of the tick decides the same (DESIGN.md, invariant 2).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = 1
+    event_type: Literal["schedule.tick"] = "schedule.tick"
+    event_id: EventId
+    occurred_at: AwareDatetime
+    partition: int = Field(ge=0)
+    interval_seconds: float = Field(gt=0)
+
+
+class RetrievedItem(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memory_id: str
+    rank: int = Field(ge=1)
+    score: float
+    store: Destination
+    level: Level = 0
+
+
+class MemoryRetrieved(Event):
+    """One retrieval, as the query service answered it: the audit trail of seed 004 section 8.3,
+    and the retrieval frequency and relevance that MUS pruning reads (seed 001)."""
+
+    event_type: Literal["memory.retrieved"] = "memory.retrieved"
+    mode: str
+    parameters: dict[str, Any]
+    results: tuple[RetrievedItem, ...]
+    took_ms: float = Field(ge=0.0)
+
 
 __all__ = [
     "AwareDatetime",
+    "ConsolidationCompleted",
+    "ConsolidationOutcome",
     "DerivedEvent",
     "Destination",
     "Embedding",
     "ImportanceInputs",
+    "Level",
     "MemoryForgotten",
+    "MemoryPromoted",
+    "MemoryPut",
     "MemoryRecorded",
+    "MemoryRetrieved",
+    "MemorySummarised",
+    "MemoryWritten",
+    "MusBreakdown",
+    "PromotionDecision",
+    "RetrievedItem",
+    "ScheduleTick",
     "SourcePosition",
     "decode_vector",
     "derived_event_id",

@@ -7,13 +7,18 @@ import contextlib
 import signal
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
 
 from streams.settings import EngramSettings
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from projections.history import AgentHistory
 
 app = typer.Typer(
     name="engram",
@@ -383,6 +388,90 @@ def retrieve(
                 fail(f"cannot reach the query service at {url}: {exc}")
             raise
     console.print_json(response.model_dump_json())
+
+
+@app.command(
+    help=(
+        "Show what happened to an agent's memories, read from the log: recorded, promoted, "
+        "summarised, forgotten, year-end consolidations and retrievals, oldest first."
+    )
+)
+def history(
+    agent_id: Annotated[str, typer.Argument(help="Whose history.")],
+    limit: Annotated[
+        int, typer.Option(min=1, max=10_000, help="How many of the latest entries to show.")
+    ] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the history as JSON.")] = False,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to read the log for.")] = 30.0,
+) -> None:
+    settings = load_settings()
+    if not settings.kafka_bootstrap:
+        fail("set ENGRAM_KAFKA_BOOTSTRAP (engram up prints it)")
+    bootstrap = settings.kafka_bootstrap
+
+    async def main() -> None:
+        from schemas.topics import Topics
+        from streams.history import read_agent_history
+
+        timeline = await read_agent_history(
+            bootstrap,
+            Topics(settings.topic_prefix),
+            agent_id,
+            settings.partitions,
+            limit=limit,
+            timeout=timeout,
+        )
+        if as_json:
+            typer.echo(timeline.model_dump_json(indent=2))
+        elif not timeline.total:
+            console.print(f"no records of {agent_id} in the log")
+        else:
+            console.print(history_table(timeline))
+
+    with friendly_errors():
+        from projections.history import LogUnavailableError
+
+        try:
+            asyncio.run(main())
+        except LogUnavailableError as exc:
+            fail(str(exc))
+
+
+def history_table(timeline: AgentHistory) -> Table:
+    """The history as a person reads it: one row per entry, oldest first."""
+    from datetime import UTC
+
+    from rich import box
+    from rich.table import Table
+
+    counts = ", ".join(f"{n} {kind}" for kind, n in timeline.counts.items() if n)
+    table = Table(
+        title=f"{timeline.agent_id}: {timeline.total} entries" + (f" ({counts})" if counts else ""),
+        caption=(
+            f"the latest {len(timeline.entries)} of {timeline.total}; --limit shows more"
+            if timeline.truncated
+            else None
+        ),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    table.add_column("when (UTC)", no_wrap=True)
+    table.add_column("simulation", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("memory", no_wrap=True)
+    table.add_column("what", ratio=1, min_width=24)
+    for entry in timeline.entries:
+        sim = "" if entry.year is None else f"year {entry.year}"
+        if entry.step is not None:
+            sim = f"{sim} step {entry.step}".strip()
+        table.add_row(
+            entry.at.astimezone(UTC).strftime("%Y-%m-%d\n%H:%M:%S"),
+            sim,
+            entry.kind,
+            (entry.memory_id or "")[:8],
+            entry.text,
+        )
+    return table
 
 
 @schemas_app.command("export")

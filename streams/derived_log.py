@@ -1,31 +1,44 @@
 """Reading the derived topics back: the processors' state on takeover, and the projections'
 catch-up on what was logged but not yet applied.
 
-The two topics are read one after the other and put back in causal order (each forgetting right
-after the recording that caused it), so folding and re-applying see them as they were emitted.
+The two derived topics are read one after the other and put back in causal order
+(:func:`processors.state_fold.causal_order`), so folding and re-applying see them as they were
+emitted; the retrievals on ``memory.access`` are folded in after them.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from processors.state_fold import FoldedState, causal_order
-from schemas.codec import DecodeError, decode_derived_event
-from schemas.memory_events import DerivedEvent
+from schemas.codec import DecodeError, decode_derived_event, decode_retrieval
+from schemas.memory_events import DerivedEvent, SourcePosition
 from schemas.topics import Topics
 
 log = logging.getLogger("engram.derived_log")
 
 
-async def read_partitions(
-    bootstrap: str, topic_names: Iterable[str], partitions: Iterable[int], *, timeout: float = 120.0
-) -> list[DerivedEvent]:
-    """Every derived event of the given partitions, topic by topic, in log order."""
-    events: list[DerivedEvent] = []
+Decoded = TypeVar("Decoded")
+
+
+async def read_records(
+    bootstrap: str,
+    topic_names: Iterable[str],
+    partitions: Iterable[int],
+    decode: Callable[[bytes], Decoded],
+    *,
+    timeout: float = 120.0,
+) -> list[tuple[SourcePosition, Decoded]]:
+    """Every decodable record of the given partitions with its position, topic by topic, in
+    log order per partition. An undecodable record is logged and skipped: these topics are
+    written by Engram itself, so one is a bug to report, not a reason to stop a takeover."""
+    out: list[tuple[SourcePosition, Decoded]] = []
+    parts = sorted(set(partitions))
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
@@ -36,7 +49,7 @@ async def read_partitions(
     await consumer.start()
     try:
         for topic in topic_names:
-            tps = [TopicPartition(topic, p) for p in partitions]
+            tps = [TopicPartition(topic, p) for p in parts]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             ends = await consumer.end_offsets(tps)
@@ -51,15 +64,20 @@ async def read_partitions(
                         if record.value is None:
                             continue
                         try:
-                            events.append(decode_derived_event(record.value))
+                            decoded = decode(record.value)
                         except DecodeError as exc:
                             log.error(
-                                "unreadable derived event %s[%d]@%d: %s",
+                                "unreadable record %s[%d]@%d: %s",
                                 tp.topic,
                                 tp.partition,
                                 record.offset,
                                 exc,
                             )
+                            continue
+                        position = SourcePosition(
+                            topic=tp.topic, partition=tp.partition, offset=record.offset
+                        )
+                        out.append((position, decoded))
                 # The reported end is a lower bound only: Tansu answers ListOffsets with the
                 # last *batch's* base offset + 1. Past it, an empty poll means the end.
                 for tp in list(remaining):
@@ -67,13 +85,32 @@ async def read_partitions(
                         remaining.discard(tp)
     finally:
         await consumer.stop()
-    return events
+    return out
+
+
+async def read_partitions(
+    bootstrap: str, topic_names: Iterable[str], partitions: Iterable[int], *, timeout: float = 120.0
+) -> list[DerivedEvent]:
+    """Every derived event of the given partitions, topic by topic, in log order."""
+    records = await read_records(
+        bootstrap, topic_names, partitions, decode_derived_event, timeout=timeout
+    )
+    return [event for _, event in records]
 
 
 async def recover_state(
     bootstrap: str, topics: Topics, partitions: Iterable[int]
 ) -> tuple[FoldedState, list[DerivedEvent]]:
-    """The folded processor state of these partitions, and the derived events it came from."""
+    """The folded processor state of these partitions, and the derived events it came from.
+
+    Retrievals are folded after the derived events: they only count uses of summaries that
+    exist, and their counts are order-free (see :func:`processors.lifecycle.on_retrieval`).
+    """
     parts = sorted(set(partitions))
     events = causal_order(await read_partitions(bootstrap, (topics.items, topics.lifecycle), parts))
-    return FoldedState().apply_all(events), events
+    folded = FoldedState(schedule_topic=topics.schedule).apply_all(events)
+    for position, retrieval in await read_records(
+        bootstrap, (topics.access,), parts, decode_retrieval
+    ):
+        folded.apply_retrieval(retrieval, position)
+    return folded, events

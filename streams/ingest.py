@@ -25,11 +25,13 @@ from typing import Any, Protocol
 from processors.batch import BatchResult, RawRecord, process_batch
 from processors.config import ProcessingConfig
 from processors.embedding import Embedder
+from processors.lifecycle import Deriving
 from processors.recording import AgentMemoryState
 from processors.state_fold import FoldedState
+from processors.summarising import ExtractiveSummariser, Summariser
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
 from schemas.codec import encode_event
-from schemas.memory_events import DerivedEvent, MemoryForgotten
+from schemas.memory_events import DerivedEvent, MemoryRecorded
 from schemas.topics import Topics
 from streams.publisher import Position
 
@@ -61,6 +63,8 @@ class IngestStats:
     caught_up: int = 0
     """Derived events re-applied on takeover because a projection had not applied them."""
     memories: int = 0
+    lifecycle_events: int = 0
+    """Promotions, summaries, forgettings and consolidation records."""
     dead_letters: int = 0
     projection_retries: int = 0
     last_batch_at: float | None = None
@@ -89,6 +93,7 @@ class IngestPipeline:
     episodic: EpisodicMemoryStore | None
     """None when an episodic projector applies the log instead (Qdrant Edge in another process)."""
     send: SendFn
+    summariser: Summariser = field(default_factory=ExtractiveSummariser)
     recover: Recover | None = None
     """Reads the derived log of partitions back; None for a pipeline that starts empty."""
     should_stop: Callable[[], bool] = lambda: False
@@ -96,8 +101,9 @@ class IngestPipeline:
     stats: IngestStats = field(default_factory=IngestStats)
 
     def __post_init__(self) -> None:
-        self.config_version = self.config.version(self.embedder.id)
-        self.folded = FoldedState()
+        self.config_version = self.config.version(self.embedder.id, self.summariser.id)
+        self.ctx = Deriving(self.config, self.embedder, self.summariser, self.config_version)
+        self.folded = FoldedState(schedule_topic=self.topics.schedule)
         self._recovered: set[int] = set()
         self._partition_of: dict[str, int] = {}
 
@@ -162,28 +168,35 @@ class IngestPipeline:
             )
         self._recovered |= missing
 
+    def agents_of_partition(self, partition: int) -> list[str]:
+        """The agents a tick of ``partition`` concerns: every agent this worker holds there."""
+        return [a for a, p in self._partition_of.items() if p == partition]
+
     def derive(self, records: Sequence[RawRecord]) -> BatchResult:
         return process_batch(
             records,
             self.load_state,
-            config=self.config,
-            embedder=self.embedder,
-            config_version=self.config_version,
+            ctx=self.ctx,
             failed_at=datetime.now(UTC),
+            agents_of_partition=self.agents_of_partition,
         )
 
     async def handle(self, records: Sequence[RawRecord]) -> BatchResult:
         await self._ensure_recovered(records)
         upto = self.folded.derived_upto
         fresh = [r for r in records if r.offset > upto.get((r.topic, r.partition), -1)]
-        result = self.derive(fresh)
+        if self.summariser.blocking:
+            # A summariser that waits on a network must not stall the consumer's heartbeats.
+            result = await asyncio.to_thread(self.derive, fresh)
+        else:
+            result = self.derive(fresh)
         send, items, lifecycle = self.send, self.topics.items, self.topics.lifecycle
         deliveries: list[Any] = []
         # Sequential awaits: each only enqueues, and no Task is made per record.
         for event in result.derived:
             position = event.source_position
             delivery = await send(
-                lifecycle if isinstance(event, MemoryForgotten) else items,
+                items if isinstance(event, MemoryRecorded) else lifecycle,
                 event.agent_id.encode("utf-8"),
                 encode_event(event),
                 position.partition if position is not None else None,
@@ -244,7 +257,10 @@ class IngestPipeline:
         stats = self.stats
         stats.batches += 1
         stats.events += len(records)
-        stats.memories += sum(1 for e in result.derived if not isinstance(e, MemoryForgotten))
+        stats.memories += sum(1 for e in result.derived if isinstance(e, MemoryRecorded))
+        stats.lifecycle_events += sum(
+            1 for e in result.derived if not isinstance(e, MemoryRecorded)
+        )
         stats.dead_letters += len(result.dead_letters)
         stats.last_batch_at = time.time()
         for raw in records:

@@ -14,18 +14,20 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import faust
 from faust.types import TP, EventT, StreamT
 
-from processors.batch import RawRecord
+from processors.batch import RawRecord, RecordKind
 from processors.state_fold import FoldedState
 from schemas.memory_events import DerivedEvent
 from schemas.topics import Topics
 from streams.derived_log import recover_state
 from streams.faust_tuning import TunedFaustApp
 from streams.ingest import IngestPipeline, SendFn
+from streams.scheduler import publish_ticks, ticks_for
 from streams.settings import EngramSettings
 
 log = logging.getLogger("engram.processors")
@@ -62,10 +64,14 @@ def create_processor_app(settings: EngramSettings, bootstrap: str) -> ProcessorA
         web_enabled=False,
         datadir=str(settings.data_dir / "faust" / app_id),
     )
-    source = app.topic(*topics.agent_inputs, key_serializer="raw", value_serializer="raw")
+    # One channel for every input, so Faust assigns the same partition numbers of all of them
+    # to one worker: an agent's events, its retrievals and its partition's ticks meet there.
+    inputs = (*topics.agent_inputs, topics.schedule, topics.access)
+    source = app.topic(*inputs, key_serializer="raw", value_serializer="raw")
     holder: dict[str, IngestPipeline] = {}
     type_of = topics.event_type_of
-    agent_topics = set(topics.agent_inputs)
+    agent_topics = set(inputs)
+    kind_of: dict[str, RecordKind] = {topics.schedule: "tick", topics.access: "retrieval"}
 
     async def ingest(stream: StreamT[bytes]) -> None:
         pipeline = holder["pipeline"]
@@ -89,6 +95,7 @@ def create_processor_app(settings: EngramSettings, bootstrap: str) -> ProcessorA
                         key=message.key,
                         value=message.value,
                         expected_type=type_of(message.topic),
+                        kind=kind_of.get(message.topic, "agent"),
                     )
                 )
             try:
@@ -108,6 +115,26 @@ def create_processor_app(settings: EngramSettings, bootstrap: str) -> ProcessorA
 
     app.agent(source, name=f"{settings.topic_prefix}ingest")(ingest)
 
+    async def send(topic: str, key: bytes | None, value: bytes, partition: int | None) -> Any:
+        return await app.producer.send(
+            topic, key, value, partition=partition, timestamp=None, headers=None
+        )
+
+    typed_send: SendFn = send
+
+    if settings.schedule_interval > 0:
+
+        async def tick(*_: Any) -> None:
+            """Runs on the group leader only (Faust's ``on_leader``), so one tick per interval
+            reaches each partition however many workers run."""
+            ticks = ticks_for(settings.partitions, datetime.now(UTC), settings.schedule_interval)
+            try:
+                await publish_ticks(typed_send, topics, ticks)
+            except Exception:
+                log.warning("could not publish a schedule tick; the next one will", exc_info=True)
+
+        app.timer(settings.schedule_interval, on_leader=True, name="engram-schedule")(tick)
+
     @app.on_partitions_revoked.connect
     async def release(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
         revoked: set[TP] = args[0]
@@ -116,12 +143,6 @@ def create_processor_app(settings: EngramSettings, bootstrap: str) -> ProcessorA
             pipeline.release({tp.partition for tp in revoked if tp.topic in agent_topics})
 
     def bind(make_pipeline: PipelineFactory) -> IngestPipeline:
-        async def send(topic: str, key: bytes | None, value: bytes, partition: int | None) -> Any:
-            return await app.producer.send(
-                topic, key, value, partition=partition, timestamp=None, headers=None
-            )
-
-        typed_send: SendFn = send
 
         async def recover(partitions: set[int]) -> tuple[FoldedState, list[DerivedEvent]]:
             return await recover_state(bootstrap, topics, partitions)

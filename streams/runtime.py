@@ -14,22 +14,32 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
+from aiokafka.errors import KafkaError
 
 from processors.config import ProcessingConfig, load_processing_config
 from processors.embedding import Embedder, embedder_from_name
 from projections.episodic.factory import open_episodic_store
+from projections.history import AgentHistory
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
 from projections.retrieval.engine import RetrievalEngine
-from projections.service.app import create_app
+from projections.service.app import HistoryReader, RetrievalHook, create_app
 from projections.working.redis_store import RedisWorkingMemory
+from schemas.codec import encode_event
+from schemas.memory_events import MemoryRetrieved
 from schemas.topics import Topics
+from streams.chat_summariser import summariser_from_url
 from streams.episodic_projector import EpisodicProjector
+from streams.history import read_agent_history
 from streams.ingest import IngestPipeline
 from streams.processor_app import ProcessorApp, create_processor_app
+from streams.publisher import producer_for
 from streams.settings import EngramSettings
 from streams.topic_admin import ensure_topics
 
 log = logging.getLogger("engram.runtime")
+
+HISTORY_TIMEOUT_S = 15.0
+"""Longest one history request may read the log; past it the service answers 503, not hangs."""
 
 
 @dataclass
@@ -46,7 +56,50 @@ def processing_config(settings: EngramSettings) -> ProcessingConfig:
         episodic_threshold=settings.episodic_threshold,
         working_capacity=settings.working_capacity,
         episodic_capacity=settings.episodic_capacity,
+        lifecycle=settings.lifecycle,
     )
+
+
+class RetrievalRecorder:
+    """Puts each answered retrieval on ``memory.access``, keyed by agent id.
+
+    A retrieval only waits for its record to be enqueued: delivery is the producer's job, and
+    a delivery that fails is logged and counted, never raised into the retrieval that made it.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, *, linger: float = 0.0) -> None:
+        self.topic = topic
+        self.delivered = 0
+        self.failed = 0
+        self._producer = producer_for(bootstrap, linger=linger)
+
+    async def start(self) -> RetrievalRecorder:
+        try:
+            await self._producer.start()
+            # The topic's metadata now, so the first retrieval does not wait for it.
+            await self._producer.partitions_for(self.topic)
+        except KafkaError as exc:
+            await self._producer.stop()
+            raise RuntimeError(f"cannot record retrievals on {self.topic}: {exc}") from exc
+        return self
+
+    async def __call__(self, event: MemoryRetrieved) -> None:
+        delivery = await self._producer.send(
+            self.topic, encode_event(event), key=event.agent_id.encode("utf-8")
+        )
+        delivery.add_done_callback(self._delivered)
+
+    def _delivered(self, delivery: asyncio.Future[Any]) -> None:
+        if delivery.cancelled() or delivery.exception() is not None:
+            self.failed += 1
+            reason = "cancelled" if delivery.cancelled() else delivery.exception()
+            log.warning("a retrieval record was not delivered to %s: %s", self.topic, reason)
+        else:
+            self.delivered += 1
+
+    async def stop(self) -> None:
+        """Delivers what is still in flight, then closes the producer."""
+        await self._producer.stop()
 
 
 @dataclass
@@ -62,6 +115,7 @@ class Node:
     projector: EpisodicProjector | None = field(default=None, init=False)
     processor: ProcessorApp | None = field(default=None, init=False)
     pipeline: IngestPipeline | None = field(default=None, init=False)
+    recorder: RetrievalRecorder | None = field(default=None, init=False)
     http_port: int | None = field(default=None, init=False)
     _server: uvicorn.Server | None = field(default=None, init=False)
     _server_task: asyncio.Task[None] | None = field(default=None, init=False)
@@ -121,6 +175,16 @@ class Node:
                 topics=topics,
                 working=self.working,
                 episodic=self.episodic if settings.episodic_writer == "worker" else None,
+                summariser=summariser_from_url(
+                    settings.summariser_url,
+                    settings.summariser_model,
+                    (
+                        settings.summariser_api_key.get_secret_value()
+                        if settings.summariser_api_key
+                        else None
+                    ),
+                    settings.summariser_timeout,
+                ),
                 **shell,
             )
 
@@ -131,7 +195,10 @@ class Node:
     async def _start_service(self) -> None:
         assert self.episodic is not None
         engine = RetrievalEngine(self.working, self.episodic, self.embedder)
-        app = create_app(engine, readiness=self.readiness)
+        on_retrieval, history = await self._log_access()
+        app = create_app(
+            engine, readiness=self.readiness, on_retrieval=on_retrieval, history=history
+        )
         config = uvicorn.Config(
             app,
             host=self.settings.http_host,
@@ -154,6 +221,35 @@ class Node:
             raise RuntimeError("the query service did not start within 10 s")
         sockets = [s for server in self._server.servers for s in server.sockets]
         self.http_port = int(sockets[0].getsockname()[1])
+
+    async def _log_access(self) -> tuple[RetrievalHook | None, HistoryReader | None]:
+        """The service's recorder of retrievals and its history reader, given a broker."""
+        settings, bootstrap = self.settings, self.endpoints.kafka_bootstrap
+        if not bootstrap:
+            log.warning(
+                "no Kafka bootstrap: retrievals are not recorded on memory.access, "
+                "and the history route answers 503"
+            )
+            return None, None
+        topics = Topics(settings.topic_prefix)
+        if not (self.run_processors or self.run_projector):
+            # Otherwise a first retrieval could auto-create memory.access with another count.
+            await ensure_topics(bootstrap, topics, settings.partitions)
+        self.recorder = await RetrievalRecorder(
+            bootstrap, topics.access, linger=settings.producer_linger
+        ).start()
+
+        async def history(agent_id: str, limit: int) -> AgentHistory:
+            return await read_agent_history(
+                bootstrap,
+                topics,
+                agent_id,
+                settings.partitions,
+                limit=limit,
+                timeout=HISTORY_TIMEOUT_S,
+            )
+
+        return self.recorder, history
 
     @property
     def http_url(self) -> str | None:
@@ -183,6 +279,9 @@ class Node:
             if self._server_task is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self._server_task, 10)
+        if self.recorder is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.recorder.stop(), 10)
         if self.processor is not None:
             await self.processor.app.stop()
         if self.projector is not None:

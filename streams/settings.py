@@ -12,6 +12,8 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from processors.config import LifecycleRules
+
 
 class EngramSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ENGRAM_", frozen=True, extra="ignore")
@@ -36,6 +38,23 @@ class EngramSettings(BaseSettings):
     working_capacity: int = Field(default=10, ge=1)
     episodic_capacity: int = Field(default=50, ge=1)
     embedder: str = "hashing"
+    lifecycle: LifecycleRules = Field(
+        default_factory=LifecycleRules,
+        description="Consolidation, summary and pruning rules, as JSON: "
+        'ENGRAM_LIFECYCLE=\'{"pruning": {"l1_min_age": 5}}\'.',
+    )
+    schedule_interval: float = Field(
+        default=60.0,
+        ge=0.0,
+        description="Seconds between wall-clock ticks on memory.schedule; 0 turns them off.",
+    )
+    summariser_url: str | None = Field(
+        default=None,
+        description="Base URL of an OpenAI-compatible chat API (…/v1); unset: extractive.",
+    )
+    summariser_model: str = "gpt-4o-mini"
+    summariser_api_key: SecretStr | None = None
+    summariser_timeout: float = Field(default=20.0, gt=0.0)
 
     episodic_writer: Literal["worker", "projector"] = Field(
         default="worker",

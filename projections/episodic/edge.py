@@ -10,7 +10,8 @@ The positions live outside the shard directory so that nothing Edge manages (sna
 
 Checkpoint order, kept by every :meth:`EdgeEpisodicMemory.apply`:
 
-1. one upsert of the batch's surviving recordings and one delete of its forgettings;
+1. one upsert of the batch's surviving memories (recorded, promoted, summarised) and one
+   delete of its forgettings;
 2. ``flush()``, so the shard is durable;
 3. the positions written to a temporary file, fsynced, renamed over the old file.
 
@@ -51,12 +52,13 @@ import qdrant_edge as qe
 
 from projections.interfaces import ProjectionError, latest_positions
 from projections.memory import StoredMemory, memory_from_point, point_payload
-from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded
+from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryWritten
 
 __all__ = [
     "EdgeEpisodicMemory",
     "EpisodicChanges",
     "advance_positions",
+    "checked_levels",
     "checked_vector",
     "episodic_changes",
     "stored_memory",
@@ -78,7 +80,7 @@ class EpisodicChanges:
     same batch is never written at all.
     """
 
-    upserts: dict[str, MemoryRecorded]
+    upserts: dict[str, MemoryWritten]
     deletes: frozenset[str]
     positions: Positions
 
@@ -89,17 +91,16 @@ class EpisodicChanges:
 
 def episodic_changes(events: Sequence[DerivedEvent], dim: int) -> EpisodicChanges:
     """Fold a batch, its vectors checked against the store's dimension; positions come from
-    every event, since a working-memory event is applied too (as a no-op) and a read-your-writes
-    wait must see the store move past it."""
-    upserts: dict[str, MemoryRecorded] = {}
+    every event, since a working-memory event or a consolidation record is applied too (as a
+    no-op) and a read-your-writes wait must see the store move past it."""
+    upserts: dict[str, MemoryWritten] = {}
     deletes: set[str] = set()
     for event in events:
-        if event.destination != "episodic":
-            continue
-        if isinstance(event, MemoryRecorded):
-            upserts[event.memory_id] = event
-            deletes.discard(event.memory_id)
-        elif isinstance(event, MemoryForgotten):
+        if isinstance(event, MemoryWritten):
+            if event.destination == "episodic":
+                upserts[event.memory_id] = event
+                deletes.discard(event.memory_id)
+        elif isinstance(event, MemoryForgotten) and event.destination == "episodic":
             upserts.pop(event.memory_id, None)
             deletes.add(event.memory_id)
     for memory in upserts.values():
@@ -152,16 +153,31 @@ def _edge_errors(doing: str) -> Iterator[None]:
         raise ProjectionError(f"Qdrant Edge: {doing} failed: {exc}") from exc
 
 
-def _agent_filter(agent_id: str) -> qe.Filter:
-    return qe.Filter(must=[qe.FieldCondition(key="agent_id", match=qe.MatchValue(agent_id))])
+def checked_levels(levels: Sequence[int] | None) -> list[int] | None:
+    """The levels to filter on, or None for all. An empty selection is refused rather than
+    answered with nothing: it is a caller's mistake, never a question worth asking a store."""
+    if levels is None:
+        return None
+    if not levels:
+        raise ValueError("levels must name at least one level (None means every level)")
+    return sorted(set(levels))
+
+
+def _agent_filter(agent_id: str, levels: list[int] | None = None) -> qe.Filter:
+    agent = qe.FieldCondition(key="agent_id", match=qe.MatchValue(agent_id))
+    if levels is None:
+        return qe.Filter(must=[agent])
+    return qe.Filter(must=[agent, qe.FieldCondition(key="level", match=qe.MatchAny(levels))])
 
 
 def _ensure_indexes(shard: qe.EdgeShard) -> None:
     """agent_id: every read filters on it (``is_tenant`` lets the optimizer group an agent's
-    points). seq: ``order_by`` refuses to sort on a field without a range index."""
+    points). seq: ``order_by`` refuses to sort on a field without a range index. level: reads
+    that ask for some levels only match it by value."""
     wanted: dict[str, Any] = {
         "agent_id": qe.KeywordIndexParams(is_tenant=True),
         "seq": qe.IntegerIndexParams(lookup=False, range=True),
+        "level": qe.IntegerIndexParams(lookup=True, range=False),
     }
     existing = shard.info().payload_schema
     for field_name, params in wanted.items():
@@ -270,12 +286,14 @@ class EdgeEpisodicMemory:
         if positions is not None:
             _write_positions(self._path / POSITIONS_FILE, positions)
 
-    async def memories(self, agent_id: str, limit: int = 1000) -> list[StoredMemory]:
+    async def memories(
+        self, agent_id: str, limit: int = 1000, levels: Sequence[int] | None = None
+    ) -> list[StoredMemory]:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         request = qe.ScrollRequest(
             limit=limit,
-            filter=_agent_filter(agent_id),
+            filter=_agent_filter(agent_id, checked_levels(levels)),
             with_payload=True,
             with_vector=False,
             order_by=qe.OrderBy("seq", qe.Direction.Desc),
@@ -285,14 +303,20 @@ class EdgeEpisodicMemory:
             records, _ = self._shard.scroll(request)
         return [stored_memory(record.payload) for record in records]
 
-    async def search(self, agent_id: str, vector: np.ndarray, limit: int) -> list[StoredMemory]:
+    async def search(
+        self,
+        agent_id: str,
+        vector: np.ndarray,
+        limit: int,
+        levels: Sequence[int] | None = None,
+    ) -> list[StoredMemory]:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         query = checked_vector(vector, self._dim, "the query vector")
         request = qe.QueryRequest(
             limit=limit,
             query=qe.Query.Nearest(query.tolist()),
-            filter=_agent_filter(agent_id),
+            filter=_agent_filter(agent_id, checked_levels(levels)),
             with_payload=True,
             with_vector=False,
         )

@@ -8,7 +8,7 @@ double, never a deployment.
 Applied positions live in a companion collection, ``<collection>_applied``: one vector-less
 point per topic and partition, its id derived from both. A companion collection rather than a
 special point among the memories, so that counts, searches and scrolls of memories never have
-to step around it. Checkpoint order per apply: upsert the batch's surviving recordings, delete
+to step around it. Checkpoint order per apply: upsert the batch's surviving memories, delete
 its forgettings, then advance the positions, each request with ``wait=True``. The server cannot
 write two collections atomically; this order leaves the positions at or behind the data after
 a crash, and the idempotent upserts and deletes absorb the replay.
@@ -28,13 +28,14 @@ from qdrant_client import AsyncQdrantClient, models
 from projections.episodic.edge import (
     Positions,
     advance_positions,
+    checked_levels,
     checked_vector,
     episodic_changes,
     stored_memory,
 )
 from projections.interfaces import ProjectionError
 from projections.memory import StoredMemory, point_payload
-from schemas.memory_events import DerivedEvent, MemoryRecorded
+from schemas.memory_events import DerivedEvent, MemoryWritten
 
 __all__ = ["DEFAULT_COLLECTION", "QdrantServerEpisodicMemory"]
 
@@ -50,13 +51,15 @@ def _position_id(topic: str, partition: int) -> str:
     return str(uuid.uuid5(POSITIONS_NAMESPACE, f"{topic}/{partition}"))
 
 
-def _agent_filter(agent_id: str) -> models.Filter:
-    return models.Filter(
-        must=[models.FieldCondition(key="agent_id", match=models.MatchValue(value=agent_id))]
-    )
+def _agent_filter(agent_id: str, levels: list[int] | None = None) -> models.Filter:
+    agent = models.FieldCondition(key="agent_id", match=models.MatchValue(value=agent_id))
+    if levels is None:
+        return models.Filter(must=[agent])
+    level = models.FieldCondition(key="level", match=models.MatchAny(any=levels))
+    return models.Filter(must=[agent, level])
 
 
-def _point(memory: MemoryRecorded) -> models.PointStruct:
+def _point(memory: MemoryWritten) -> models.PointStruct:
     return models.PointStruct(
         id=memory.memory_id,
         vector=memory.vector().tolist(),
@@ -143,6 +146,9 @@ class QdrantServerEpisodicMemory:
             "seq": models.IntegerIndexParams(
                 type=models.IntegerIndexType.INTEGER, lookup=False, range=True
             ),
+            "level": models.IntegerIndexParams(
+                type=models.IntegerIndexType.INTEGER, lookup=True, range=False
+            ),
         }
         with _client_errors(self._where, f"creating the payload indexes of {self._collection}"):
             for field_name, schema in wanted.items():
@@ -226,14 +232,17 @@ class QdrantServerEpisodicMemory:
             if moved:
                 await self._client.upsert(self._positions_collection, points=moved, wait=True)
 
-    async def memories(self, agent_id: str, limit: int = 1000) -> list[StoredMemory]:
+    async def memories(
+        self, agent_id: str, limit: int = 1000, levels: Sequence[int] | None = None
+    ) -> list[StoredMemory]:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
+        query_filter = _agent_filter(agent_id, checked_levels(levels))
         self._check_open()
         with _client_errors(self._where, f"listing the memories of {agent_id!r}"):
             records, _ = await self._client.scroll(
                 self._collection,
-                scroll_filter=_agent_filter(agent_id),
+                scroll_filter=query_filter,
                 limit=limit,
                 order_by=models.OrderBy(key="seq", direction=models.Direction.DESC),
                 with_payload=True,
@@ -241,16 +250,23 @@ class QdrantServerEpisodicMemory:
             )
         return [stored_memory(record.payload) for record in records]
 
-    async def search(self, agent_id: str, vector: np.ndarray, limit: int) -> list[StoredMemory]:
+    async def search(
+        self,
+        agent_id: str,
+        vector: np.ndarray,
+        limit: int,
+        levels: Sequence[int] | None = None,
+    ) -> list[StoredMemory]:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         query = checked_vector(vector, self._dim, "the query vector")
+        query_filter = _agent_filter(agent_id, checked_levels(levels))
         self._check_open()
         with _client_errors(self._where, f"searching the memories of {agent_id!r}"):
             response = await self._client.query_points(
                 self._collection,
                 query=query.tolist(),
-                query_filter=_agent_filter(agent_id),
+                query_filter=query_filter,
                 limit=limit,
                 with_payload=True,
                 with_vectors=False,

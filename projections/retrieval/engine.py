@@ -3,12 +3,21 @@
 The stores are small per agent (working capacity 10, episodic 50: seed 004 section 5.1), so the
 engine reads all of an agent's memories and ranks them in process with the pure functions of
 :mod:`projections.retrieval.scoring`; the stores only have to list and, given a query, search.
+
+Levels. A request names the levels it ranks (0 memories of events by default; summaries only
+when asked for). Working memory holds memories of events only, so it is not read at all when
+level 0 is not asked for; the episodic store filters by level itself.
+
+One experience, one result. A working memory promoted at year end has an episodic copy with its
+own memory id but the same source event and level; while the original is still in working
+memory, the copy is dropped before ranking, so it neither shows twice nor counts as considered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -46,7 +55,7 @@ class RetrievalEngine:
         only would silently change what the agent remembers.
         """
         started = time.perf_counter()
-        working, episodic = await self._read(agent_id, request.query)
+        working, episodic = await self._read(agent_id, request.query, request.levels)
         weights: Weights | None = None
         ranking: Ranking
         if request.mode == "weighted":
@@ -106,13 +115,14 @@ class RetrievalEngine:
         return checks
 
     async def _read(
-        self, agent_id: str, query: str | None
+        self, agent_id: str, query: str | None, levels: Sequence[int]
     ) -> tuple[list[StoredMemory], list[StoredMemory]]:
-        """Both stores at once. Waits for both even when one fails, so no read outlives the
-        request; two store failures are reported together."""
+        """Both stores at once, promoted copies of working memories left out. Waits for both
+        even when one fails, so no read outlives the request; two store failures are reported
+        together."""
         working, episodic = await asyncio.gather(
-            self._working.memories(agent_id),
-            self._read_episodic(agent_id, query),
+            self._read_working(agent_id, levels),
+            self._read_episodic(agent_id, query, levels),
             return_exceptions=True,
         )
         if isinstance(working, BaseException) or isinstance(episodic, BaseException):
@@ -123,12 +133,31 @@ class RetrievalEngine:
             if len(failures) == 1:
                 raise failures[0]
             raise ProjectionError("; ".join(str(f) for f in failures)) from failures[0]
-        return working, episodic
+        return working, without_copies_of(working, episodic)
 
-    async def _read_episodic(self, agent_id: str, query: str | None) -> list[StoredMemory]:
+    async def _read_working(self, agent_id: str, levels: Sequence[int]) -> list[StoredMemory]:
+        if 0 not in levels:
+            return []
+        return await self._working.memories(agent_id)
+
+    async def _read_episodic(
+        self, agent_id: str, query: str | None, levels: Sequence[int]
+    ) -> list[StoredMemory]:
         if query is not None:
             vector = self._embedder.embed(query)
             # A query of stopwords only embeds to zeros, which has no direction to search by.
             if np.any(vector):
-                return await self._episodic.search(agent_id, vector, self._episodic_limit)
-        return await self._episodic.memories(agent_id, self._episodic_limit)
+                return await self._episodic.search(
+                    agent_id, vector, self._episodic_limit, levels=levels
+                )
+        return await self._episodic.memories(agent_id, self._episodic_limit, levels=levels)
+
+
+def without_copies_of(
+    working: Sequence[StoredMemory], episodic: Sequence[StoredMemory]
+) -> list[StoredMemory]:
+    """``episodic`` without the promoted copies of memories still in ``working``: a copy shares
+    its original's source event and level. The level is part of the key because a summary's
+    source event is the one that triggered it, which may also be remembered on its own."""
+    originals = {(m.source_event_id, m.level) for m in working}
+    return [m for m in episodic if (m.source_event_id, m.level) not in originals]

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 
 from projections.memory import StoredMemory
 from projections.retrieval.scoring import Breakdown, Clock, Weights
 from schemas.envelope import MAX_CONTENT_CHARS, AgentId, Tag
+from schemas.memory_events import Level
 
 Mode = Literal["two_phase", "weighted"]
 
@@ -17,6 +25,16 @@ MAX_TOP_K = 100
 capacities; a prompt never wants more, so a larger value is refused as a likely mistake."""
 
 MAX_CONTEXT_TAGS = 64
+
+
+def _some_distinct(levels: tuple[Level, ...]) -> tuple[Level, ...]:
+    """Checked after the items rather than with ``min_length``, which pydantic also reports
+    when an item was refused, so a bad level came back as two errors."""
+    if not levels:
+        raise ValueError("levels must name at least one level")
+    if len(set(levels)) != len(levels):
+        raise ValueError("levels must not repeat a level")
+    return levels
 
 
 class RetrievalRequest(BaseModel):
@@ -58,6 +76,14 @@ class RetrievalRequest(BaseModel):
     )
     weights: Weights | None = Field(
         default=None, description="Weighted mode only: overrides of the seed 003 default weights."
+    )
+    levels: Annotated[tuple[Level, ...], AfterValidator(_some_distinct)] = Field(
+        default=(0,),
+        json_schema_extra={"minItems": 1, "uniqueItems": True},
+        description=(
+            "Which memories to rank: 0 memories of events, 1 L1 session summaries, 2 L2 chapter "
+            "summaries; summaries are asked for explicitly."
+        ),
     )
 
     @model_validator(mode="after")

@@ -189,7 +189,7 @@ def two_phase(
     memory is the unit of age.
     """
     _check_top_k(top_k)
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[object, ...]] = set()
     working = list(_unique(working, seen))
     episodic = list(_unique(episodic, seen))
     clock = resolve_clock(
@@ -255,8 +255,9 @@ def weighted(
       (higher ``seq``).
 
     Every component is computed and reported even when its weight is zero, so a caller can see
-    what a weight would change. Duplicates (same ``memory_id`` or ``source_event_id``) are
-    scored once, the first occurrence kept: pass working memories before episodic ones.
+    what a weight would change. Duplicates (same ``memory_id``, or same ``source_event_id`` and
+    ``level``) are scored once, the first occurrence kept: pass working memories before
+    episodic ones.
     """
     _check_top_k(top_k)
     weights = weights or Weights()
@@ -359,12 +360,15 @@ def _times(memories: Sequence[StoredMemory], clock: Clock) -> dict[str, tuple[in
     return result
 
 
-def _unique(memories: Iterable[StoredMemory], seen: set[tuple[str, str]]) -> Iterator[StoredMemory]:
-    """Skip memories already seen under their id or their source event: a memory promoted from
-    working to episodic memory derives from the same source event."""
+def _unique(
+    memories: Iterable[StoredMemory], seen: set[tuple[object, ...]]
+) -> Iterator[StoredMemory]:
+    """Skip memories already seen under their id or their source event and level: a memory
+    promoted from working to episodic memory derives from the same source event. The level
+    keeps a summary apart from the memory of the event that triggered it."""
     for memory in memories:
         identity = ("memory", memory.memory_id)
-        source = ("source", memory.source_event_id)
+        source = ("source", memory.source_event_id, memory.level)
         if identity in seen or source in seen:
             continue
         seen.update((identity, source))

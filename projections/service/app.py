@@ -1,7 +1,9 @@
-"""The HTTP query service: retrieval as a tool (seed 004, section 8) plus health and readiness.
+"""The HTTP query service: retrieval as a tool (seed 004, section 8), an agent's memory
+history, plus health and readiness.
 
 ``create_app`` builds the application around an engine it is given; nothing is built at import
-time, so tests and the embedded dev stack each wire their own stores.
+time, so tests and the embedded dev stack each wire their own stores, their own log reader and
+their own recorder of retrievals.
 """
 
 from __future__ import annotations
@@ -10,22 +12,35 @@ import asyncio
 import importlib.metadata
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI, Path, Request
+from fastapi import FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from projections.history import MAX_HISTORY_LIMIT, AgentHistory, LogUnavailableError
 from projections.interfaces import ProjectionError
 from projections.retrieval.engine import RetrievalEngine
 from projections.retrieval.models import RetrievalRequest, RetrievalResponse
 from schemas.envelope import AgentId
+from schemas.memory_events import MemoryRetrieved, RetrievedItem
 
 log = logging.getLogger(__name__)
 
 Readiness = Callable[[], Awaitable[dict[str, str]]]
 """Returns ``{backend: "ok" | reason}``; the service is ready when every value is ``"ok"``."""
+
+RetrievalHook = Callable[[MemoryRetrieved], Awaitable[None]]
+"""Called with the record of every answered retrieval (the audit trail of seed 004 section 8.3,
+and the retrieval frequency MUS pruning reads). It should only enqueue: the request waits."""
+
+HistoryReader = Callable[[str, int], Awaitable[AgentHistory]]
+"""``(agent_id, limit) -> history``; raises :class:`LogUnavailableError` or ``TimeoutError``
+when the log cannot be read."""
+
+DEFAULT_HISTORY_LIMIT = 100
 
 AGENT_ID_RULE = "1-200 characters: letters, digits and _ . : @ - (no spaces or slashes)"
 """What ``schemas.envelope.AgentId`` accepts, in words, for the docs and the 422 message."""
@@ -57,19 +72,57 @@ class ServiceError(BaseModel):
     detail: str
 
 
+@dataclass
+class RetrievalAudit:
+    """How many retrievals the hook took and refused; on ``app.state.retrieval_audit``.
+
+    A refused record never fails the retrieval (the agent needs its memories more than the
+    audit needs the record), so these counters are where a lost record shows.
+    """
+
+    recorded: int = 0
+    failed: int = 0
+
+
 def create_app(
     engine: RetrievalEngine,
     *,
     readiness: Readiness | None = None,
     readiness_timeout_s: float = 2.0,
+    on_retrieval: RetrievalHook | None = None,
+    on_retrieval_timeout_s: float = 1.0,
+    history: HistoryReader | None = None,
     title: str = "Engram query service",
     version: str | None = None,
 ) -> FastAPI:
     """The query service over ``engine``. ``readiness`` defaults to pinging the engine's
     stores; a check that fails, or does not answer within ``readiness_timeout_s``, makes
-    ``/readyz`` answer 503, so an orchestrator stops routing traffic here."""
+    ``/readyz`` answer 503, so an orchestrator stops routing traffic here.
+
+    ``on_retrieval`` gets a :class:`MemoryRetrieved` for each answered retrieval; one that
+    fails or takes longer than ``on_retrieval_timeout_s`` is counted and logged, and the
+    retrieval is answered anyway. ``history`` reads an agent's history from the log; without
+    it the history route answers 503.
+    """
     check = readiness or engine.readiness
     app = FastAPI(title=title, version=version or _package_version(), description=DESCRIPTION)
+    audit = RetrievalAudit()
+    app.state.retrieval_audit = audit
+
+    async def record(agent_id: str, request: RetrievalRequest, response: RetrievalResponse) -> None:
+        if on_retrieval is None:
+            return
+        try:
+            async with asyncio.timeout(on_retrieval_timeout_s):
+                await on_retrieval(retrieval_record(agent_id, request, response))
+        except Exception as error:  # the audit must never cost the agent its memories
+            audit.failed += 1
+            reason = str(error) or type(error).__name__
+            if isinstance(error, TimeoutError):
+                reason = f"no answer within {on_retrieval_timeout_s} s"
+            log.warning("retrieval of %s not recorded: %s", agent_id, reason)
+        else:
+            audit.recorded += 1
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(_: Request, error: RequestValidationError) -> JSONResponse:
@@ -103,7 +156,36 @@ def create_app(
         ],
         request: RetrievalRequest,
     ) -> RetrievalResponse:
-        return await engine.retrieve(agent_id, request)
+        response = await engine.retrieve(agent_id, request)
+        await record(agent_id, request, response)
+        return response
+
+    @app.get(
+        "/v1/agents/{agent_id}/history",
+        tags=["history"],
+        summary="What happened to an agent's memories, from the log",
+        description="The agent's memories recorded, promoted, summarised and forgotten, its "
+        "year-end consolidations and its retrievals, oldest first: the latest `limit` entries, "
+        "with counts over the whole history. An agent with no records has an empty history.",
+        responses={503: {"model": ServiceError, "description": "The event log cannot be read."}},
+    )
+    async def agent_history(
+        agent_id: Annotated[
+            AgentId,
+            Path(description=f"The agent: {AGENT_ID_RULE}.", examples=["H001"]),
+        ],
+        limit: Annotated[
+            int,
+            Query(ge=1, le=MAX_HISTORY_LIMIT, description="How many of the latest entries."),
+        ] = DEFAULT_HISTORY_LIMIT,
+    ) -> AgentHistory:
+        if history is None:
+            raise HTTPException(503, "event log unavailable: this service reads no event log")
+        try:
+            return await history(agent_id, limit)
+        except (LogUnavailableError, TimeoutError) as error:
+            log.warning("event log unavailable: %s", error)
+            raise HTTPException(503, f"event log unavailable: {error}") from error
 
     @app.get("/healthz", tags=["probes"], summary="The process is alive")
     async def healthz() -> Health:
@@ -130,6 +212,30 @@ def create_app(
         return JSONResponse(status_code=200 if ready else 503, content=report.model_dump())
 
     return app
+
+
+def retrieval_record(
+    agent_id: str, request: RetrievalRequest, response: RetrievalResponse
+) -> MemoryRetrieved:
+    """The log's record of one answered retrieval: what was asked and what came back."""
+    return MemoryRetrieved(
+        agent_id=agent_id,
+        step=request.current_step,
+        year=request.current_year,
+        mode=response.mode,
+        parameters=request.model_dump(mode="json", exclude_none=True),
+        results=tuple(
+            RetrievedItem(
+                memory_id=memory.memory_id,
+                rank=memory.rank,
+                score=memory.score,
+                store=memory.store,
+                level=getattr(memory, "level", 0),
+            )
+            for memory in response.results
+        ),
+        took_ms=response.took_ms,
+    )
 
 
 def _readable(error: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 
+from projections.history import AgentHistory
 from projections.retrieval.models import RetrievalRequest, RetrievalResponse
 
 
@@ -34,6 +35,10 @@ def _body(request: RetrievalRequest | None, params: dict[str, Any]) -> dict[str,
     return req.model_dump(mode="json", exclude_none=True)
 
 
+def _history_params(limit: int | None) -> dict[str, int]:
+    return {} if limit is None else {"limit": limit}
+
+
 class EngramClient:
     def __init__(self, base_url: str, *, timeout: float = 10.0) -> None:
         self._http = httpx.Client(base_url=base_url, timeout=timeout)
@@ -44,6 +49,12 @@ class EngramClient:
         response = self._http.post(f"/v1/agents/{agent_id}/retrieve", json=_body(request, params))
         _raise_for(response)
         return RetrievalResponse.model_validate_json(response.content)
+
+    def history(self, agent_id: str, *, limit: int | None = None) -> AgentHistory:
+        """The agent's latest ``limit`` history entries (the service's default if None)."""
+        response = self._http.get(f"/v1/agents/{agent_id}/history", params=_history_params(limit))
+        _raise_for(response)
+        return AgentHistory.model_validate_json(response.content)
 
     def close(self) -> None:
         self._http.close()
@@ -72,6 +83,14 @@ class AsyncEngramClient:
         )
         _raise_for(response)
         return RetrievalResponse.model_validate_json(response.content)
+
+    async def history(self, agent_id: str, *, limit: int | None = None) -> AgentHistory:
+        """The agent's latest ``limit`` history entries (the service's default if None)."""
+        response = await self._http.get(
+            f"/v1/agents/{agent_id}/history", params=_history_params(limit)
+        )
+        _raise_for(response)
+        return AgentHistory.model_validate_json(response.content)
 
     async def aclose(self) -> None:
         await self._http.aclose()

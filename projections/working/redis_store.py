@@ -37,7 +37,7 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from projections.interfaces import ProjectionError, latest_positions
 from projections.memory import StoredMemory, memory_json
-from schemas.memory_events import DerivedEvent, MemoryRecorded
+from schemas.memory_events import ConsolidationCompleted, DerivedEvent, MemoryForgotten
 
 __all__ = ["RedisWorkingMemory"]
 
@@ -73,9 +73,9 @@ if not applied or tonumber(applied) < tonumber(ARGV[1]) then
 end
 return 1
 """
-"""Advance an applied offset that no working-memory event moved (the batch's episodic events):
-the checkpoint then says how far the *log* was applied, which catch-up and read-your-writes
-need, not only how far this store had something to write."""
+"""Advance an applied offset that no working-memory event moved (the batch's episodic events,
+its consolidation records): the checkpoint then says how far the *log* was applied, which
+catch-up and read-your-writes need, not only how far this store had something to write."""
 
 _ADVANCE_SHA = hashlib.sha1(_ADVANCE).hexdigest().encode()
 
@@ -182,7 +182,7 @@ class RedisWorkingMemory:
         Framed here rather than by redis-py, whose generic packing costs ~15 µs per command,
         more than everything else the client does per event.
         """
-        if event.destination != "working":
+        if isinstance(event, ConsolidationCompleted) or event.destination != "working":
             return None
         agent = event.agent_id
         position = event.source_position
@@ -194,10 +194,10 @@ class RedisWorkingMemory:
             offset = b"%d" % position.offset
         memory_id = event.memory_id.encode()
         argv: tuple[bytes, ...]
-        if isinstance(event, MemoryRecorded):
-            argv = (b"r", offset, memory_id, b"%d" % event.seq, memory_json(event))
-        else:
+        if isinstance(event, MemoryForgotten):
             argv = (b"f", offset, memory_id)
+        else:
+            argv = (b"r", offset, memory_id, b"%d" % event.seq, memory_json(event))
         return _resp(b"EVALSHA", _APPLY_SHA, b"%d" % len(keys), *keys, *argv)
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:

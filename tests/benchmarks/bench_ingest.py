@@ -20,6 +20,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import faust
 
@@ -85,8 +86,15 @@ async def applied_everywhere(node: Node, positions: list[Position], timeout: flo
 
 
 async def engram_rate(
-    stack: DevStack, endpoints: Endpoints, events: int, agents: int, workers: int
+    stack: DevStack,
+    endpoints: Endpoints,
+    events: int,
+    agents: int,
+    workers: int,
+    **overrides: Any,
 ) -> float:
+    """Events/s of Engram over a backlog; ``overrides`` are EngramSettings fields (one worker
+    only: worker processes read their settings from the environment)."""
     prefix = f"b{uuid.uuid4().hex[:6]}."
     os.environ["ENGRAM_TOPIC_PREFIX"] = prefix  # inherited by the extra worker processes
     os.environ["ENGRAM_REDIS_NAMESPACE"] = prefix.rstrip(".")
@@ -95,6 +103,7 @@ async def engram_rate(
         qdrant_path=stack.edge_path / prefix,
         partitions=4,
         episodic_writer="projector" if workers > 1 else "worker",
+        **overrides,
     )
     # Above one worker, this process only projects episodic memory (Qdrant Edge holds the GIL
     # while it writes, which would stall a worker sharing the process) and the workers run

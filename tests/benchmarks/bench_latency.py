@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from schemas.memory_events import DerivedEvent, MemoryRecorded
 from streams.runtime import Endpoints, Node
@@ -24,7 +25,8 @@ from tests.benchmarks.bench_ingest import publish_backlog
 from tests.benchmarks.servers import fresh_servers, percentile
 
 
-async def main(rate: float, seconds: float, agents: int) -> None:
+async def measure(rate: float, seconds: float, agents: int, **overrides: Any) -> list[float]:
+    """Publish-to-queryable latencies (ms) of recordings; ``overrides`` are settings fields."""
     events = int(rate * seconds)
     latencies: list[float] = []
     with fresh_servers() as (bootstrap, redis_url):
@@ -36,6 +38,7 @@ async def main(rate: float, seconds: float, agents: int) -> None:
             qdrant_path=data / "edge",
             data_dir=data,
             partitions=4,
+            **overrides,
         )
         node = await Node(settings, Endpoints(bootstrap, redis_url), run_service=False).start()
         try:
@@ -56,14 +59,19 @@ async def main(rate: float, seconds: float, agents: int) -> None:
             await pipeline.stats.wait_for(
                 await asyncio.to_thread(publish_backlog, bootstrap, prefix, 400, agents), 120
             )
-            pipeline.apply = timed_apply  # type: ignore[method-assign]
+            pipeline.apply = timed_apply  # type: ignore[method-assign, assignment]
             await asyncio.to_thread(publish_backlog, bootstrap, prefix, events, agents, rate)
             deadline = asyncio.get_running_loop().time() + 60
             while len(latencies) < events and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
         finally:
             await node.stop()
-    steady = latencies
+    return latencies
+
+
+async def main(rate: float, seconds: float, agents: int) -> None:
+    events = int(rate * seconds)
+    steady = await measure(rate, seconds, agents)
     print(f"rate={rate:.0f}/s events={events} measured={len(steady)} (after a warm-up)")
     print(
         f"publish-to-queryable latency: p50 {percentile(steady, 50):.1f} ms, "

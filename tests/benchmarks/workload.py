@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import sys
 import time
@@ -30,12 +31,18 @@ TEMPLATES = [
 SKILLS = ["buy_insurance", "elevate_house", "do_nothing", "do_nothing", "relocate"]
 
 
+WALL_CLOCK_SHARE_VARIABLE = "ENGRAM_BENCH_WALL_CLOCK_SHARE"
+"""The share of agents that publish without a simulation year (wall-clock agents)."""
+
+
 def make_events(n: int, agents: int, seed: int = 7) -> list[AgentEvent]:
     rng = random.Random(seed)
     events: list[AgentEvent] = []
+    wall_clock = int(agents * float(os.environ.get(WALL_CLOCK_SHARE_VARIABLE, "0")))
     for i in range(n):
-        agent = f"H{rng.randrange(agents):05d}"
-        year = 1 + i * 10 // max(n, 1)
+        number = rng.randrange(agents)
+        agent = f"H{number:05d}"
+        year: int | None = None if number < wall_clock else 1 + i * 10 // max(n, 1)
         if rng.random() < 0.25:
             skill = rng.choice(SKILLS)
             events.append(

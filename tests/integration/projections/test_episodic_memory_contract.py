@@ -11,6 +11,7 @@ import random
 import shutil
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +28,24 @@ from projections.episodic.qdrant_server import QdrantServerEpisodicMemory
 from projections.interfaces import EpisodicMemoryStore, ProjectionError
 from projections.memory import StoredMemory
 from schemas.agent_events import Observation
-from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded, SourcePosition
+from schemas.memory_events import (
+    ConsolidationCompleted,
+    DerivedEvent,
+    MemoryForgotten,
+    MemoryPromoted,
+    MemoryRecorded,
+    MemorySummarised,
+    MemoryWritten,
+    SourcePosition,
+)
 from schemas.topics import Topics
 from tests.integration.fixtures.qdrant import EMBEDDING_DIM
+from tests.integration.projections.lifecycle_events import (
+    consolidated,
+    forgotten_by_utility,
+    promoted,
+    summarised,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -88,6 +104,60 @@ async def state_of(store: EpisodicMemoryStore, *agent_ids: str, partition: int =
     return await store.count(), memories, await store.applied_offset(TOPIC, partition)
 
 
+@dataclass(frozen=True)
+class Year:
+    """One agent's year: four memories of events (three to working memory), then the year end
+    promotes two working memories and summarises; every event has a position on ``TOPIC``."""
+
+    recorded: list[MemoryRecorded]
+    copies: list[MemoryPromoted]
+    l1: MemorySummarised
+    l2: MemorySummarised
+    year_end: ConsolidationCompleted
+
+    @property
+    def log(self) -> list[DerivedEvent]:
+        return [*self.recorded, *self.copies, self.year_end, self.l1, self.l2]
+
+    @property
+    def episodic(self) -> list[MemoryWritten]:
+        """What episodic memory holds after the log, newest first."""
+        kept = [e for e in self.log if isinstance(e, MemoryWritten) and e.destination == "episodic"]
+        return sorted(kept, key=lambda e: e.seq, reverse=True)
+
+
+def year_of(agent_id: str, partition: int = 0) -> Year:
+    def at(offset: int) -> SourcePosition:
+        return SourcePosition(topic=TOPIC, partition=partition, offset=offset)
+
+    contents = [
+        ("the river rose over the road", WORKING),
+        ("we sandbagged the porch", WORKING),
+        ("the levee broke at night", EPISODIC),
+        ("the school became a shelter", WORKING),
+    ]
+    memories = recorded(log_of(agent_id, contents, partition=partition))
+    working = [m for m in memories if m.destination == "working"]
+    copies = [promoted(m, position=at(4)) for m in working[:2]]
+    l1 = summarised(
+        memories,
+        level=1,
+        content="a flood season: the levee broke and the town sheltered in the school",
+        seq=4,
+        trigger_event_id=memories[-1].source_event_id,
+        position=at(5),
+    )
+    l2 = summarised(
+        [l1],
+        level=2,
+        content="the year the water came into town",
+        seq=5,
+        trigger_event_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"chapter:{agent_id}")),
+        position=at(6),
+    )
+    return Year(memories, copies, l1, l2, consolidated(agent_id, copies, position=at(4)))
+
+
 async def test_memories_are_listed_newest_first(episodic_store: EpisodicMemoryStore) -> None:
     log = log_of("alice", numbered("alice", 5))
 
@@ -95,7 +165,7 @@ async def test_memories_are_listed_newest_first(episodic_store: EpisodicMemorySt
 
     memories = await episodic_store.memories("alice")
     assert [m.seq for m in memories] == [4, 3, 2, 1, 0]
-    assert memories == [StoredMemory.from_recorded(e) for e in reversed(recorded(log))]
+    assert memories == [StoredMemory.from_event(e) for e in reversed(recorded(log))]
     assert [m.seq for m in await episodic_store.memories("alice", limit=2)] == [4, 3]
 
 
@@ -286,6 +356,86 @@ async def test_applied_offset(episodic_store: EpisodicMemoryStore) -> None:
     assert await episodic_store.applied_offset(TOPIC, 0) == 7, "a replay never moves it back"
 
 
+async def test_promoted_and_summarised_memories_are_stored(
+    episodic_store: EpisodicMemoryStore,
+) -> None:
+    year = year_of("alice")
+
+    await episodic_store.apply(year.log)
+
+    memories = await episodic_store.memories("alice")
+    assert memories == [StoredMemory.from_event(e) for e in year.episodic]
+    assert [(m.seq, m.level) for m in memories] == [(5, 2), (4, 1), (2, 0), (1, 0), (0, 0)]
+    assert {m.memory_id for m in memories} >= {c.memory_id for c in year.copies}
+    assert await episodic_store.count("alice") == 5
+    [nearest, *_] = await episodic_store.search("alice", year.l2.vector(), limit=5)
+    assert nearest.model_copy(update={"similarity": None}) == StoredMemory.from_event(year.l2)
+    assert nearest.similarity == pytest.approx(1.0, abs=1e-5)
+
+
+async def test_utility_forgetting_removes_a_summary(episodic_store: EpisodicMemoryStore) -> None:
+    year = year_of("alice")
+    await episodic_store.apply(year.log)
+
+    pruned = forgotten_by_utility(
+        year.l1, position=SourcePosition(topic=TOPIC, partition=0, offset=7)
+    )
+    await episodic_store.apply([pruned])
+
+    memories = await episodic_store.memories("alice")
+    assert year.l1.memory_id not in {m.memory_id for m in memories}
+    assert [m.level for m in memories] == [2, 0, 0, 0]
+    assert await episodic_store.count("alice") == 4
+    found = await episodic_store.search("alice", year.l1.vector(), limit=10)
+    assert year.l1.memory_id not in {m.memory_id for m in found}
+    assert await episodic_store.applied_offset(TOPIC, 0) == 7
+
+
+async def test_consolidation_record_changes_no_data_but_is_applied(
+    episodic_store: EpisodicMemoryStore,
+) -> None:
+    year = year_of("alice")
+    await episodic_store.apply([e for e in year.log if e is not year.year_end])
+    count, memories, offset = await state_of(episodic_store, "alice")
+    assert offset == 6
+    later = year.year_end.model_copy(
+        update={"source_position": SourcePosition(topic=TOPIC, partition=0, offset=9)}
+    )
+
+    await episodic_store.apply([later])
+
+    assert await state_of(episodic_store, "alice") == (count, memories, 9)
+
+
+async def test_memories_and_search_filter_by_level(episodic_store: EpisodicMemoryStore) -> None:
+    alice = year_of("alice")
+    bob = year_of("bob", partition=1)
+    await episodic_store.apply([*alice.log, *bob.log])
+
+    async def levels_listed(levels: Sequence[int] | None, limit: int = 1000) -> list[int]:
+        memories = await episodic_store.memories("alice", limit=limit, levels=levels)
+        assert {m.agent_id for m in memories} == {"alice"}
+        return [m.level for m in memories]
+
+    assert await levels_listed(None) == [2, 1, 0, 0, 0]
+    assert await levels_listed([0]) == [0, 0, 0]
+    assert await levels_listed([1, 2]) == [2, 1]
+    assert await levels_listed([2]) == [2]
+    assert await levels_listed([0], limit=2) == [0, 0], "the limit counts the asked levels only"
+
+    query = alice.l1.vector()
+    summaries = await episodic_store.search("alice", query, limit=10, levels=[1])
+    assert [m.memory_id for m in summaries] == [alice.l1.memory_id]
+    events = await episodic_store.search("alice", query, limit=10, levels=(0,))
+    assert sorted(m.seq for m in events) == [0, 1, 2]
+    assert {m.agent_id for m in events} == {"alice"}
+    assert len(await episodic_store.search("alice", query, limit=10)) == 5
+    with pytest.raises(ValueError, match="levels"):
+        await episodic_store.memories("alice", levels=[])
+    with pytest.raises(ValueError, match="levels"):
+        await episodic_store.search("alice", query, limit=3, levels=())
+
+
 async def test_bad_input_and_closed_store_fail_clearly(
     episodic_store: EpisodicMemoryStore,
 ) -> None:
@@ -381,6 +531,8 @@ async def test_edge_search_after_optimize(edge_store: EdgeEpisodicMemory) -> Non
     assert await edge_store.search("alice", query, limit=5) == before
     assert before[0].content == "alice watched the river rise 13 feet"
     assert [m.seq for m in await edge_store.memories("alice", limit=3)] == [19, 18, 17]
+    assert len(await edge_store.memories("alice", levels=[0])) == 20, "the level index answers"
+    assert await edge_store.search("alice", query, limit=5, levels=[1, 2]) == []
 
 
 async def test_factory_picks_the_backend(tmp_path: Path) -> None:

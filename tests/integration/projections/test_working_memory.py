@@ -27,6 +27,12 @@ from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import Observation
 from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded, SourcePosition
 from streams.devstack.redis_server import RedisServer, RedisServerError
+from tests.integration.projections.lifecycle_events import (
+    consolidated,
+    forgotten_by_utility,
+    promoted,
+    summarised,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +78,7 @@ class Processor:
 
     def working_ids(self, agent_id: str) -> list[str]:
         """What the processor believes the agent's working memory is, newest first."""
-        return list(reversed(self.states.get(agent_id, AgentMemoryState()).working))
+        return list(reversed(self.states.get(agent_id, AgentMemoryState()).working_ids))
 
 
 def recorded(events: Sequence[DerivedEvent]) -> list[MemoryRecorded]:
@@ -129,7 +135,7 @@ async def test_memories_are_newest_first_and_read_back_unchanged(
 
     memories = await working_store.memories("agent-1")
     assert [m.seq for m in memories] == [4, 3, 2, 1, 0]
-    assert memories == [StoredMemory.from_recorded(e) for e in reversed(recorded(events))]
+    assert memories == [StoredMemory.from_event(e) for e in reversed(recorded(events))]
 
 
 async def test_unknown_agent_has_no_memories(working_store: RedisWorkingMemory) -> None:
@@ -177,6 +183,42 @@ async def test_episodic_events_are_not_stored_but_their_position_is_applied(
     assert await working_store.memories("agent-1") == []
     last = max(e.source_position.offset for e in events if e.source_position is not None)
     assert await working_store.applied_offset(TOPIC, 0) == last
+
+
+async def test_consolidation_and_episodic_lifecycle_events_are_ignored_but_applied(
+    working_store: RedisWorkingMemory,
+) -> None:
+    """A year end writes only to episodic memory (promoted copies, summaries, prunings) and
+    the log (its audit record); working memory keeps its originals and moves its checkpoint."""
+    processor = Processor()
+    events = processor.observe_many("agent-1", ["Event 0", "Event 1", "Event 2"])
+    await working_store.apply(events)
+    before = await working_store.memories("agent-1")
+    originals = recorded(events)
+
+    def at(offset: int) -> SourcePosition:
+        return SourcePosition(topic=TOPIC, partition=0, offset=offset)
+
+    copies = [promoted(m, position=at(3)) for m in originals[:2]]
+    summary = summarised(
+        originals,
+        level=1,
+        content="three events",
+        seq=3,
+        trigger_event_id=originals[-1].source_event_id,
+        position=at(4),
+    )
+
+    await working_store.apply([*copies, summary])
+    assert await working_store.memories("agent-1") == before
+    assert await working_store.applied_offset(TOPIC, 0) == 4
+
+    await working_store.apply([consolidated("agent-1", copies, position=at(5))])
+    assert await working_store.applied_offset(TOPIC, 0) == 5
+
+    await working_store.apply([forgotten_by_utility(summary, position=at(6))])
+    assert await working_store.memories("agent-1") == before
+    assert await working_store.applied_offset(TOPIC, 0) == 6
 
 
 async def test_applying_a_batch_twice_equals_once(working_store: RedisWorkingMemory) -> None:

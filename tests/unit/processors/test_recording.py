@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from processors.batch import RawRecord, process_batch
 from processors.config import load_processing_config
 from processors.embedding import HashingEmbedder, keywords
+from processors.lifecycle import Deriving
 from processors.recording import AgentMemoryState, record
+from processors.summarising import ExtractiveSummariser
 from schemas.agent_events import Observation
 from schemas.codec import encode_event
 from schemas.memory_events import MemoryForgotten, MemoryRecorded, memory_id_for
@@ -109,9 +111,7 @@ def test_a_batch_dead_letters_poison_and_processes_the_rest() -> None:
     result = process_batch(
         records,
         lambda _: AgentMemoryState(),
-        config=CONFIG,
-        embedder=EMBEDDER,
-        config_version=VERSION,
+        ctx=Deriving(CONFIG, EMBEDDER, ExtractiveSummariser(), VERSION),
         failed_at=datetime.now(UTC),
     )
     assert [m.content for m in result.derived if isinstance(m, MemoryRecorded)] == [
@@ -140,7 +140,7 @@ def test_capacities_hold_for_any_sequence(importances: list[float]) -> None:
     assert len(state.working) <= CONFIG.working_capacity
     assert len(state.episodic) <= CONFIG.episodic_capacity
     alive = {r.memory_id for r in recorded} - {f.memory_id for f in forgotten}
-    assert alive == set(state.working) | {e.memory_id for e in state.episodic}
+    assert alive == set(state.working_ids) | {e.memory_id for e in state.episodic}
 
 
 @settings(max_examples=40, deadline=None)

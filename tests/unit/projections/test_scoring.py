@@ -270,6 +270,20 @@ def test_a_memory_in_both_stores_is_listed_once_in_phase_one() -> None:
     assert [r.memory for r in ranking.results] == [in_working]
 
 
+def test_a_summary_is_ranked_beside_the_memory_of_its_trigger() -> None:
+    """A summary's source event is the one that triggered it, which may be remembered too."""
+    trigger = memory(1, importance=0.6, year=2, destination="working")
+    summary = memory(2, importance=0.9, year=2).model_copy(
+        update={"source_event_id": trigger.source_event_id, "level": 1}
+    )
+
+    phases = two_phase([trigger], [summary], top_k=5, current_year=3)
+    scored = weighted([trigger, summary], top_k=5, current_year=3)
+
+    assert [r.memory for r in phases.results] == [trigger, summary]
+    assert {r.memory.memory_id for r in scored.results} == {"memory-1", "memory-2"}
+
+
 def test_top_k_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="top_k"):
         two_phase([], [], top_k=0)

@@ -18,11 +18,20 @@ import pytest
 from fastapi import FastAPI
 
 from processors.embedding import HashingEmbedder
+from projections.history import (
+    AgentHistory,
+    LogPosition,
+    LogUnavailableError,
+    PositionedEvent,
+    build_timeline,
+)
 from projections.interfaces import ProjectionError
 from projections.memory import StoredMemory
 from projections.retrieval.engine import RetrievalEngine
+from projections.retrieval.models import RetrievalRequest
 from projections.service.app import create_app
-from schemas.memory_events import DerivedEvent
+from schemas.codec import decode_retrieval, encode_event
+from schemas.memory_events import DerivedEvent, MemoryRetrieved
 
 AGENT = "H001"
 URL = f"/v1/agents/{AGENT}/retrieve"
@@ -85,13 +94,25 @@ class ListEpisodicMemory:
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
         raise NotImplementedError("retrieval never writes")
 
-    async def memories(self, agent_id: str, limit: int = 1000) -> list[StoredMemory]:
+    async def memories(
+        self, agent_id: str, limit: int = 1000, levels: Sequence[int] | None = None
+    ) -> list[StoredMemory]:
         if self.failure:
             raise self.failure
-        return [m for m in self.items if m.agent_id == agent_id][:limit]
+        return [
+            m
+            for m in self.items
+            if m.agent_id == agent_id and (levels is None or m.level in levels)
+        ][:limit]
 
-    async def search(self, agent_id: str, vector: np.ndarray, limit: int) -> list[StoredMemory]:
-        return await self.memories(agent_id, limit)
+    async def search(
+        self,
+        agent_id: str,
+        vector: np.ndarray,
+        limit: int,
+        levels: Sequence[int] | None = None,
+    ) -> list[StoredMemory]:
+        return await self.memories(agent_id, limit, levels)
 
     async def count(self, agent_id: str | None = None) -> int:
         return len(self.items)
@@ -167,6 +188,9 @@ async def test_bad_agent_id_is_refused(client: httpx.AsyncClient, agent_id: str)
         ({"mode": "weighted", "weights": {"novelty": 1.0}}, "weights.novelty"),
         ({"tags": ["flood", ""]}, "tags.1"),
         ({"query": ""}, "query"),
+        ({"levels": []}, "levels"),
+        ({"levels": [0, 0]}, "levels"),
+        ({"levels": [3]}, "levels.0"),
     ],
 )
 async def test_bad_field_is_refused_by_name(
@@ -270,3 +294,185 @@ async def test_openapi_documents_the_contract(client: httpx.AsyncClient) -> None
     request = schema["components"]["schemas"]["RetrievalRequest"]
     assert request["additionalProperties"] is False
     assert request["properties"]["top_k"]["maximum"] == 100
+    levels = request["properties"]["levels"]
+    assert (levels["default"], levels["minItems"], levels["uniqueItems"]) == ([0], 1, True)
+
+
+class RecordingHook:
+    """Keeps what the service hands to ``on_retrieval``; ``failure`` makes it raise instead."""
+
+    def __init__(self, failure: Exception | None = None, delay: float = 0.0) -> None:
+        self.events: list[MemoryRetrieved] = []
+        self.failure = failure
+        self.delay = delay
+
+    async def __call__(self, event: MemoryRetrieved) -> None:
+        await asyncio.sleep(self.delay)
+        if self.failure is not None:
+            raise self.failure
+        self.events.append(event)
+
+
+async def test_a_retrieval_is_recorded_with_what_was_asked_and_returned() -> None:
+    hook = RecordingHook()
+    app = app_over(on_retrieval=hook)
+    body = {"top_k": 2, "current_year": 5, "query": "flood"}
+    async for client in client_for(app):
+        response = await client.post(URL, json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    [event] = hook.events
+    assert (event.agent_id, event.year, event.step) == (AGENT, 5, None)
+    assert event.mode == "two_phase"
+    # The request as the service read it, defaults included: enough to replay the retrieval.
+    assert body.items() <= event.parameters.items()
+    assert event.parameters["mode"] == "two_phase"
+    assert RetrievalRequest.model_validate(event.parameters) == RetrievalRequest(**body)
+    assert [item.model_dump() for item in event.results] == [
+        {
+            "memory_id": r["memory_id"],
+            "rank": r["rank"],
+            "score": r["score"],
+            "store": r["store"],
+            "level": 0,
+        }
+        for r in answer["results"]
+    ]
+    assert [item.memory_id for item in event.results] == ["memory-2", "memory-1"]
+    assert event.took_ms == answer["took_ms"]
+    # What goes on the log decodes back to the same record.
+    assert decode_retrieval(encode_event(event)) == event
+    assert app.state.retrieval_audit.recorded == 1
+
+
+async def test_a_step_clocked_weighted_retrieval_is_recorded_with_its_step() -> None:
+    hook = RecordingHook()
+    body = {"mode": "weighted", "current_step": 40, "tags": ["flood"]}
+    async for client in client_for(app_over(on_retrieval=hook)):
+        response = await client.post(URL, json=body)
+    assert response.status_code == 200, response.text
+    [event] = hook.events
+    assert (event.step, event.year, event.mode) == (40, None, "weighted")
+    assert event.parameters["tags"] == ["flood"]
+
+
+async def test_refused_retrievals_are_not_recorded() -> None:
+    hook = RecordingHook()
+    app = app_over(
+        working=ListWorkingMemory(failure=ProjectionError("redis down")), on_retrieval=hook
+    )
+    async for client in client_for(app):
+        unavailable = await client.post(URL, json={})
+        invalid = await client.post(URL, json={"top_k": 0})
+    assert (unavailable.status_code, invalid.status_code) == (503, 422)
+    assert hook.events == []
+
+
+@pytest.mark.parametrize(
+    ("hook", "reason"),
+    [
+        (RecordingHook(failure=RuntimeError("broker buffer full")), "broker buffer full"),
+        (RecordingHook(delay=60), "no answer within 0.05 s"),
+    ],
+)
+async def test_a_failing_or_hanging_hook_does_not_fail_the_retrieval(
+    hook: RecordingHook, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = app_over(on_retrieval=hook, on_retrieval_timeout_s=0.05)
+    async for client in client_for(app):
+        response = await client.post(URL, json={"current_year": 5})
+    assert response.status_code == 200, response.text
+    assert [r["memory_id"] for r in response.json()["results"]] == ["memory-2", "memory-1"]
+    audit = app.state.retrieval_audit
+    assert (audit.recorded, audit.failed) == (0, 1)
+    assert any(reason in record.getMessage() for record in caplog.records)
+
+
+HISTORY_URL = f"/v1/agents/{AGENT}/history"
+
+
+class StubHistory:
+    """Answers every history request with a one-entry timeline, or raises ``failure``."""
+
+    def __init__(self, failure: Exception | None = None) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.failure = failure
+
+    async def __call__(self, agent_id: str, limit: int) -> AgentHistory:
+        self.calls.append((agent_id, limit))
+        if self.failure is not None:
+            raise self.failure
+        event = MemoryRetrieved(
+            agent_id=agent_id, mode="two_phase", parameters={}, results=(), took_ms=0.5
+        )
+        position = LogPosition(topic="memory.access", partition=0, offset=3)
+        return build_timeline(agent_id, [PositionedEvent(event, position)], limit=limit)
+
+
+async def test_history_is_served_from_the_reader() -> None:
+    reader = StubHistory()
+    async for client in client_for(app_over(history=reader)):
+        default = await client.get(HISTORY_URL)
+        limited = await client.get(HISTORY_URL, params={"limit": 7})
+    assert default.status_code == 200, default.text
+    assert reader.calls == [(AGENT, 100), (AGENT, 7)]
+    history = AgentHistory.model_validate_json(default.content)
+    assert history.agent_id == AGENT
+    [entry] = history.entries
+    assert (entry.kind, entry.position.offset) == ("retrieved", 3)
+    assert history.counts["retrieved"] == 1
+    assert limited.status_code == 200, limited.text
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/v1/agents/bad%20id/history", "agent_id"),
+        (f"{HISTORY_URL}?limit=0", "limit"),
+        (f"{HISTORY_URL}?limit=10001", "limit"),
+        (f"{HISTORY_URL}?limit=all", "limit"),
+    ],
+)
+async def test_bad_history_request_is_refused_by_name(path: str, field: str) -> None:
+    reader = StubHistory()
+    async for client in client_for(app_over(history=reader)):
+        response = await client.get(path)
+    assert response.status_code == 422
+    [message] = messages(response)
+    assert message.startswith(f"{field}: ")
+    assert reader.calls == []
+
+
+@pytest.mark.parametrize(
+    ("failure", "detail"),
+    [
+        (
+            LogUnavailableError("cannot read the event log at k:9092: refused"),
+            "event log unavailable: cannot read the event log at k:9092: refused",
+        ),
+        (
+            TimeoutError("reading the history of H001 took longer than 15 s"),
+            "event log unavailable: reading the history of H001 took longer than 15 s",
+        ),
+    ],
+)
+async def test_an_unreadable_log_is_503_with_the_reason(failure: Exception, detail: str) -> None:
+    async for client in client_for(app_over(history=StubHistory(failure))):
+        response = await client.get(HISTORY_URL)
+    assert response.status_code == 503
+    assert response.json() == {"detail": detail}
+
+
+async def test_history_without_a_log_is_503() -> None:
+    async for client in client_for(app_over()):
+        response = await client.get(HISTORY_URL)
+    assert response.status_code == 503
+    assert "reads no event log" in response.json()["detail"]
+
+
+async def test_openapi_documents_the_history_route(client: httpx.AsyncClient) -> None:
+    schema = (await client.get("/openapi.json")).json()
+    operation = schema["paths"]["/v1/agents/{agent_id}/history"]["get"]
+    assert {"200", "422", "503"} <= set(operation["responses"])
+    limit = next(p for p in operation["parameters"] if p["name"] == "limit")
+    assert (limit["schema"]["minimum"], limit["schema"]["maximum"]) == (1, 10_000)

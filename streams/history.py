@@ -1,0 +1,147 @@
+"""Reading one agent's history back from the log: its records on ``memory.items``,
+``memory.lifecycle`` and ``memory.access``.
+
+Every record of an agent is keyed by its id, and all topics share one partition count, so the
+agent's records are on one partition number in every topic (the one the default partitioner
+gives its key). Only that partition is read, from the beginning to the end; the timeline is
+then built by :func:`projections.history.build_timeline`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+from aiokafka.partitioner import DefaultPartitioner
+from pydantic import TypeAdapter
+
+from projections.history import (
+    AgentHistory,
+    LoggedEvent,
+    LogPosition,
+    LogUnavailableError,
+    PositionedEvent,
+    build_timeline,
+)
+from schemas.codec import DecodeError, decode_derived_event, decode_retrieval
+from schemas.envelope import AgentId
+from schemas.topics import Topics
+
+log = logging.getLogger("engram.history")
+
+_AGENT_ID: TypeAdapter[str] = TypeAdapter(AgentId)
+_POLL_MS = 200
+
+
+def partition_for(agent_id: str, partitions: int) -> int:
+    """The partition the default Kafka partitioner (murmur2 of the key) gives an agent's
+    records: the producers key by agent id and leave the choice to it."""
+    if partitions < 1:
+        raise ValueError("partitions must be at least 1")
+    chosen: int = DefaultPartitioner()(agent_id.encode("utf-8"), list(range(partitions)), None)
+    return chosen
+
+
+async def read_agent_history(
+    bootstrap: str,
+    topics: Topics,
+    agent_id: str,
+    partitions: int,
+    *,
+    limit: int | None = None,
+    timeout: float = 30.0,
+) -> AgentHistory:
+    """The agent's timeline, read from its partition of the three topics within ``timeout``.
+
+    An agent with no records has an empty history. Raises ``TimeoutError`` when the read does
+    not finish in time, :class:`LogUnavailableError` when the broker cannot be read or the
+    topics do not have ``partitions`` partitions (the agent's records would then be looked for
+    on the wrong partition), and pydantic's ``ValidationError`` for an invalid agent id.
+    """
+    agent_id = _AGENT_ID.validate_python(agent_id)
+    partition = partition_for(agent_id, partitions)
+    names = (topics.items, topics.lifecycle, topics.access)
+    try:
+        async with asyncio.timeout(timeout):
+            events = await _read_agent(bootstrap, topics, partition, agent_id, partitions)
+    except TimeoutError:
+        raise TimeoutError(
+            f"reading the history of {agent_id} (partition {partition} of {', '.join(names)}) "
+            f"from {bootstrap} took longer than {timeout:g} s"
+        ) from None
+    return build_timeline(agent_id, events, limit=limit)
+
+
+async def _read_agent(
+    bootstrap: str, topics: Topics, partition: int, agent_id: str, partitions: int
+) -> list[PositionedEvent]:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=8 << 20,
+        fetch_max_bytes=64 << 20,
+    )
+    try:
+        await consumer.start()
+        existing = await consumer.topics()
+        tps = []
+        for name in (topics.items, topics.lifecycle, topics.access):
+            if name not in existing:
+                continue  # nothing was ever written there: an empty history, not an error
+            count = len(consumer.partitions_for_topic(name) or ())
+            if count != partitions:
+                raise LogUnavailableError(
+                    f"{name} has {count} partitions, not {partitions} as configured "
+                    "(ENGRAM_PARTITIONS): the agent's records cannot be located"
+                )
+            tps.append(TopicPartition(name, partition))
+        if not tps:
+            return []
+        return await _read_to_end(consumer, tps, agent_id, topics.access)
+    except KafkaError as exc:
+        raise LogUnavailableError(f"cannot read the event log at {bootstrap}: {exc}") from exc
+    finally:
+        await consumer.stop()
+
+
+async def _read_to_end(
+    consumer: AIOKafkaConsumer, tps: list[TopicPartition], agent_id: str, access: str
+) -> list[PositionedEvent]:
+    consumer.assign(tps)
+    await consumer.seek_to_beginning(*tps)
+    ends = await consumer.end_offsets(tps)
+    key = agent_id.encode("utf-8")
+    events: list[PositionedEvent] = []
+    remaining = set(tps)
+    while remaining:
+        batch = await consumer.getmany(*remaining, timeout_ms=_POLL_MS, max_records=50_000)
+        for tp, records in batch.items():
+            for record in records:
+                # Other agents share the partition; their key tells without decoding.
+                if record.value is None or (record.key is not None and record.key != key):
+                    continue
+                event = _decode(tp, record.offset, record.value, access=tp.topic == access)
+                if event is not None and event.agent_id == agent_id:
+                    position = LogPosition(
+                        topic=tp.topic, partition=tp.partition, offset=record.offset
+                    )
+                    events.append(PositionedEvent(event, position))
+        # The reported end is a lower bound only: Tansu answers ListOffsets with the last
+        # *batch's* base offset + 1. Past it, an empty poll means the end.
+        for tp in list(remaining):
+            if not batch.get(tp) and await consumer.position(tp) >= ends[tp]:
+                remaining.discard(tp)
+    return events
+
+
+def _decode(tp: TopicPartition, offset: int, raw: bytes, *, access: bool) -> LoggedEvent | None:
+    """A record that cannot be read is logged and left out: one bad record must not hide the
+    rest of an agent's history."""
+    try:
+        return decode_retrieval(raw) if access else decode_derived_event(raw)
+    except DecodeError as exc:
+        log.error("unreadable record %s[%d]@%d: %s", tp.topic, tp.partition, offset, exc)
+        return None
