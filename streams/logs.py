@@ -34,8 +34,22 @@ class ConsoleFormatter(logging.Formatter):
         return f"{line} {tail}" if tail else line
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is emitted, not when it was made, so
+    a process that swaps its stderr (a test runner invoking the CLI) never logs into a closed
+    stream."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def configure_logging(level: str = "info", fmt: str = "console") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else ConsoleFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

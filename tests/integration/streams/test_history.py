@@ -254,7 +254,7 @@ async def test_the_history_is_the_agents_records_from_its_partition_in_order(
         CliRunner().invoke, cli, ["history", me, "--json", "--limit", "3"], env=env
     )
     assert as_json.exit_code == 0, as_json.output
-    printed = json.loads(as_json.output)
+    printed = json.loads(as_json.stdout)
     assert [e["event_id"] for e in printed["entries"]] == [
         consolidated.event_id,
         asked.event_id,
