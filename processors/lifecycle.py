@@ -406,7 +406,9 @@ def chapter_summary(
     pending = state.pending_l1
     if not pending or len(pending) < ctx.config.lifecycle.summaries.l2_min_summaries:
         return state
-    items = [SummaryItem(s.content, s.importance, s.step, s.year, s.occurred_at) for s in pending]
+    # An L1 is made when its session has ended, so its own step/year is the next session's;
+    # the period it covers is in its text, where the summariser reads it from.
+    items = [SummaryItem(s.content, s.importance, None, None, s.occurred_at) for s in pending]
     summary = _summary(
         agent_id,
         state,

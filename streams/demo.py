@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from rich.console import Console
 
+from projections.history import AgentHistory
 from projections.retrieval.models import RetrievalResponse
 from projections.service.client import AsyncEngramClient
 from schemas.agent_events import AgentEvent, Decision, Observation
@@ -58,6 +59,8 @@ class DemoOutcome:
     recalls: dict[tuple[str, int], RetrievalResponse] = field(default_factory=dict)
     decisions: dict[tuple[str, int], str] = field(default_factory=dict)
     trace: RetrievalResponse | None = None
+    summaries: RetrievalResponse | None = None
+    history: AgentHistory | None = None
     events_published: int = 0
 
 
@@ -227,6 +230,8 @@ async def run_demo(
         await stats.wait_for(await publisher.publish_many(decisions), timeout)
         outcome.events_published += len(decisions)
 
+    await show_memory_over_time(client, houses[0].agent_id, years, out, outcome)
+
     out.rule("Year 11: the trace of seed 003 (v2 weighted, tags Flood, Danger, Rain)")
     await stats.wait_for(await publisher.publish_many(trace_events()), timeout)
     trace = await client.retrieve(
@@ -239,3 +244,19 @@ async def run_demo(
     verdict = "reproduced" if first.startswith("Year 1:") else "NOT reproduced"
     out.print(f"The Year-1 flood beats the Year-10 gardening day: [bold]{verdict}[/bold]")
     return outcome
+
+
+async def show_memory_over_time(
+    client: AsyncEngramClient, agent_id: str, year: int, out: Console, outcome: DemoOutcome
+) -> None:
+    """The lifecycle of one household's memory: its session summaries (one per year ended) and
+    chapter summary, and what its history on the log says happened (seeds 001, 003, 004)."""
+    out.rule(f"Memory over time: {agent_id}")
+    summaries = await client.retrieve(agent_id, levels=[1, 2], top_k=3, current_year=year)
+    outcome.summaries = summaries
+    for m in summaries.results:
+        out.print(f"   L{m.level} {m.content[:110]}")
+    history = await client.history(agent_id, limit=1000)
+    outcome.history = history
+    counts = ", ".join(f"{n} {kind}" for kind, n in sorted(history.counts.items()))
+    out.print(f"   history on the log: {counts}")

@@ -7,11 +7,11 @@ applies ``memory.items`` and ``memory.lifecycle`` to episodic memory. It is a pl
 
 Ordering: the two topics are fetched independently, and lifecycle records are small, so under a
 backlog a MemoryForgotten can arrive before the MemoryRecorded of the memory it forgets. A
-forgetting carries the source position of its cause (the recording that pushed the memory out),
-which comes after the forgotten memory's own recording in ``memory.items``. So a forgetting is
-applied only once the store's applied position for that source partition has reached it; until
-then it is held, and lifecycle offsets are committed only up to the oldest held record, so a
-restart reads it again. Items offsets are committed after the store applied them.
+forgetting carries the source position of its cause (the recording or promotion that pushed the
+memory out), which comes after the forgotten memory's own recording in ``memory.items``. So a
+forgetting is applied only once the store's applied position for that source partition has
+reached it; until then it is held, and lifecycle offsets are committed only up to the oldest held
+record, so a restart reads it again. Items offsets are committed after the store applied them.
 """
 
 from __future__ import annotations
@@ -131,7 +131,11 @@ class EpisodicProjector:
                 except DecodeError as exc:
                     log.error("unreadable derived record %s@%d: %s", tp, record.offset, exc)  # type: ignore[attr-defined]
                     continue
-                if isinstance(event, MemoryForgotten):
+                # A summary's put comes before its forgetting in memory.lifecycle itself, so only
+                # forgettings of memories of events (whose puts are in memory.items) can overtake
+                # them. Holding the others could wait forever: a tick's prunings have a position
+                # on memory.schedule that nothing else may ever reach.
+                if isinstance(event, MemoryForgotten) and event.level == 0:
                     arriving.append(HeldForgetting(event, tp, record.offset))  # type: ignore[attr-defined]
                 else:
                     items.append(event)

@@ -51,6 +51,15 @@ async def test_the_flood_households_recall_their_floods_and_the_trace_reproduces
         assert floods[0].score == pytest.approx(0.9 * 0.95)
         assert outcome.decisions[(house, 1)] == "buy_insurance"
 
+    # The summaries shown are the ones the log says were made, and the history has every
+    # recall the demo made (one per year) and a consolidation per year ended with memories.
+    assert outcome.summaries is not None
+    assert outcome.history is not None
+    made = [e.memory_id for e in outcome.history.entries if e.kind == "summarised"]
+    assert {m.memory_id for m in outcome.summaries.results} == set(made[-3:])
+    assert outcome.history.counts["retrieved"] >= 3
+    assert 1 <= outcome.history.counts["consolidated"] <= 2
+
     trace = outcome.trace
     assert trace is not None
     assert trace.agent_id == TRACE_AGENT

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -12,11 +14,19 @@ from aiokafka import AIOKafkaProducer
 
 from processors.config import load_processing_config
 from processors.embedding import HashingEmbedder
+from processors.lifecycle import Deriving, on_agent_event, on_tick
 from processors.recording import AgentMemoryState, record
+from processors.summarising import ExtractiveSummariser
 from projections.episodic.edge import EdgeEpisodicMemory
 from schemas.agent_events import Observation
 from schemas.codec import encode_event
-from schemas.memory_events import MemoryForgotten, MemoryRecorded, SourcePosition
+from schemas.memory_events import (
+    DerivedEvent,
+    MemoryForgotten,
+    MemoryRecorded,
+    ScheduleTick,
+    SourcePosition,
+)
 from schemas.topics import Topics
 from streams.episodic_projector import EpisodicProjector
 from streams.topic_admin import ensure_topics
@@ -29,7 +39,9 @@ EMBEDDER = HashingEmbedder()
 
 def derived(agent: str, count: int) -> tuple[list[MemoryRecorded], list[MemoryForgotten]]:
     """60 episodic memories for one agent: 50 stay, the 10 least important are forgotten."""
-    state, recorded, forgotten = AgentMemoryState(), [], []
+    state = AgentMemoryState()
+    recorded: list[MemoryRecorded] = []
+    forgotten: list[MemoryForgotten] = []
     for i in range(count):
         event = Observation(agent_id=agent, content=f"flood {i}", importance=0.7 + (i % 7) / 30)
         out = record(
@@ -46,9 +58,7 @@ def derived(agent: str, count: int) -> tuple[list[MemoryRecorded], list[MemoryFo
     return recorded, forgotten
 
 
-async def produce(
-    bootstrap: str, topic: str, events: list[MemoryRecorded] | list[MemoryForgotten]
-) -> None:
+async def produce(bootstrap: str, topic: str, events: Sequence[DerivedEvent]) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=False)
     await producer.start()
     try:
@@ -117,3 +127,45 @@ async def test_a_restart_reads_held_forgettings_again(kafka_bootstrap: str, tmp_
     await store.close()
     assert len(kept) == 50
     assert kept.isdisjoint(f.memory_id for f in forgotten)
+
+
+async def test_a_tick_pruning_a_summary_is_applied_without_waiting(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A tick's prunings sit at a memory.schedule position nothing else may ever reach; the
+    summary they forget is earlier in memory.lifecycle itself, so they must not be held."""
+    topics = Topics(f"proj{uuid.uuid4().hex[:8]}.")
+    await ensure_topics(kafka_bootstrap, topics, 1)
+    ctx = Deriving(CONFIG, EMBEDDER, ExtractiveSummariser(), "v")
+    state = AgentMemoryState()
+    recorded: list[DerivedEvent] = []
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    for i in range(3):
+        out = on_agent_event(
+            Observation(agent_id="W", content=f"asked about invoice {i}", importance=0.4),
+            state,
+            ctx,
+            SourcePosition(topic=topics.observations, partition=0, offset=i),
+        )
+        state, recorded = out.state, [*recorded, *out.events]
+    lifecycle: list[DerivedEvent] = []
+    for offset, at in enumerate([start, start + timedelta(days=2)]):
+        tick = ScheduleTick(event_id=f"t{offset}", occurred_at=at, partition=0, interval_seconds=60)
+        position = SourcePosition(topic=topics.schedule, partition=0, offset=offset)
+        events, changed = on_tick(tick, {"W": state}, ctx, position)
+        state, lifecycle = changed.get("W", state), [*lifecycle, *events]
+    assert [type(e).__name__ for e in lifecycle] == ["MemorySummarised", "MemoryForgotten"]
+    store = EdgeEpisodicMemory.open(tmp_path / "edge", EMBEDDER.dim)
+    projector = await EpisodicProjector(kafka_bootstrap, topics, store, group_id="g").start()
+    try:
+        await produce(kafka_bootstrap, topics.items, recorded)
+        await produce(kafka_bootstrap, topics.lifecycle, lifecycle[:1])
+        await until(lambda: projector.records == 4)
+        assert [m.level for m in await store.memories("W", levels=None)] == [1]
+        await produce(kafka_bootstrap, topics.lifecycle, lifecycle[1:])
+        await until(lambda: projector.records == 5)
+        assert not projector.held
+    finally:
+        await projector.stop()
+    assert await store.memories("W", levels=None) == []
+    await store.close()
