@@ -6,12 +6,15 @@ applies ``memory.items`` and ``memory.lifecycle`` to episodic memory. It is a pl
 (no Faust hop: PARTS.md puts a raw ``getmany`` at ~300k records/s).
 
 Ordering: the two topics are fetched independently, and lifecycle records are small, so under a
-backlog a MemoryForgotten can arrive before the MemoryRecorded of the memory it forgets. A
-forgetting carries the source position of its cause (the recording or promotion that pushed the
-memory out), which comes after the forgotten memory's own recording in ``memory.items``. So a
-forgetting is applied only once the store's applied position for that source partition has
-reached it; until then it is held, and lifecycle offsets are committed only up to the oldest held
-record, so a restart reads it again. Items offsets are committed after the store applied them.
+backlog a MemoryForgotten can arrive before the MemoryRecorded of the memory it forgets. Every
+lifecycle event carries the source position of the record that caused it, and the worker emitted
+it around the recording at that position (promotions and summaries just before, forgettings just
+after), after every earlier recording of that source partition. So a lifecycle event is applied
+only once the recordings applied from ``memory.items`` have reached its position, in log order
+per lifecycle partition; until then it is held, and lifecycle offsets are committed only up to
+the oldest held record, so a restart reads it again. Events of ticks (positions on
+``memory.schedule``) follow nothing in ``memory.items`` and wait for nothing. Items offsets are
+committed after the store applied them.
 """
 
 from __future__ import annotations
@@ -26,15 +29,15 @@ from aiokafka.structs import OffsetAndMetadata
 
 from projections.interfaces import EpisodicMemoryStore, latest_positions
 from schemas.codec import DecodeError, decode_derived_event
-from schemas.memory_events import DerivedEvent, MemoryForgotten
+from schemas.memory_events import DerivedEvent, MemoryRecorded
 from schemas.topics import Topics
 
 log = logging.getLogger("engram.episodic_projector")
 
 
 @dataclass(frozen=True)
-class HeldForgetting:
-    event: MemoryForgotten
+class HeldEvent:
+    event: DerivedEvent
     record: TopicPartition
     offset: int
 
@@ -47,7 +50,7 @@ class EpisodicProjector:
     group_id: str
     fetch_max_wait: float = 0.05
     max_held: int = 200_000
-    held: list[HeldForgetting] = field(default_factory=list)
+    held: list[HeldEvent] = field(default_factory=list)
     applied: dict[tuple[str, int], int] = field(default_factory=dict)
     records: int = 0
     failures: int = 0
@@ -117,8 +120,8 @@ class EpisodicProjector:
         return self.applied[key]
 
     async def project(self, batch: dict[TopicPartition, list[object]]) -> None:
-        items: list[DerivedEvent] = []
-        arriving: list[HeldForgetting] = []
+        recorded: list[DerivedEvent] = []
+        arriving: list[HeldEvent] = []
         ends: dict[TopicPartition, int] = {}
         for tp, records in batch.items():
             for record in records:
@@ -131,32 +134,38 @@ class EpisodicProjector:
                 except DecodeError as exc:
                     log.error("unreadable derived record %s@%d: %s", tp, record.offset, exc)  # type: ignore[attr-defined]
                     continue
-                # A summary's put comes before its forgetting in memory.lifecycle itself, so only
-                # forgettings of memories of events (whose puts are in memory.items) can overtake
-                # them. Holding the others could wait forever: a tick's prunings have a position
-                # on memory.schedule that nothing else may ever reach.
-                if isinstance(event, MemoryForgotten) and event.level == 0:
-                    arriving.append(HeldForgetting(event, tp, record.offset))  # type: ignore[attr-defined]
+                if isinstance(event, MemoryRecorded):
+                    recorded.append(event)
                 else:
-                    items.append(event)
-        await self.store.apply(items)
-        for key, offset in latest_positions(items).items():
+                    arriving.append(HeldEvent(event, tp, record.offset))  # type: ignore[attr-defined]
+        await self.store.apply(recorded)
+        # Only recordings move the hold mark: a lifecycle event at an agent-topic position is
+        # emitted before (promotions, summaries) or after (forgettings) the recording at that
+        # position, and must not be applied ahead of it, nor let a forgetting overtake the
+        # recording of the memory it forgets.
+        for key, offset in latest_positions(recorded).items():
             self.applied[key] = max(self.applied.get(key, -1), offset)
         ready: list[DerivedEvent] = []
-        held: list[HeldForgetting] = []
+        held: list[HeldEvent] = []
+        blocked: set[TopicPartition] = set()
         for h in [*self.held, *arriving]:
-            position = h.event.source_position
-            if (
-                position is None
-                or await self._applied_offset(position.topic, position.partition) >= position.offset
-            ):
+            # In log order per lifecycle partition: once one waits, the ones after it wait too.
+            if h.record not in blocked and await self._due(h.event):
                 ready.append(h.event)
             else:
+                blocked.add(h.record)
                 held.append(h)
         await self.store.apply(ready)
         self.held = held
         self.records += sum(len(r) for r in batch.values())
         await self._commit(ends)
+
+    async def _due(self, event: DerivedEvent) -> bool:
+        """A tick's events follow nothing in ``memory.items``: only earlier lifecycle events."""
+        position = event.source_position
+        if position is None or position.topic == self.topics.schedule:
+            return True
+        return await self._applied_offset(position.topic, position.partition) >= position.offset
 
     async def _commit(self, ends: dict[TopicPartition, int]) -> None:
         assert self._consumer is not None
@@ -169,4 +178,4 @@ class EpisodicProjector:
         if offsets:
             await self._consumer.commit(offsets)
         if len(self.held) > self.max_held:
-            log.warning("%d forgettings wait for their recordings", len(self.held))
+            log.warning("%d lifecycle events wait for their recordings", len(self.held))

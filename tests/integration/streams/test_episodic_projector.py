@@ -30,6 +30,7 @@ from schemas.memory_events import (
 from schemas.topics import Topics
 from streams.episodic_projector import EpisodicProjector
 from streams.topic_admin import ensure_topics
+from tests.integration.projections.lifecycle_events import summarised
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -168,4 +169,39 @@ async def test_a_tick_pruning_a_summary_is_applied_without_waiting(
     finally:
         await projector.stop()
     assert await store.memories("W", levels=None) == []
+    await store.close()
+
+
+async def test_a_later_summary_does_not_release_forgettings_ahead_of_their_recordings(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A summary emitted at the last source position, fetched with the forgettings before any
+    recording, must wait like them: applying it at once would mark that position applied, let
+    the forgettings through before the memories they forget, and those would come back."""
+    topics = Topics(f"proj{uuid.uuid4().hex[:8]}.")
+    await ensure_topics(kafka_bootstrap, topics, 1)
+    recorded, forgotten = derived("C", 60)
+    summary = summarised(
+        recorded[-3:],
+        level=1,
+        content="Three floods",
+        seq=60,
+        trigger_event_id="trigger",
+        position=SourcePosition(topic="agent.observations", partition=0, offset=59),
+    )
+    store = EdgeEpisodicMemory.open(tmp_path / "edge", EMBEDDER.dim)
+    projector = await EpisodicProjector(kafka_bootstrap, topics, store, group_id="g").start()
+    try:
+        await produce(kafka_bootstrap, topics.lifecycle, [*forgotten, summary])
+        await until(lambda: projector.records == 11)
+        assert len(projector.held) == 11
+        await produce(kafka_bootstrap, topics.items, recorded)
+        await until(lambda: projector.records == 71)
+        await until(lambda: not projector.held)
+    finally:
+        await projector.stop()
+    kept = {m.memory_id for m in await store.memories("C", levels=[0])}
+    assert len(kept) == 50
+    assert kept.isdisjoint(f.memory_id for f in forgotten)
+    assert [m.memory_id for m in await store.memories("C", levels=[1])] == [summary.memory_id]
     await store.close()
