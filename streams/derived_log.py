@@ -26,6 +26,19 @@ log = logging.getLogger("engram.derived_log")
 Decoded = TypeVar("Decoded")
 
 
+def at_end(position: int, reported_end: int, got_records: bool) -> bool:
+    """Whether a partition has been read to the end it had when reading started.
+
+    The reported end is a lower bound only: Tansu answers ListOffsets with the last *batch's*
+    base offset + 1, so reaching it may leave the rest of that batch unread. Past it, either a
+    poll came back empty (nothing more was written) or a poll read beyond it, which reads whole
+    batches: the end as of the start is then behind us. Waiting for an empty poll alone would
+    never end on a topic written all the time (``memory.access`` under query load); what is
+    written after the start is consumed live, not by this read.
+    """
+    return position >= reported_end and (not got_records or position > reported_end)
+
+
 async def read_records(
     bootstrap: str,
     topic_names: Iterable[str],
@@ -78,10 +91,8 @@ async def read_records(
                             topic=tp.topic, partition=tp.partition, offset=record.offset
                         )
                         out.append((position, decoded))
-                # The reported end is a lower bound only: Tansu answers ListOffsets with the
-                # last *batch's* base offset + 1. Past it, an empty poll means the end.
                 for tp in list(remaining):
-                    if not batch.get(tp) and await consumer.position(tp) >= ends[tp]:
+                    if at_end(await consumer.position(tp), ends[tp], bool(batch.get(tp))):
                         remaining.discard(tp)
     finally:
         await consumer.stop()

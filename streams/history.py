@@ -28,6 +28,7 @@ from projections.history import (
 from schemas.codec import DecodeError, decode_derived_event, decode_retrieval
 from schemas.envelope import AgentId
 from schemas.topics import Topics
+from streams.derived_log import at_end
 
 log = logging.getLogger("engram.history")
 
@@ -129,10 +130,8 @@ async def _read_to_end(
                         topic=tp.topic, partition=tp.partition, offset=record.offset
                     )
                     events.append(PositionedEvent(event, position))
-        # The reported end is a lower bound only: Tansu answers ListOffsets with the last
-        # *batch's* base offset + 1. Past it, an empty poll means the end.
         for tp in list(remaining):
-            if not batch.get(tp) and await consumer.position(tp) >= ends[tp]:
+            if at_end(await consumer.position(tp), ends[tp], bool(batch.get(tp))):
                 remaining.discard(tp)
     return events
 
