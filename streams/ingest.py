@@ -31,7 +31,7 @@ from processors.state_fold import FoldedState
 from processors.summarising import ExtractiveSummariser, Summariser
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
 from schemas.codec import encode_event
-from schemas.memory_events import DerivedEvent, MemoryRecorded
+from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded
 from schemas.topics import Topics
 from streams.publisher import Position
 
@@ -82,6 +82,27 @@ class IngestStats:
                     f"the projections did not apply {len(positions)} records within {timeout}s"
                 )
             await asyncio.sleep(0.02)
+
+
+def split_triggered(
+    derived: Sequence[DerivedEvent],
+) -> tuple[list[DerivedEvent], list[DerivedEvent]]:
+    """(what records triggered before their recordings, the recordings and what follows them).
+
+    Capacity forgettings caused by a recording go with it: the fold re-applies capacity on the
+    next recording, so losing them with their recording loses nothing for good.
+    """
+    recordings = {e.event_id for e in derived if isinstance(e, MemoryRecorded)}
+    triggered: list[DerivedEvent] = []
+    following: list[DerivedEvent] = []
+    for event in derived:
+        if isinstance(event, MemoryRecorded) or (
+            isinstance(event, MemoryForgotten) and event.caused_by in recordings
+        ):
+            following.append(event)
+        else:
+            triggered.append(event)
+    return triggered, following
 
 
 @dataclass
@@ -190,18 +211,13 @@ class IngestPipeline:
             result = await asyncio.to_thread(self.derive, fresh)
         else:
             result = self.derive(fresh)
-        send, items, lifecycle = self.send, self.topics.items, self.topics.lifecycle
-        deliveries: list[Any] = []
-        # Sequential awaits: each only enqueues, and no Task is made per record.
-        for event in result.derived:
-            position = event.source_position
-            delivery = await send(
-                items if isinstance(event, MemoryRecorded) else lifecycle,
-                event.agent_id.encode("utf-8"),
-                encode_event(event),
-                position.partition if position is not None else None,
-            )
-            deliveries.append(delivery)
+        triggered, following = split_triggered(result.derived)
+        if triggered:
+            # A record counts as derived once its recording is in the log (the fold's rule), so
+            # what it triggered before it (summaries, promotions, prunings) must be in the log
+            # first: a recording that landed without them would lose them for good.
+            await self._await_deliveries(await self._send(triggered))
+        deliveries = await self._send(following)
         for letter in result.dead_letters:
             log.warning(
                 "dead letter",
@@ -213,17 +229,12 @@ class IngestPipeline:
                 },
             )
             key = base64.b64decode(letter.key_b64) if letter.key_b64 else None
-            deliveries.append(await send(self.topics.deadletter, key, encode_event(letter), None))
+            deliveries.append(
+                await self.send(self.topics.deadletter, key, encode_event(letter), None)
+            )
         await self.apply(result.derived)
         # The log is the truth: the batch is done only once the broker has every derived record.
-        # (A producer flush never raises, so a failed delivery would otherwise go unnoticed.)
-        failed = [
-            r
-            for r in await asyncio.gather(*deliveries, return_exceptions=True)
-            if isinstance(r, BaseException)
-        ]
-        if failed:
-            raise DeliveryError(f"{len(failed)} derived records were not delivered: {failed[0]!r}")
+        await self._await_deliveries(deliveries)
         self.folded.states.update(result.states)
         partition_of = self._partition_of
         for event in result.derived:
@@ -235,6 +246,34 @@ class IngestPipeline:
         self.stats.skipped += len(records) - len(fresh)
         self._count(records, result)
         return result
+
+    async def _send(self, events: Sequence[DerivedEvent]) -> list[Any]:
+        """Hand derived events to the producer, each to its source's partition number."""
+        send, items, lifecycle = self.send, self.topics.items, self.topics.lifecycle
+        deliveries: list[Any] = []
+        # Sequential awaits: each only enqueues, and no Task is made per record.
+        for event in events:
+            position = event.source_position
+            delivery = await send(
+                items if isinstance(event, MemoryRecorded) else lifecycle,
+                event.agent_id.encode("utf-8"),
+                encode_event(event),
+                position.partition if position is not None else None,
+            )
+            deliveries.append(delivery)
+        return deliveries
+
+    @staticmethod
+    async def _await_deliveries(deliveries: Sequence[Any]) -> None:
+        """Raise unless the broker took every record (a producer flush never raises, so a
+        failed delivery would otherwise go unnoticed)."""
+        failed = [
+            r
+            for r in await asyncio.gather(*deliveries, return_exceptions=True)
+            if isinstance(r, BaseException)
+        ]
+        if failed:
+            raise DeliveryError(f"{len(failed)} derived records were not delivered: {failed[0]!r}")
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
         """Apply to both projections; retry while a backend is down instead of losing the batch."""
