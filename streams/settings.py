@@ -64,7 +64,13 @@ class EngramSettings(BaseSettings):
 
     batch_size: int = Field(default=2000, ge=1)
     batch_within: float = Field(default=0.05, gt=0.0)
-    producer_linger: float = Field(default=0.05, ge=0.0)
+    producer_linger: float = Field(
+        default=0.005,
+        ge=0.0,
+        description="Seconds a producer batch waits for more records. Every batch of the "
+        "processors waits for its deliveries, so this is latency; batches fill up anyway "
+        "(measured: 5 ms instead of 50 ms took p50 from ~200 to ~120 ms, same throughput).",
+    )
     fetch_max_wait: float = Field(
         default=0.05, gt=0.0, description="Longest a consumer fetch may wait for data (seconds)."
     )
