@@ -26,6 +26,17 @@ log = logging.getLogger("engram.derived_log")
 Decoded = TypeVar("Decoded")
 
 
+def log_reader(bootstrap: str) -> AIOKafkaConsumer:
+    """A group-less consumer for reading partitions from the start, in large fetches."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=8 << 20,
+        fetch_max_bytes=64 << 20,
+    )
+
+
 def at_end(position: int, reported_end: int, got_records: bool) -> bool:
     """Whether a partition has been read to the end it had when reading started.
 
@@ -52,13 +63,7 @@ async def read_records(
     written by Engram itself, so one is a bug to report, not a reason to stop a takeover."""
     out: list[tuple[SourcePosition, Decoded]] = []
     parts = sorted(set(partitions))
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_partition_fetch_bytes=8 << 20,
-        fetch_max_bytes=64 << 20,
-    )
+    consumer = log_reader(bootstrap)
     await consumer.start()
     try:
         for topic in topic_names:

@@ -28,7 +28,7 @@ from projections.history import (
 from schemas.codec import DecodeError, decode_derived_event, decode_retrieval
 from schemas.envelope import AgentId
 from schemas.topics import Topics
-from streams.derived_log import at_end
+from streams.derived_log import at_end, log_reader
 
 log = logging.getLogger("engram.history")
 
@@ -78,13 +78,7 @@ async def read_agent_history(
 async def _read_agent(
     bootstrap: str, topics: Topics, partition: int, agent_id: str, partitions: int
 ) -> list[PositionedEvent]:
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_partition_fetch_bytes=8 << 20,
-        fetch_max_bytes=64 << 20,
-    )
+    consumer = log_reader(bootstrap)
     try:
         await consumer.start()
         existing = await consumer.topics()
