@@ -83,16 +83,29 @@ class Expected:
     derived: dict[str, list[DerivedEvent]] = field(default_factory=lambda: defaultdict(list))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["worker", "projector"])
 async def run(
-    kafka_bootstrap: str, redis_server_url: str, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    kafka_bootstrap: str,
+    redis_server_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[tuple[Node, Topics, list[MemoryRetrieved]]]:
+    """The same ten years with episodic memory written by the worker in its batch, and by the
+    episodic projector from the log (how ``engram up --workers N`` runs)."""
     prefix = f"years{uuid.uuid4().hex[:8]}."
     settings = isolated_settings(
-        prefix, tmp_path_factory.mktemp("years"), lifecycle=LIFECYCLE, schedule_interval=0
+        prefix,
+        tmp_path_factory.mktemp("years"),
+        lifecycle=LIFECYCLE,
+        schedule_interval=0,
+        episodic_writer=request.param,
     )
     topics = Topics(prefix)
-    node = await Node(settings, Endpoints(kafka_bootstrap, redis_server_url)).start()
+    node = await Node(
+        settings,
+        Endpoints(kafka_bootstrap, redis_server_url),
+        run_projector=request.param == "projector",
+    ).start()
     try:
         assert node.pipeline is not None
         assert node.http_url is not None
@@ -124,13 +137,18 @@ async def retrieve_summaries(node: Node, http: httpx.AsyncClient) -> None:
     """Each retrieving household asks for its L1 summaries; then wait until the processor has
     counted every retrieval, so the model and the stack see them at the same point."""
     assert node.pipeline is not None
+    assert node.episodic is not None
+    deadline = time.monotonic() + 60
     for agent in RETRIEVING:
+        # Summaries of years 1 and 2; a projector may still be applying them.
+        while len(await node.episodic.memories(agent, 10, levels=[1])) < 2:
+            assert time.monotonic() < deadline, f"{agent}'s summaries were not projected"
+            await asyncio.sleep(0.05)
         response = await http.post(
             f"/v1/agents/{agent}/retrieve", json={"levels": [1], "top_k": 5, "current_year": 3}
         )
         assert response.status_code == 200, response.text
         assert response.json()["results"], f"{agent} has no L1 summary to retrieve"
-    deadline = time.monotonic() + 60
     folded = node.pipeline.folded.states
     while not all(any(s.retrievals for s in folded[a].summaries) for a in RETRIEVING):
         assert time.monotonic() < deadline, "the processor did not count the retrievals"
@@ -205,7 +223,12 @@ async def test_ten_years_of_households_follow_the_pure_model(
         assert (first_l1.memory_id in pruned) == (agent not in RETRIEVING), agent
     assert all(e.source_position is not None for e in logged)
 
-    # The projections hold exactly what the model keeps.
+    # The projections hold exactly what the model keeps (once a projector has caught up).
+    projector = node.projector
+    deadline = time.monotonic() + 60
+    while projector is not None and (projector.records < len(logged) or projector.held):
+        assert time.monotonic() < deadline, "the episodic projector did not catch up"
+        await asyncio.sleep(0.05)
     for agent in AGENTS[:40]:
         state = expected.states[agent]
         working = await node.working.memories(agent)
