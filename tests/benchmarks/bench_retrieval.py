@@ -29,8 +29,7 @@ from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import Observation
 from schemas.memory_events import DerivedEvent, SourcePosition
 from streams.devstack.ports import free_port, wait_for_port
-from streams.devstack.redis_server import RedisServer
-from tests.benchmarks.servers import percentile
+from tests.benchmarks.servers import fresh_servers, percentile
 
 WORDS = [
     "flood",
@@ -101,9 +100,11 @@ async def load(redis_url: str, edge: Path, agents: int) -> None:
         await episodic.close()
 
 
-def serve(redis_url: str, data: Path, port: int) -> subprocess.Popen[bytes]:
+def serve(bootstrap: str, redis_url: str, data: Path, port: int) -> subprocess.Popen[bytes]:
+    """The query service as deployed: every retrieval also goes to memory.access."""
     env = {
         **os.environ,
+        "ENGRAM_KAFKA_BOOTSTRAP": bootstrap,
         "ENGRAM_REDIS_URL": redis_url,
         "ENGRAM_QDRANT_PATH": str(data),
         "ENGRAM_REDIS_NAMESPACE": "bench",
@@ -146,12 +147,12 @@ MODES: dict[str, dict[str, object]] = {
 
 def main(agents: int, requests: int) -> None:
     data = Path(tempfile.mkdtemp(prefix="engram-retrieval-"))
-    with RedisServer() as redis:
+    with fresh_servers() as (bootstrap, redis_url):
         started = time.perf_counter()
-        asyncio.run(load(redis.url, data, agents))
+        asyncio.run(load(redis_url, data, agents))
         print(f"loaded {agents} agents x 60 memories in {time.perf_counter() - started:.1f}s")
         port = free_port()
-        server = serve(redis.url, data, port)
+        server = serve(bootstrap, redis_url, data, port)
         try:
             if not wait_for_port(port, 60):
                 raise RuntimeError("engram serve did not start")
