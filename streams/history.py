@@ -110,7 +110,7 @@ async def _read_to_end(
     ends = await consumer.end_offsets(tps)
     key = agent_id.encode("utf-8")
     events: list[PositionedEvent] = []
-    remaining = set(tps)
+    remaining = {tp for tp in tps if ends[tp] > 0}  # an end of 0 is exact: empty
     while remaining:
         batch = await consumer.getmany(*remaining, timeout_ms=_POLL_MS, max_records=50_000)
         for tp, records in batch.items():
