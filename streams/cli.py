@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -16,9 +17,11 @@ from rich.console import Console
 from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
+    from rich.progress import Progress
     from rich.table import Table
 
     from projections.history import AgentHistory
+    from streams.archive import TopicSummary
 
 app = typer.Typer(
     name="engram",
@@ -62,15 +65,24 @@ def friendly_errors() -> Iterator[None]:
     """Known failures become one readable line and exit code 2, never a traceback."""
     from projections.interfaces import ProjectionError
     from projections.service.client import QueryError
+    from streams.archive import ArchiveError
     from streams.devstack.broker import BrokerStartError
     from streams.devstack.redis_server import RedisServerError
     from streams.publisher import PublishError
 
+    known = (
+        PublishError,
+        QueryError,
+        ProjectionError,
+        BrokerStartError,
+        RedisServerError,
+        ArchiveError,
+    )
     try:
         yield
     except typer.Exit:
         raise
-    except (PublishError, QueryError, ProjectionError, BrokerStartError, RedisServerError) as exc:
+    except known as exc:
         fail(str(exc))
     except ValidationError as exc:
         fail(f"invalid input:\n{validation_lines(exc)}")
@@ -130,6 +142,14 @@ def up(
             "this one writes episodic memory from the log (Qdrant Edge lives in one process).",
         ),
     ] = 1,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh",
+            help="Start with an empty log instead of restoring the archive of the last run "
+            "(DATA_DIR/archive, which is replaced when this run stops).",
+        ),
+    ] = False,
 ) -> None:
     settings = load_settings(
         http_port=port,
@@ -139,12 +159,20 @@ def up(
     configure(settings)
 
     async def main() -> None:
+        from schemas.topics import Topics
+        from streams.archive import export_log, import_log
         from streams.devstack.stack import DevStack
         from streams.runtime import Node
 
         stack = DevStack(settings.data_dir)
         endpoints = stack.start()
+        archive = settings.data_dir / "archive"
+        topics = Topics(settings.topic_prefix)
         try:
+            if not fresh and (archive / "manifest.json").exists():
+                # The broker keeps its log in memory: the last run's log comes back from its
+                # archive, and the processors rebuild the projections from it.
+                await transfer("restoring the log", import_log(endpoints.kafka_bootstrap, archive))
             local = settings.model_copy(update={"qdrant_path": stack.edge_path})
             # Above one worker, this process holds the Qdrant Edge shard (projector and query
             # service) and the workers run as processes of their own: Edge holds the GIL while
@@ -168,6 +196,11 @@ def up(
                 lost = await until_signalled_or_exited(stack.workers)
             finally:
                 await node.stop()
+                stack.stop_workers()
+                await transfer(
+                    f"archiving the log to {archive}",
+                    export_log(endpoints.kafka_bootstrap, topics.all(), archive),
+                )
             if lost is not None:
                 fail(f"a worker process exited with code {lost}; stopping the stack")
         finally:
@@ -192,6 +225,7 @@ def demo(
 
     async def main() -> None:
         from projections.service.client import AsyncEngramClient
+        from schemas.topics import Topics
         from streams.demo import run_demo
         from streams.devstack.stack import DevStack
         from streams.publisher import AsyncPublisher
@@ -208,7 +242,11 @@ def demo(
                 assert node.pipeline is not None
                 assert node.http_url is not None
                 async with (
-                    AsyncPublisher(endpoints.kafka_bootstrap, linger=0.005) as publisher,
+                    AsyncPublisher(
+                        endpoints.kafka_bootstrap,
+                        topics=Topics(settings.topic_prefix),
+                        linger=0.005,
+                    ) as publisher,
                     AsyncEngramClient(node.http_url) as client,
                 ):
                     outcome = await run_demo(
@@ -322,6 +360,7 @@ def publish(
 
     async def main() -> None:
         from schemas.agent_events import AgentEvent, Decision, Feedback, Observation
+        from schemas.topics import Topics
         from streams.publisher import AsyncPublisher
 
         event: AgentEvent
@@ -338,7 +377,8 @@ def publish(
         else:
             fail(f"--type must be observation, decision or feedback, not {event_type!r}")
         assert settings.kafka_bootstrap is not None
-        async with AsyncPublisher(settings.kafka_bootstrap) as publisher:
+        topics = Topics(settings.topic_prefix)
+        async with AsyncPublisher(settings.kafka_bootstrap, topics=topics) as publisher:
             position = await publisher.publish(event)
         console.print_json(
             data={
@@ -388,6 +428,120 @@ def retrieve(
                 fail(f"cannot reach the query service at {url}: {exc}")
             raise
     console.print_json(response.model_dump_json())
+
+
+async def transfer(what: str, job: Awaitable[list[TopicSummary]]) -> list[TopicSummary]:
+    """Run an export or import, then say how many records of how many topics it moved."""
+    started = time.perf_counter()
+    with console.status(f"{what}..."):
+        summaries = await job
+    records = sum(s.total for s in summaries)
+    took = time.perf_counter() - started
+    console.print(
+        f"{what}: {records:,} records of {sum(1 for s in summaries if s.total)} topics "
+        f"in {took:.1f}s"
+    )
+    return summaries
+
+
+def record_progress(description: str, total: int | None) -> Progress:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn(description),
+        BarColumn(),
+        MofNCompleteColumn() if total else TextColumn("{task.completed:,} records"),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=False,
+    )
+
+
+def _rate(progress: Progress, task: Any) -> str:
+    speed = progress.tasks[task].speed
+    return f"{speed:,.0f} records/s" if speed else ""
+
+
+@app.command(
+    "export",
+    help=(
+        "Write Engram's topics (ENGRAM_TOPIC_PREFIX) to DIRECTORY: one gzip JSON-lines file per "
+        "partition, every record with its offset, and a manifest. Reads the log as it is "
+        "when the export starts."
+    ),
+)
+def export_command(
+    directory: Annotated[Path, typer.Argument(help="Where to write the archive (replaced).")],
+) -> None:
+    settings = load_settings()
+    if not settings.kafka_bootstrap:
+        fail("set ENGRAM_KAFKA_BOOTSTRAP (engram up prints it)")
+    bootstrap = settings.kafka_bootstrap
+
+    async def main() -> None:
+        from schemas.topics import Topics
+        from streams.archive import export_log
+
+        with record_progress("exporting", None) as progress:
+            task = progress.add_task("export", total=None, rate="")
+
+            def advance(n: int) -> None:
+                progress.update(task, advance=n, rate=_rate(progress, task))
+
+            summaries = await export_log(
+                bootstrap, Topics(settings.topic_prefix).all(), directory, progress=advance
+            )
+        report("exported", summaries, directory)
+
+    run(main)
+
+
+@app.command(
+    "import",
+    help=(
+        "Load an archive written by `engram export` into the broker at ENGRAM_KAFKA_BOOTSTRAP, "
+        "every record at the partition and offset it had. The topics must be empty or absent."
+    ),
+)
+def import_command(
+    directory: Annotated[Path, typer.Argument(help="An archive written by engram export.")],
+) -> None:
+    settings = load_settings()
+    if not settings.kafka_bootstrap:
+        fail("set ENGRAM_KAFKA_BOOTSTRAP (engram up prints it)")
+    bootstrap = settings.kafka_bootstrap
+
+    async def main() -> None:
+        from streams.archive import import_log, read_manifest
+
+        total = sum(s.total for s in read_manifest(directory))
+        with record_progress("importing", total) as progress:
+            task = progress.add_task("import", total=total, rate="")
+
+            def advance(n: int) -> None:
+                progress.update(task, advance=n, rate=_rate(progress, task))
+
+            summaries = await import_log(bootstrap, directory, progress=advance)
+        report("imported", summaries, directory)
+
+    run(main)
+
+
+def report(verb: str, summaries: list[TopicSummary], directory: Path) -> None:
+    for summary in summaries:
+        if summary.total:
+            console.print(f"  {summary.name:32} {summary.total:>10,} records")
+    total = sum(s.total for s in summaries)
+    console.print(f"{verb} {total:,} records ({directory})")
 
 
 @app.command(

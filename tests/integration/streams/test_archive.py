@@ -95,3 +95,31 @@ async def test_export_then_import_reproduces_every_record_at_its_offset(
 async def test_a_directory_that_is_not_an_archive_is_named(tmp_path: Path) -> None:
     with pytest.raises(ArchiveError, match="not an Engram archive"):
         await import_log("127.0.0.1:1", tmp_path)
+
+
+def test_the_command_line_exports_and_imports_with_a_clear_refusal(
+    kafka_bootstrap: str, second_broker: str, tmp_path: Path
+) -> None:
+    import asyncio
+
+    from typer.testing import CliRunner
+
+    from streams.cli import app as cli
+
+    prefix = f"archcli{uuid.uuid4().hex[:8]}."
+    asyncio.run(ensure_topics(kafka_bootstrap, Topics(prefix), 2))
+    env = {"ENGRAM_KAFKA_BOOTSTRAP": kafka_bootstrap, "ENGRAM_TOPIC_PREFIX": prefix}
+    runner = CliRunner()
+    published = runner.invoke(cli, ["publish", "H001", "Year 1: a flood"], env=env)
+    assert published.exit_code == 0, published.output
+    exported = runner.invoke(cli, ["export", str(tmp_path / "a")], env=env)
+    assert exported.exit_code == 0, exported.output
+    assert "exported 1 records" in exported.stdout
+    target = {**env, "ENGRAM_KAFKA_BOOTSTRAP": second_broker}
+    imported = runner.invoke(cli, ["import", str(tmp_path / "a")], env=target)
+    assert imported.exit_code == 0, imported.output
+    assert "imported 1 records" in imported.stdout
+    again = runner.invoke(cli, ["import", str(tmp_path / "a")], env=target)
+    assert again.exit_code == 2
+    assert "already holds records" in again.output
+    assert "Traceback" not in again.output

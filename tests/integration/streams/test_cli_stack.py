@@ -53,8 +53,9 @@ def engram_up(
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_up_publish_retrieve_and_a_clean_stop(tmp_path: Path, workers: int) -> None:
-    """With 2 workers, episodic memory is written by the projector from the log."""
+def test_up_publish_retrieve_stop_and_up_again(tmp_path: Path, workers: int) -> None:
+    """With 2 workers, episodic memory is written by the projector from the log. A second
+    ``engram up`` keeps the memories of the first."""
     port = free_port()
     env = {**os.environ, "ENGRAM_DATA_DIR": str(tmp_path)}
     with engram_up(tmp_path, port, workers) as (up, banner):
@@ -98,6 +99,32 @@ def test_up_publish_retrieve_and_a_clean_stop(tmp_path: Path, workers: int) -> N
         assert results[0]["importance"] == 0.9
         assert results[0]["store"] == "episodic"
         assert results[0]["score"] == pytest.approx(0.9 * 0.95)
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(60) == 0
+    assert (tmp_path / "archive" / "manifest.json").exists()
+
+    # The broker kept its log in memory; the next run restores it from the archive, and the
+    # processors rebuild the projections from it: the memory is still there.
+    port = free_port()
+    with engram_up(tmp_path, port, workers) as (up, banner):
+        assert "restoring the log" in banner
+        deadline = time.monotonic() + 60
+        while True:
+            got = subprocess.run(
+                [*ENGRAM, "retrieve", "H001", "--year", "3", "--url", f"http://127.0.0.1:{port}"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
+            again = json.loads(got.stdout)["results"]
+            if again or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert [(m["memory_id"], m["score"]) for m in again] == [
+            (m["memory_id"], m["score"]) for m in results
+        ]
         up.send_signal(signal.SIGTERM)
         assert up.wait(60) == 0
 
