@@ -472,6 +472,80 @@ def _rate(progress: Progress, task: Any) -> str:
 
 
 @app.command(
+    help=(
+        "Rebuild the projections from the log: read memory.items and memory.lifecycle from the "
+        "start and apply them, in large batches, to Redis (ENGRAM_REDIS_URL, --namespace) and "
+        "Qdrant (ENGRAM_QDRANT_URL, or Qdrant Edge at --qdrant-path). Rebuild into a new "
+        "namespace and path (or with the processors stopped): the stores skip events older "
+        "than what they have applied."
+    )
+)
+def rebuild(
+    namespace: Annotated[
+        str | None, typer.Option(help="Redis namespace to build (default ENGRAM_REDIS_NAMESPACE).")
+    ] = None,
+    qdrant_path: Annotated[
+        Path | None,
+        typer.Option(help="Qdrant Edge directory to build (default ENGRAM_QDRANT_PATH)."),
+    ] = None,
+    collection: Annotated[
+        str | None, typer.Option(help="Collection to build (default ENGRAM_QDRANT_COLLECTION).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(min=1, max=100_000, help="Events per write.")] = 5000,
+) -> None:
+    settings = load_settings(redis_namespace=namespace, qdrant_collection=collection)
+    if not settings.kafka_bootstrap or not settings.redis_url:
+        fail("set ENGRAM_KAFKA_BOOTSTRAP and ENGRAM_REDIS_URL (engram up prints both)")
+    bootstrap, redis_url = settings.kafka_bootstrap, settings.redis_url
+
+    async def main() -> None:
+        from processors.embedding import embedder_from_name
+        from projections.episodic.factory import open_episodic_store
+        from projections.working.redis_store import RedisWorkingMemory
+        from schemas.topics import Topics
+        from streams.rebuild import rebuild_projections
+
+        edge_dir = None if settings.qdrant_url else (qdrant_path or settings.edge_path())
+        target = settings.qdrant_url or f"Qdrant Edge at {edge_dir}"
+        working = RedisWorkingMemory.from_url(redis_url, settings.redis_namespace)
+        episodic = await open_episodic_store(
+            qdrant_url=settings.qdrant_url,
+            qdrant_path=edge_dir,
+            collection=settings.qdrant_collection,
+            dim=embedder_from_name(settings.embedder).dim,
+            api_key=(
+                settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+            ),
+        )
+        try:
+            started = time.perf_counter()
+            with record_progress("rebuilding", 1) as progress:
+                task = progress.add_task("rebuild", total=None, rate="")
+
+                def advance(done: int, total: int) -> None:
+                    progress.update(task, completed=done, total=total, rate=_rate(progress, task))
+
+                applied = await rebuild_projections(
+                    bootstrap,
+                    Topics(settings.topic_prefix),
+                    range(settings.partitions),
+                    [working, episodic],
+                    batch_size=batch_size,
+                    progress=advance,
+                )
+            took = time.perf_counter() - started
+            console.print(
+                f"rebuilt {applied:,} events in {took:.1f}s ({applied / max(took, 1e-9):,.0f}/s) "
+                f"into Redis namespace {settings.redis_namespace!r} and {target}"
+            )
+        finally:
+            await working.close()
+            await episodic.close()
+
+    run(main)
+
+
+@app.command(
     "export",
     help=(
         "Write Engram's topics (ENGRAM_TOPIC_PREFIX) to DIRECTORY: one gzip JSON-lines file per "
