@@ -343,8 +343,7 @@ def publish(
     step: Annotated[int | None, typer.Option()] = None,
 ) -> None:
     settings = load_settings()
-    if not settings.kafka_bootstrap:
-        fail("set ENGRAM_KAFKA_BOOTSTRAP (engram up prints it)")
+    bootstrap = bootstrap_of(settings)
     fields: dict[str, Any] = {
         "agent_id": agent_id,
         "content": content,
@@ -376,9 +375,8 @@ def publish(
             event = Feedback(target_event_id=target, signal=signal_value, **fields)
         else:
             fail(f"--type must be observation, decision or feedback, not {event_type!r}")
-        assert settings.kafka_bootstrap is not None
         topics = Topics(settings.topic_prefix)
-        async with AsyncPublisher(settings.kafka_bootstrap, topics=topics) as publisher:
+        async with AsyncPublisher(bootstrap, topics=topics) as publisher:
             position = await publisher.publish(event)
         console.print_json(
             data={
@@ -464,6 +462,25 @@ def record_progress(description: str, total: int | None) -> Progress:
         console=err,
         transient=False,
     )
+
+
+@contextlib.contextmanager
+def counted(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    """A progress bar of records (records/s, ETA) and the callback that advances it."""
+    with record_progress(description, total) as progress:
+        task = progress.add_task(description, total=total, rate="")
+
+        def advance(n: int) -> None:
+            progress.update(task, advance=n, rate=_rate(progress, task))
+
+        yield advance
+
+
+def bootstrap_of(settings: EngramSettings) -> str:
+    """The configured broker, or the one-line error of commands that read or write the log."""
+    if not settings.kafka_bootstrap:
+        fail("set ENGRAM_KAFKA_BOOTSTRAP (engram up prints it)")
+    return settings.kafka_bootstrap
 
 
 def _rate(progress: Progress, task: Any) -> str:
@@ -557,20 +574,13 @@ def export_command(
     directory: Annotated[Path, typer.Argument(help="Where to write the archive (replaced).")],
 ) -> None:
     settings = load_settings()
-    if not settings.kafka_bootstrap:
-        fail("set ENGRAM_KAFKA_BOOTSTRAP (engram up prints it)")
-    bootstrap = settings.kafka_bootstrap
+    bootstrap = bootstrap_of(settings)
 
     async def main() -> None:
         from schemas.topics import Topics
         from streams.archive import export_log
 
-        with record_progress("exporting", None) as progress:
-            task = progress.add_task("export", total=None, rate="")
-
-            def advance(n: int) -> None:
-                progress.update(task, advance=n, rate=_rate(progress, task))
-
+        with counted("exporting", None) as advance:
             summaries = await export_log(
                 bootstrap, Topics(settings.topic_prefix).all(), directory, progress=advance
             )
@@ -590,20 +600,13 @@ def import_command(
     directory: Annotated[Path, typer.Argument(help="An archive written by engram export.")],
 ) -> None:
     settings = load_settings()
-    if not settings.kafka_bootstrap:
-        fail("set ENGRAM_KAFKA_BOOTSTRAP (engram up prints it)")
-    bootstrap = settings.kafka_bootstrap
+    bootstrap = bootstrap_of(settings)
 
     async def main() -> None:
         from streams.archive import import_log, read_manifest
 
         total = sum(s.total for s in read_manifest(directory))
-        with record_progress("importing", total) as progress:
-            task = progress.add_task("import", total=total, rate="")
-
-            def advance(n: int) -> None:
-                progress.update(task, advance=n, rate=_rate(progress, task))
-
+        with counted("importing", total) as advance:
             summaries = await import_log(bootstrap, directory, progress=advance)
         report("imported", summaries, directory)
 
@@ -633,9 +636,7 @@ def history(
     timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to read the log for.")] = 30.0,
 ) -> None:
     settings = load_settings()
-    if not settings.kafka_bootstrap:
-        fail("set ENGRAM_KAFKA_BOOTSTRAP (engram up prints it)")
-    bootstrap = settings.kafka_bootstrap
+    bootstrap = bootstrap_of(settings)
 
     async def main() -> None:
         from schemas.topics import Topics

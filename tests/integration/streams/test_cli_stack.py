@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,6 +53,24 @@ def engram_up(
             up.stdout.close()
 
 
+def retrieve_when_ready(port: int, env: dict[str, str], timeout: float) -> list[Any]:
+    """H001's memories through ``engram retrieve``, polled until there are some (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = subprocess.run(
+            [*ENGRAM, "retrieve", "H001", "--year", "3", "--url", f"http://127.0.0.1:{port}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        results: list[Any] = json.loads(got.stdout)["results"]
+        if results or time.monotonic() > deadline:
+            return results
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_up_publish_retrieve_stop_and_up_again(tmp_path: Path, workers: int) -> None:
     """With 2 workers, episodic memory is written by the projector from the log. A second
@@ -82,20 +101,7 @@ def test_up_publish_retrieve_stop_and_up_again(tmp_path: Path, workers: int) -> 
             check=True,
         )
         assert json.loads(published.stdout)["topic"] == "agent.observations"
-        deadline = time.monotonic() + 30
-        while True:
-            got = subprocess.run(
-                [*ENGRAM, "retrieve", "H001", "--year", "3", "--url", f"http://127.0.0.1:{port}"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            )
-            results = json.loads(got.stdout)["results"]
-            if results or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        results = retrieve_when_ready(port, env, timeout=30)
         assert results[0]["importance"] == 0.9
         assert results[0]["store"] == "episodic"
         assert results[0]["score"] == pytest.approx(0.9 * 0.95)
@@ -108,20 +114,7 @@ def test_up_publish_retrieve_stop_and_up_again(tmp_path: Path, workers: int) -> 
     port = free_port()
     with engram_up(tmp_path, port, workers) as (up, banner):
         assert "restoring the log" in banner
-        deadline = time.monotonic() + 60
-        while True:
-            got = subprocess.run(
-                [*ENGRAM, "retrieve", "H001", "--year", "3", "--url", f"http://127.0.0.1:{port}"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            )
-            again = json.loads(got.stdout)["results"]
-            if again or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        again = retrieve_when_ready(port, env, timeout=60)
         assert [(m["memory_id"], m["score"]) for m in again] == [
             (m["memory_id"], m["score"]) for m in results
         ]
