@@ -22,6 +22,12 @@ from schemas.memory_events import DerivedEvent, MemoryRetrieved, ScheduleTick, S
 
 RecordKind = Literal["agent", "tick", "retrieval"]
 
+MAX_KEPT_BYTES = 128 * 1024
+"""How much of a poison record's key and of its value a dead letter copies. A producer refuses
+records above ~1 MB, and base64 makes a copy a third larger: a letter holding all of a record
+near that size could never be written, and the worker would stop on it at every restart. The
+whole record stays on its topic, at the position the letter names."""
+
 
 @dataclass(frozen=True)
 class RawRecord:
@@ -54,6 +60,24 @@ def _decode(raw: RawRecord) -> AgentEvent | ScheduleTick | MemoryRetrieved:
     return decode_agent_event(raw.value, expected_type=raw.expected_type)
 
 
+def _kept(data: bytes | None) -> bytes | None:
+    return None if data is None else data[:MAX_KEPT_BYTES]
+
+
+def _cut_note(raw: RawRecord) -> str:
+    cut = [
+        f"{name} ({len(data):,} bytes)"
+        for name, data in (("key", raw.key), ("value", raw.value))
+        if data is not None and len(data) > MAX_KEPT_BYTES
+    ]
+    if not cut:
+        return ""
+    return (
+        f"; this letter keeps the first {MAX_KEPT_BYTES:,} bytes of the {' and '.join(cut)}, "
+        f"the whole record is {raw.topic}[{raw.partition}]@{raw.offset}"
+    )
+
+
 def process_batch(
     records: Sequence[RawRecord],
     load_state: Callable[[str], AgentMemoryState],
@@ -73,13 +97,13 @@ def process_batch(
         except DecodeError as exc:
             result.dead_letters.append(
                 DeadLetter(
-                    reason=exc.reason,
+                    reason=exc.reason + _cut_note(raw),
                     error_kind=exc.kind,
                     topic=raw.topic,
                     partition=raw.partition,
                     offset=raw.offset,
-                    key_b64=DeadLetter.b64(raw.key),
-                    value_b64=DeadLetter.b64(raw.value) or "",
+                    key_b64=DeadLetter.b64(_kept(raw.key)),
+                    value_b64=DeadLetter.b64(_kept(raw.value)) or "",
                     failed_at=failed_at,
                 )
             )

@@ -6,11 +6,16 @@ Each store only acts on events whose ``destination`` is its own: every ``MemoryW
 (recorded, promoted, summarised) is an upsert, a ``MemoryForgotten`` a delete. Other events
 (``ConsolidationCompleted``, the other store's) change no data, but their source positions still
 count as applied, so a read-your-writes wait sees the store move past them.
+
+Records that derive nothing at all (dead letters, most ticks and retrievals, redeliveries of
+records already derived) leave no event to apply, so the worker moves the marks past them with
+``advance`` once the batch holding them is applied and logged: an applied offset then says how
+far the *log* was applied, which is what a read-your-writes wait asks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -23,9 +28,21 @@ class ProjectionError(RuntimeError):
     """A projection backend failed (unreachable, refused); the message says which and why."""
 
 
+SourceOffsets = Mapping[tuple[str, int], int]
+"""The highest source offset per (topic, partition)."""
+
+
 class WorkingMemoryStore(Protocol):
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
         """Put ``working`` memories and drop forgotten ones, with the applied position."""
+
+    async def advance(self, positions: SourceOffsets) -> None:
+        """Raise each partition's applied offset to at least the given one, never lower it.
+
+        Atomic per partition and idempotent. The caller vouches that every derived event of
+        those records and the ones before them is applied: a later event below the mark is
+        skipped as a replay.
+        """
 
     async def memories(self, agent_id: str) -> list[StoredMemory]:
         """The agent's working memories, newest (highest seq) first."""
@@ -42,6 +59,9 @@ class WorkingMemoryStore(Protocol):
 class EpisodicMemoryStore(Protocol):
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
         """Upsert ``episodic`` memories by their deterministic ids and delete forgotten ones."""
+
+    async def advance(self, positions: SourceOffsets) -> None:
+        """As :meth:`WorkingMemoryStore.advance`."""
 
     async def memories(
         self, agent_id: str, limit: int = 1000, levels: Sequence[int] | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -38,6 +39,7 @@ app.add_typer(schemas_app, name="schemas")
 
 console = Console()
 err = Console(stderr=True)
+log = logging.getLogger("engram.cli")
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -69,8 +71,10 @@ def friendly_errors() -> Iterator[None]:
     from streams.devstack.broker import BrokerStartError
     from streams.devstack.redis_server import RedisServerError
     from streams.publisher import PublishError
+    from streams.replay import SwitchError
 
     known = (
+        SwitchError,
         PublishError,
         QueryError,
         ProjectionError,
@@ -296,8 +300,10 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
             console.print(f"query service on {node.http_url}")
         try:
             await until_signalled()
+            log.info("signalled: stopping; work in flight is finished, flushed and committed first")
         finally:
             await node.stop()
+        log.info("stopped")
 
     run(main)
 
@@ -399,12 +405,29 @@ def retrieve(
     year: Annotated[int | None, typer.Option(help="Current simulation year.")] = None,
     step: Annotated[int | None, typer.Option(help="Current simulation step.")] = None,
     tags: Annotated[str | None, typer.Option(help="Context tags, comma-separated.")] = None,
+    after: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Read your writes: wait until this position (topic:partition:offset, from what "
+            "`engram publish` prints) is applied. Repeatable."
+        ),
+    ] = None,
+    wait_timeout_ms: Annotated[
+        int | None, typer.Option(min=0, max=30_000, help="Longest wait for --after (ms).")
+    ] = None,
     url: Annotated[str, typer.Option(envvar="ENGRAM_URL", help="Query service URL.")] = (
         "http://127.0.0.1:8000"
     ),
 ) -> None:
     from projections.service.client import EngramClient
 
+    positions: list[dict[str, Any]] = []
+    for text in after or []:
+        topic, _, rest = text.rpartition(":")
+        topic, _, partition = topic.rpartition(":")
+        if not (topic and partition.isdigit() and rest.isdigit()):
+            fail(f"--after: {text!r} is not topic:partition:offset")
+        positions.append({"topic": topic, "partition": int(partition), "offset": int(rest)})
     params: dict[str, Any] = {
         "top_k": top_k,
         "mode": mode,
@@ -412,12 +435,15 @@ def retrieve(
         "current_year": year,
         "current_step": step,
         "tags": [t.strip() for t in tags.split(",")] if tags else [],
+        "wait_timeout_ms": wait_timeout_ms,
     }
     with friendly_errors():
         try:
             with EngramClient(url) as client:
                 response = client.retrieve(
-                    agent_id, **{k: v for k, v in params.items() if v is not None}
+                    agent_id,
+                    after=positions,
+                    **{k: v for k, v in params.items() if v is not None},
                 )
         except Exception as exc:  # httpx transport errors
             import httpx
@@ -488,76 +514,330 @@ def _rate(progress: Progress, task: Any) -> str:
     return f"{speed:,.0f} records/s" if speed else ""
 
 
-@app.command(
-    help=(
-        "Rebuild the projections from the log: read memory.items and memory.lifecycle from the "
-        "start and apply them, in large batches, to Redis (ENGRAM_REDIS_URL, --namespace) and "
-        "Qdrant (ENGRAM_QDRANT_URL, or Qdrant Edge at --qdrant-path). Rebuild into a new "
-        "namespace and path (or with the processors stopped): the stores skip events older "
-        "than what they have applied."
-    )
-)
-def rebuild(
-    namespace: Annotated[
-        str | None, typer.Option(help="Redis namespace to build (default ENGRAM_REDIS_NAMESPACE).")
-    ] = None,
-    qdrant_path: Annotated[
-        Path | None,
-        typer.Option(help="Qdrant Edge directory to build (default ENGRAM_QDRANT_PATH)."),
-    ] = None,
-    collection: Annotated[
-        str | None, typer.Option(help="Collection to build (default ENGRAM_QDRANT_COLLECTION).")
-    ] = None,
-    batch_size: Annotated[int, typer.Option(min=1, max=100_000, help="Events per write.")] = 5000,
-) -> None:
-    settings = load_settings(redis_namespace=namespace, qdrant_collection=collection)
+def _projection_parts(settings: EngramSettings) -> tuple[str, str, Any, Any, Any]:
+    """The broker, Redis, registry of versions, and openers of a version's stores and of its
+    dropping, from configuration; a one-line error if the cluster is not configured."""
     if not settings.kafka_bootstrap or not settings.redis_url:
         fail("set ENGRAM_KAFKA_BOOTSTRAP and ENGRAM_REDIS_URL (engram up prints both)")
+    from processors.embedding import embedder_from_name
+    from projections.episodic.factory import drop_episodic_store, open_episodic_store
+    from projections.versions import ProjectionVersion, ProjectionVersions
+    from projections.working.redis_store import RedisWorkingMemory
+
     bootstrap, redis_url = settings.kafka_bootstrap, settings.redis_url
+    dim = embedder_from_name(settings.embedder).dim
+    api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+    edge_dir = None if settings.qdrant_url else settings.edge_path()
+    versions = ProjectionVersions.from_url(
+        redis_url, settings.redis_namespace, settings.qdrant_collection
+    )
 
-    async def main() -> None:
-        from processors.embedding import embedder_from_name
-        from projections.episodic.factory import open_episodic_store
-        from projections.working.redis_store import RedisWorkingMemory
-        from schemas.topics import Topics
-        from streams.rebuild import rebuild_projections
-
-        edge_dir = None if settings.qdrant_url else (qdrant_path or settings.edge_path())
-        target = settings.qdrant_url or f"Qdrant Edge at {edge_dir}"
-        working = RedisWorkingMemory.from_url(redis_url, settings.redis_namespace)
+    async def open_stores(version: ProjectionVersion) -> tuple[Any, Any]:
+        working = RedisWorkingMemory.from_url(redis_url, version.redis_namespace)
         episodic = await open_episodic_store(
             qdrant_url=settings.qdrant_url,
             qdrant_path=edge_dir,
-            collection=settings.qdrant_collection,
-            dim=embedder_from_name(settings.embedder).dim,
-            api_key=(
-                settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-            ),
+            collection=version.qdrant_collection,
+            dim=dim,
+            api_key=api_key,
         )
+        return working, episodic
+
+    async def drop(version: ProjectionVersion) -> None:
+        working = RedisWorkingMemory.from_url(redis_url, version.redis_namespace)
         try:
-            started = time.perf_counter()
-            with record_progress("rebuilding", 1) as progress:
-                task = progress.add_task("rebuild", total=None, rate="")
-
-                def advance(done: int, total: int) -> None:
-                    progress.update(task, completed=done, total=total, rate=_rate(progress, task))
-
-                applied = await rebuild_projections(
-                    bootstrap,
-                    Topics(settings.topic_prefix),
-                    range(settings.partitions),
-                    [working, episodic],
-                    batch_size=batch_size,
-                    progress=advance,
-                )
-            took = time.perf_counter() - started
-            console.print(
-                f"rebuilt {applied:,} events in {took:.1f}s ({applied / max(took, 1e-9):,.0f}/s) "
-                f"into Redis namespace {settings.redis_namespace!r} and {target}"
-            )
+            await working.clear()
         finally:
             await working.close()
-            await episodic.close()
+        await drop_episodic_store(
+            qdrant_url=settings.qdrant_url,
+            qdrant_path=edge_dir,
+            collection=version.qdrant_collection,
+            api_key=api_key,
+        )
+        if version.name is not None:
+            await versions.forget(version.name)
+
+    return bootstrap, redis_url, versions, open_stores, drop
+
+
+def _parse_since(value: str | None) -> Any:
+    if value is None:
+        return None
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        fail(f"--since takes an ISO 8601 time such as 2026-11-22T10:00:00+00:00, not {value!r}")
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@app.command(
+    help=(
+        "Rebuild the projections from the log into a new version, then switch every running "
+        "process to it. Reads memory.items and memory.lifecycle (from the start, or from "
+        "--since) and applies them in large batches to a new Redis namespace and Qdrant "
+        "collection ({namespace}.{version}, {collection}_{version}) while the system keeps "
+        "serving the active one; then pauses the writers for the last records, points "
+        "every worker and query service at the new version in one step, and lets them go on. "
+        "--into applies into an existing version instead (to catch it up, or to switch back "
+        "to it); --drop-old deletes the version that was active once nobody uses it."
+    )
+)
+def replay(
+    version: Annotated[
+        str | None, typer.Option(help="Name of the new version (default: the next vN).")
+    ] = None,
+    into: Annotated[
+        str | None,
+        typer.Option(help="Apply into this existing version ('active' for the active one)."),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(help="Only records written at or after this ISO 8601 time (with --into)."),
+    ] = None,
+    switch: Annotated[
+        bool, typer.Option("--switch/--no-switch", help="Switch to the version when built.")
+    ] = True,
+    drop_old: Annotated[
+        bool, typer.Option(help="Delete the previously active version after the switch.")
+    ] = False,
+    batch_size: Annotated[
+        int, typer.Option(min=1, max=200_000, help="Events per write to each store.")
+    ] = 20_000,
+    fence_timeout: Annotated[
+        float, typer.Option(min=1.0, help="Longest wait for the writers to pause (seconds).")
+    ] = 30.0,
+) -> None:
+    settings = load_settings()
+    if since is not None and into is None:
+        fail("--since needs --into: a new version built from a later point would miss memories")
+    if version is not None and into is not None:
+        fail("give either --version (a new version) or --into (an existing one)")
+    moment = _parse_since(since)
+    bootstrap, _, versions, open_stores, drop = _projection_parts(settings)
+    configure(settings)
+
+    async def main() -> None:
+        from schemas.topics import Topics
+        from streams.replay import Replay, wait_until_unused
+
+        try:
+            target = None
+            if into is not None:
+                known = {i.version.name: i.version for i in await versions.versions()}
+                target = await versions.active() if into == "active" else known.get(into)
+                if target is None:
+                    fail(f"no projection version {into!r} (engram versions lists them)")
+            job = Replay(
+                bootstrap,
+                Topics(settings.topic_prefix),
+                range(settings.partitions),
+                group_id=f"{settings.topic_prefix}{settings.app_id}",
+                versions=versions,
+                open_stores=open_stores,
+                batch_size=batch_size,
+                fence_timeout=fence_timeout,
+            )
+            with record_progress("replaying", 1) as progress:
+                task = progress.add_task("replay", total=None, rate="")
+
+                def total(n: int) -> None:
+                    progress.update(task, total=max(n, 1))
+
+                def advance(n: int) -> None:
+                    progress.update(task, advance=n, rate=_rate(progress, task))
+
+                result = await job.run(
+                    name=version,
+                    into=target,
+                    since=moment,
+                    switch=switch,
+                    total=total,
+                    advance=advance,
+                )
+            rate = result.events / max(result.seconds, 1e-9)
+            console.print(
+                f"replayed {result.events:,} events into version {result.version.label} in "
+                f"{result.seconds:.1f}s ({rate:,.0f}/s, {result.passes} passes)"
+            )
+            if result.switched:
+                before = result.previous.label if result.previous else result.version.label
+                console.print(
+                    f"switched {before} -> {result.version.label}; writers paused "
+                    f"{result.pause_seconds:.2f}s for the last {result.fenced_events:,} events"
+                )
+            if drop_old and result.previous is not None:
+                await wait_until_unused(versions, result.previous, timeout=60.0)
+                await drop(result.previous)
+                console.print(f"dropped version {result.previous.label}")
+        finally:
+            await versions.close()
+
+    run(main)
+
+
+@app.command(
+    help=(
+        "Re-derive every memory from the raw agent events (agent topics, memory.schedule, "
+        "memory.access) with the configuration set now (ENGRAM_* importance profiles, "
+        "thresholds, lifecycle rules, embedder, summariser) into a derived log of its own "
+        "({prefix}{version}.memory.items, ...) and a new projection version. It does not "
+        "switch: the running workers keep the old configuration; serving the new version "
+        "needs them redeployed with the new one."
+    )
+)
+def reprocess(
+    version: Annotated[
+        str | None, typer.Option(help="Name of the new version (default: the next vN).")
+    ] = None,
+    batch_size: Annotated[
+        int, typer.Option(min=1, max=200_000, help="Raw records per processed batch.")
+    ] = 5_000,
+) -> None:
+    settings = load_settings()
+    with friendly_errors():
+        from processors.embedding import embedder_from_name
+        from streams.chat_summariser import summariser_from_url
+        from streams.runtime import processing_config
+
+        bootstrap, _, versions, open_stores, _ = _projection_parts(settings)
+        config = processing_config(settings)
+        embedder = embedder_from_name(settings.embedder)
+        summariser = summariser_from_url(
+            settings.summariser_url,
+            settings.summariser_model,
+            settings.summariser_api_key.get_secret_value() if settings.summariser_api_key else None,
+            settings.summariser_timeout,
+        )
+    configure(settings)
+
+    async def main() -> None:
+        from schemas.topics import Topics
+        from streams.reprocess import Reprocess
+
+        try:
+            job = Reprocess(
+                bootstrap,
+                Topics(settings.topic_prefix),
+                settings.partitions,
+                versions=versions,
+                open_stores=open_stores,
+                config=config,
+                embedder=embedder,
+                summariser=summariser,
+                batch_size=batch_size,
+                producer_linger=settings.producer_linger,
+            )
+            console.print(f"configuration version {job.config_version} (embedder {embedder.id})")
+            with record_progress("reprocessing", 1) as progress:
+                task = progress.add_task("reprocess", total=None, rate="")
+
+                def total(n: int) -> None:
+                    progress.update(task, total=max(n, 1))
+
+                def advance(n: int) -> None:
+                    progress.update(task, advance=n, rate=_rate(progress, task))
+
+                result = await job.run(name=version, total=total, advance=advance)
+            rate = result.records / max(result.seconds, 1e-9)
+            label, derived = result.version.label, result.derived_topics
+            console.print(
+                f"reprocessed {result.records:,} raw records in {result.seconds:.1f}s "
+                f"({rate:,.0f}/s): {result.memories:,} memories, "
+                f"{result.lifecycle_events:,} lifecycle events, "
+                f"{result.dead_letters:,} dead letters, configuration {result.config_version}"
+            )
+            console.print(
+                f"derived log: {derived.items}, {derived.lifecycle}, {derived.deadletter}"
+            )
+            console.print(
+                f"projection version {label} (Redis {result.version.redis_namespace}, "
+                f"Qdrant {result.version.qdrant_collection}) is ready, not switched to: the "
+                "running workers still use the old configuration; serving this version needs "
+                "them redeployed with the new one"
+            )
+        finally:
+            await versions.close()
+
+    run(main)
+
+
+versions_app = typer.Typer(
+    help="Projection versions: list them, or drop one nobody uses.", no_args_is_help=False
+)
+app.add_typer(versions_app, name="versions")
+
+
+@versions_app.callback(invoke_without_command=True)
+def versions_list(ctx: typer.Context) -> None:
+    """List the projection versions, which one is active, and who uses each."""
+    if ctx.invoked_subcommand is not None:
+        return
+    settings = load_settings()
+    _, _, versions, _, _ = _projection_parts(settings)
+
+    async def main() -> None:
+        from datetime import UTC, datetime
+
+        from rich.table import Table
+
+        try:
+            infos = await versions.versions()
+            members = await versions.members()
+        finally:
+            await versions.close()
+        table = Table(
+            "version", "state", "created", "redis namespace", "qdrant collection", "used by"
+        )
+        for info in infos:
+            name = info.version.name
+            users = [f"{m.role}" for m in members if m.uses(name)]
+            created = (
+                datetime.fromtimestamp(info.created_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+                if info.created_at
+                else "-"
+            )
+            table.add_row(
+                info.version.label + (" *" if info.active else ""),
+                info.state,
+                created,
+                info.version.redis_namespace,
+                info.version.qdrant_collection,
+                ", ".join(sorted(users)) or "-",
+            )
+        console.print(table)
+
+    run(main)
+
+
+@versions_app.command("drop")
+def versions_drop(
+    name: Annotated[str, typer.Argument(help="The version to delete (not the active one).")],
+    timeout: Annotated[
+        float, typer.Option(min=0.0, help="Longest wait for processes to let go of it.")
+    ] = 30.0,
+) -> None:
+    """Delete a version's Redis keys and Qdrant collection, once no running process uses it."""
+    settings = load_settings()
+    _, _, versions, _, drop = _projection_parts(settings)
+
+    async def main() -> None:
+        from streams.replay import wait_until_unused
+
+        try:
+            known = {i.version.name: i for i in await versions.versions()}
+            info = known.get(name)
+            if info is None:
+                fail(f"no projection version {name!r} (engram versions lists them)")
+            if info.active:
+                fail(f"version {name!r} is active; replay into another one first")
+            await wait_until_unused(versions, info.version, timeout=timeout)
+            await drop(info.version)
+            console.print(f"dropped version {name}")
+        finally:
+            await versions.close()
 
     run(main)
 

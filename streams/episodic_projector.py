@@ -54,6 +54,8 @@ class EpisodicProjector:
     applied: dict[tuple[str, int], int] = field(default_factory=dict)
     records: int = 0
     failures: int = 0
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while a batch is applied; :mod:`streams.projection_switch` takes it to pause."""
     _consumer: AIOKafkaConsumer | None = None
     _task: asyncio.Task[None] | None = None
 
@@ -98,7 +100,8 @@ class EpisodicProjector:
             try:
                 batch = await self._consumer.getmany(timeout_ms=100, max_records=10_000)
                 if batch:
-                    await self.project(batch)
+                    async with self.write_lock:
+                        await self.project(batch)
                 delay = 0.1
             except asyncio.CancelledError:
                 raise
@@ -111,6 +114,11 @@ class EpisodicProjector:
                 self.applied = {}
                 with contextlib.suppress(Exception):
                     await self._consumer.seek_to_committed()
+
+    def use(self, store: EpisodicMemoryStore) -> None:
+        """Write to another projection version from the next batch on (under the write lock)."""
+        self.store = store
+        self.applied = {}
 
     async def _applied_offset(self, topic: str, partition: int) -> int:
         key = (topic, partition)

@@ -29,7 +29,12 @@ from processors.lifecycle import Deriving
 from processors.recording import AgentMemoryState
 from processors.state_fold import FoldedState
 from processors.summarising import ExtractiveSummariser, Summariser
-from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
+from projections.interfaces import (
+    EpisodicMemoryStore,
+    ProjectionError,
+    WorkingMemoryStore,
+    latest_positions,
+)
 from schemas.codec import encode_event
 from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded
 from schemas.topics import Topics
@@ -120,6 +125,8 @@ class IngestPipeline:
     should_stop: Callable[[], bool] = lambda: False
     max_backoff: float = 5.0
     stats: IngestStats = field(default_factory=IngestStats)
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held by every batch; :mod:`streams.projection_switch` takes it to pause the worker."""
 
     def __post_init__(self) -> None:
         self.config_version = self.config.version(self.embedder.id, self.summariser.id)
@@ -203,6 +210,12 @@ class IngestPipeline:
         )
 
     async def handle(self, records: Sequence[RawRecord]) -> BatchResult:
+        """One batch, under the write lock, so a projection switch (which takes the lock to
+        pause this worker) never falls in the middle of a batch."""
+        async with self.write_lock:
+            return await self._handle(records)
+
+    async def _handle(self, records: Sequence[RawRecord]) -> BatchResult:
         await self._ensure_recovered(records)
         upto = self.folded.derived_upto
         fresh = [r for r in records if r.offset > upto.get((r.topic, r.partition), -1)]
@@ -235,6 +248,7 @@ class IngestPipeline:
         await self.apply(result.derived)
         # The log is the truth: the batch is done only once the broker has every derived record.
         await self._await_deliveries(deliveries)
+        await self.advance_past(records, result.derived)
         self.folded.states.update(result.states)
         partition_of = self._partition_of
         for event in result.derived:
@@ -283,6 +297,35 @@ class IngestPipeline:
         while True:
             try:
                 await asyncio.gather(*(store.apply(events) for store in self.stores))
+                return
+            except ProjectionError as exc:
+                if self.should_stop():
+                    raise
+                self.stats.projection_retries += 1
+                log.warning("projection unavailable, retrying in %.1fs: %s", delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.max_backoff)
+
+    async def advance_past(
+        self, records: Sequence[RawRecord], derived: Sequence[DerivedEvent]
+    ) -> None:
+        """Move every store's applied offsets past the batch's records that left it nothing to
+        apply (dead letters, retrievals, most ticks, records already derived), so that a
+        read-your-writes wait on them completes. Called once the batch is applied and logged:
+        a store then skips any older event as the replay it is. Partitions whose last record
+        derived something were moved by ``apply`` already and cost nothing here."""
+        moved = latest_positions(derived)
+        behind: dict[tuple[str, int], int] = {}
+        for raw in records:
+            key = (raw.topic, raw.partition)
+            if raw.offset > max(moved.get(key, -1), behind.get(key, -1)):
+                behind[key] = raw.offset
+        if not behind:
+            return
+        delay = 0.1
+        while True:
+            try:
+                await asyncio.gather(*(store.advance(behind) for store in self.stores))
                 return
             except ProjectionError as exc:
                 if self.should_stop():

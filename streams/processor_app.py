@@ -10,9 +10,10 @@ records it had already derived. Revocation (Faust's signal) makes it fold again 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -73,45 +74,49 @@ def create_processor_app(settings: EngramSettings, bootstrap: str) -> ProcessorA
     agent_topics = set(inputs)
     kind_of: dict[str, RecordKind] = {topics.schedule: "tick", topics.access: "retrieval"}
 
+    async def handle(records: list[RawRecord]) -> None:
+        try:
+            await holder["pipeline"].handle(records)
+        except Exception:
+            # Crash-only: the batch is not acknowledged, and a restarted worker folds its
+            # state from the log and skips what was already derived. Letting Faust restart
+            # the agent instead would ack this batch and lose it (faust's take() acks in a
+            # finally), and a half-failed batch cannot be retried in place.
+            log.critical(
+                "a batch could not be processed; exiting without committing it", exc_info=True
+            )
+            logging.shutdown()
+            os._exit(70)
+
     async def ingest(stream: StreamT[bytes]) -> None:
-        pipeline = holder["pipeline"]
         events: list[EventT[bytes]]
         # take_events is missing from faust's type stubs; it yields the events of a batch.
         batches = cast(Any, stream).take_events(settings.batch_size, within=settings.batch_within)
-        async for events in batches:
-            # Records of partitions revoked while they waited in the batch belong to the new
-            # owner now (it gets them redelivered); deriving them here would fork the state.
-            owned = app.consumer.assignment()
-            records = []
-            for event in events:
-                message = event.message
-                if message.tp not in owned:
-                    continue
-                records.append(
-                    RawRecord(
-                        topic=message.topic,
-                        partition=message.partition,
-                        offset=message.offset,
-                        key=message.key,
-                        value=message.value,
-                        expected_type=type_of(message.topic),
-                        kind=kind_of.get(message.topic, "agent"),
+        # Closed in this task, not whenever it is collected: its finally acks the last batch,
+        # which must happen before the consumer commits at stop.
+        async with contextlib.aclosing(batches):
+            async for events in batches:
+                # Records of partitions revoked while they waited in the batch belong to the
+                # new owner now (it gets them redelivered); deriving them here would fork the
+                # state.
+                owned = app.consumer.assignment()
+                records = []
+                for event in events:
+                    message = event.message
+                    if message.tp not in owned:
+                        continue
+                    records.append(
+                        RawRecord(
+                            topic=message.topic,
+                            partition=message.partition,
+                            offset=message.offset,
+                            key=message.key,
+                            value=message.value,
+                            expected_type=type_of(message.topic),
+                            kind=kind_of.get(message.topic, "agent"),
+                        )
                     )
-                )
-            try:
-                await pipeline.handle(records)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                # Crash-only: the batch is not acknowledged, and a restarted worker folds its
-                # state from the log and skips what was already derived. Letting Faust restart
-                # the agent instead would ack this batch and lose it (faust's take() acks in a
-                # finally), and a half-failed batch cannot be retried in place.
-                log.critical(
-                    "a batch could not be processed; exiting without committing it", exc_info=True
-                )
-                logging.shutdown()
-                os._exit(70)
+                await drain_on_stop(handle(records), len(records))
 
     app.agent(source, name=f"{settings.topic_prefix}ingest")(ingest)
 
@@ -154,3 +159,34 @@ def create_processor_app(settings: EngramSettings, bootstrap: str) -> ProcessorA
         return pipeline
 
     return ProcessorApp(app=app, topics=topics, bind=bind)
+
+
+async def drain_on_stop(batch: Awaitable[None], size: int) -> None:
+    """Run one batch to its end even if the agent is cancelled meanwhile, then let the
+    cancellation through.
+
+    Faust stops an agent by cancelling it, and ``take_events`` acks the batch it yielded
+    whatever happened to it, so the consumer would commit at stop a batch cut short with
+    derived records unsent or a projection half written (SIGTERM would lose or skip records).
+    Finished first, the batch is applied, delivered and then committed, like any other.
+    """
+    task = asyncio.ensure_future(batch)
+    stopping: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError as exc:
+            if task.done():
+                break
+            if stopping is None:
+                log.info("stopping: draining the batch in flight (%d records)", size)
+            stopping = exc
+    if task.cancelled():
+        # Only the loop's own teardown cancels it: a batch cut short must never be acked.
+        log.critical("a batch was cancelled half done; exiting without committing it")
+        logging.shutdown()
+        os._exit(70)
+    task.result()
+    if stopping is not None:
+        log.info("drained the batch in flight (%d records); committing its offsets", size)
+        raise stopping

@@ -1,24 +1,24 @@
 """Rebuilding projections from the derived log: the promise that Redis and Qdrant hold nothing
 the log cannot give back.
 
-Reads ``memory.items`` and ``memory.lifecycle`` from the beginning, puts them back in emission
-order (:func:`processors.state_fold.causal_order`) and applies them in large batches. Every
-store's ``apply`` is idempotent, so rebuilding into stores that already hold part of the log is
-safe too.
+The bulk path of :mod:`streams.replay` without versions or a switch: for stores nobody else
+writes (a benchmark, a test, a repair with the processors stopped). Reads ``memory.items`` and
+``memory.lifecycle`` from the beginning, one partition number at a time, puts each back in
+emission order (:func:`processors.state_fold.causal_order`) and applies it in large batches.
+Every store's ``apply`` is idempotent, so rebuilding into stores that already hold part of the
+log is safe too.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable, Sequence
 
-from processors.state_fold import causal_order
 from projections.interfaces import EpisodicMemoryStore, WorkingMemoryStore
 from schemas.topics import Topics
-from streams.derived_log import read_partitions
+from streams.replay import DerivedLogCursor, replay_pass
 
 Progress = Callable[[int, int], None]
-"""Called with (events applied, events in total) after each batch."""
+"""Called with (events applied, events expected) after each batch; expected is a lower bound."""
 
 
 async def rebuild_projections(
@@ -33,12 +33,15 @@ async def rebuild_projections(
     """Apply the whole derived log of ``partitions`` to ``stores``; returns the events applied."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
-    events = causal_order(
-        await read_partitions(bootstrap, (topics.items, topics.lifecycle), partitions)
-    )
-    for start in range(0, len(events), batch_size):
-        chunk = events[start : start + batch_size]
-        await asyncio.gather(*(store.apply(chunk) for store in stores))
+    cursor = DerivedLogCursor(bootstrap, topics, sorted(set(partitions)))
+    expected = await cursor.start_at(None)
+    done = 0
+
+    def advance(n: int) -> None:
+        nonlocal done
+        done += n
         if progress is not None:
-            progress(start + len(chunk), len(events))
-    return len(events)
+            progress(done, max(expected, done))
+
+    applied, _ = await replay_pass(cursor, stores, None, batch_size=batch_size, advance=advance)
+    return applied

@@ -23,6 +23,7 @@ from projections.history import AgentHistory
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
 from projections.retrieval.engine import RetrievalEngine
 from projections.service.app import HistoryReader, RetrievalHook, create_app
+from projections.versions import ProjectionVersion, ProjectionVersions
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.codec import encode_event
 from schemas.memory_events import MemoryRetrieved
@@ -32,6 +33,7 @@ from streams.episodic_projector import EpisodicProjector
 from streams.history import read_agent_history
 from streams.ingest import IngestPipeline
 from streams.processor_app import ProcessorApp, create_processor_app
+from streams.projection_switch import ProjectionFollower
 from streams.publisher import producer_for
 from streams.settings import EngramSettings
 from streams.topic_admin import ensure_topics
@@ -116,6 +118,12 @@ class Node:
     processor: ProcessorApp | None = field(default=None, init=False)
     pipeline: IngestPipeline | None = field(default=None, init=False)
     recorder: RetrievalRecorder | None = field(default=None, init=False)
+    engine: RetrievalEngine | None = field(default=None, init=False)
+    versions: ProjectionVersions = field(init=False)
+    version: ProjectionVersion = field(init=False)
+    follower: ProjectionFollower | None = field(default=None, init=False)
+    _write_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    """One lock for every writer of this process, so one fence pauses them all."""
     http_port: int | None = field(default=None, init=False)
     _server: uvicorn.Server | None = field(default=None, init=False)
     _server_task: asyncio.Task[None] | None = field(default=None, init=False)
@@ -123,15 +131,11 @@ class Node:
     async def start(self) -> Node:
         settings = self.settings
         self.embedder = embedder_from_name(settings.embedder)
-        self.working = RedisWorkingMemory.from_url(
-            self.endpoints.redis_url, namespace=settings.redis_namespace
+        self.versions = ProjectionVersions.from_url(
+            self.endpoints.redis_url, settings.redis_namespace, settings.qdrant_collection
         )
-        workers_write = self.run_processors and settings.episodic_writer == "worker"
-        if workers_write or self.run_service or self.run_projector:
-            self.episodic = await self._open_episodic()
-        await self.working.ping()
-        if self.episodic is not None:
-            await self.episodic.ping()
+        self.version = await self.versions.active()
+        self.working, self.episodic = await self._open_stores(self.version)
         if self.run_processors or self.run_projector:
             topics = Topics(settings.topic_prefix)
             await ensure_topics(self.endpoints.kafka_bootstrap, topics, settings.partitions)
@@ -143,24 +147,72 @@ class Node:
                 self.episodic,
                 group_id=f"{settings.topic_prefix}{settings.app_id}-episodic",
                 fetch_max_wait=settings.fetch_max_wait,
+                write_lock=self._write_lock,
             ).start()
         if self.run_processors:
             await self._start_processors()
         if self.run_service:
             await self._start_service()
+        writes = self.run_processors or self.run_projector
+        self.follower = await ProjectionFollower(
+            versions=self.versions,
+            role="worker" if self.run_processors else "projector" if writes else "service",
+            version=self.version,
+            stores=(self.working, self.episodic),
+            open_stores=self._open_stores,
+            on_switch=self._use_version,
+            write_lock=self._write_lock if writes else None,
+        ).start()
         return self
 
-    async def _open_episodic(self) -> EpisodicMemoryStore:
+    async def _open_stores(
+        self, version: ProjectionVersion
+    ) -> tuple[WorkingMemoryStore, EpisodicMemoryStore | None]:
+        """The stores of one projection version that this process's roles need, answering."""
         settings = self.settings
-        return await open_episodic_store(
-            qdrant_url=settings.qdrant_url,
-            qdrant_path=None if settings.qdrant_url else settings.edge_path(),
-            collection=settings.qdrant_collection,
-            dim=self.embedder.dim,
-            api_key=(
-                settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-            ),
+        working = RedisWorkingMemory.from_url(
+            self.endpoints.redis_url, namespace=version.redis_namespace
         )
+        episodic: EpisodicMemoryStore | None = None
+        try:
+            await working.ping()
+            workers_write = self.run_processors and settings.episodic_writer == "worker"
+            if workers_write or self.run_service or self.run_projector:
+                episodic = await open_episodic_store(
+                    qdrant_url=settings.qdrant_url,
+                    qdrant_path=None if settings.qdrant_url else settings.edge_path(),
+                    collection=version.qdrant_collection,
+                    dim=self.embedder.dim,
+                    api_key=(
+                        settings.qdrant_api_key.get_secret_value()
+                        if settings.qdrant_api_key
+                        else None
+                    ),
+                )
+                await episodic.ping()
+        except BaseException:
+            await working.close()
+            if episodic is not None:
+                await episodic.close()
+            raise
+        return working, episodic
+
+    async def _use_version(
+        self,
+        version: ProjectionVersion,
+        stores: tuple[WorkingMemoryStore, EpisodicMemoryStore | None],
+    ) -> None:
+        """Every role of this process on the new version at once (no await in between)."""
+        working, episodic = stores
+        self.version, self.working, self.episodic = version, working, episodic
+        if self.pipeline is not None:
+            self.pipeline.working = working
+            if self.settings.episodic_writer == "worker":
+                self.pipeline.episodic = episodic
+        if self.projector is not None and episodic is not None:
+            self.projector.use(episodic)
+        if self.engine is not None and episodic is not None:
+            self.engine.use(working, episodic)
 
     async def _start_processors(self) -> None:
         settings = self.settings
@@ -189,12 +241,19 @@ class Node:
             )
 
         self.pipeline = self.processor.bind(make_pipeline)
+        self.pipeline.write_lock = self._write_lock
         await self.processor.app.start()
         log.info("processors started", extra={"config_version": self.pipeline.config_version})
 
     async def _start_service(self) -> None:
         assert self.episodic is not None
-        engine = RetrievalEngine(self.working, self.episodic, self.embedder)
+        topics = Topics(self.settings.topic_prefix)
+        engine = self.engine = RetrievalEngine(
+            self.working,
+            self.episodic,
+            self.embedder,
+            source_topics=(*topics.agent_inputs, topics.schedule, topics.access),
+        )
         on_retrieval, history = await self._log_access()
         app = create_app(
             engine, readiness=self.readiness, on_retrieval=on_retrieval, history=history
@@ -286,6 +345,10 @@ class Node:
             await self.processor.app.stop()
         if self.projector is not None:
             await self.projector.stop()
+        if self.follower is not None:
+            await self.follower.stop()
         for store in [s for s in (self.working, self.episodic) if s is not None]:
             with contextlib.suppress(Exception):
                 await store.close()
+        with contextlib.suppress(Exception):
+            await self.versions.close()

@@ -270,6 +270,16 @@ class EdgeEpisodicMemory:
             if positions is not None:
                 self._positions = positions
 
+    async def advance(self, positions: Mapping[tuple[str, int], int]) -> None:
+        """Step 3 alone: no data goes with it, so nothing needs flushing first."""
+        async with self._write_lock:
+            self._check_open()
+            moved = advance_positions(self._positions, dict(positions))
+            if moved is None:
+                return
+            await asyncio.to_thread(_write_positions, self._path / POSITIONS_FILE, moved)
+            self._positions = moved
+
     def _write(self, changes: EpisodicChanges, positions: Positions | None) -> None:
         """Steps 1-3 of the checkpoint order in the module docstring."""
         with _edge_errors(f"applying a batch to {self._path}"):

@@ -4,13 +4,14 @@ a path means Qdrant Edge in-process (the embedded default)."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import Path
 
 from projections.episodic.edge import EdgeEpisodicMemory
-from projections.episodic.qdrant_server import QdrantServerEpisodicMemory
+from projections.episodic.qdrant_server import QdrantServerEpisodicMemory, drop_collection
 from projections.interfaces import EpisodicMemoryStore
 
-__all__ = ["open_episodic_store"]
+__all__ = ["drop_episodic_store", "open_episodic_store"]
 
 
 async def open_episodic_store(
@@ -38,3 +39,23 @@ async def open_episodic_store(
         "no episodic store configured: give a Qdrant server URL (cluster) or a directory for "
         "the embedded Qdrant Edge store"
     )
+
+
+async def drop_episodic_store(
+    *,
+    qdrant_url: str | None,
+    qdrant_path: Path | None,
+    collection: str,
+    api_key: str | None = None,
+) -> None:
+    """Delete a collection and its applied positions (a retired projection version).
+
+    The caller makes sure nobody has it open: an Edge shard deleted under a process that holds
+    it would go on being written into files nobody can find.
+    """
+    if qdrant_url:
+        await drop_collection(qdrant_url, collection, api_key=api_key)
+    elif qdrant_path is not None:
+        await asyncio.to_thread(shutil.rmtree, qdrant_path / collection, True)
+    else:
+        raise ValueError("no episodic store configured")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -203,6 +203,13 @@ class QdrantServerEpisodicMemory:
             if changes.positions:
                 await self._advance_positions(changes.positions)
 
+    async def advance(self, positions: Mapping[tuple[str, int], int]) -> None:
+        if not positions:
+            return
+        async with self._write_lock:
+            self._check_open()
+            await self._advance_positions(dict(positions))
+
     async def _advance_positions(self, batch: Positions) -> None:
         """Read the stored positions of the batch's partitions before writing, rather than
         trusting a cache: after a rebalance another worker may have moved them forward."""
@@ -311,3 +318,18 @@ class QdrantServerEpisodicMemory:
     def _check_open(self) -> None:
         if self._closed:
             raise ProjectionError(f"Qdrant at {self._where}: the store is closed")
+
+
+async def drop_collection(
+    location: str | Path, collection: str, *, api_key: str | None = None
+) -> None:
+    """Delete a collection and its applied positions (a retired projection version), whatever
+    its vector size: a version made by a reprocess may have another embedder's."""
+    client, _ = _client_for(location, api_key, 10)
+    try:
+        with _client_errors(str(location), f"deleting collection {collection}"):
+            for name in (collection, collection + POSITIONS_SUFFIX):
+                if await client.collection_exists(name):
+                    await client.delete_collection(name)
+    finally:
+        await client.close()

@@ -8,6 +8,12 @@ Levels. A request names the levels it ranks (0 memories of events by default; su
 when asked for). Working memory holds memories of events only, so it is not read at all when
 level 0 is not asked for; the episodic store filters by level itself.
 
+Read your writes. A request may carry positions returned by publishing (``after``). Before it
+reads, the engine polls both stores' applied offsets (5 ms, doubling to 50 ms) until each has
+reached every position, up to the request's ``wait_timeout_ms``; then it raises
+:class:`PositionsNotAppliedError`, which names what is pending and how far each store is. Only
+positions on the topics the processors consume can ever be applied; others are refused at once.
+
 One experience, one result. A working memory promoted at year end has an episodic copy with its
 own memory id but the same source event and level; while the original is still in working
 memory, the copy is dropped before ranking, so it neither shows twice nor counts as considered.
@@ -17,19 +23,68 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
 from processors.embedding import Embedder
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
 from projections.memory import StoredMemory
-from projections.retrieval.models import RetrievalRequest, RetrievalResponse, RetrievedMemory
+from projections.retrieval.models import (
+    PendingPosition,
+    RecordPosition,
+    RetrievalRequest,
+    RetrievalResponse,
+    RetrievedMemory,
+)
 from projections.retrieval.scoring import Ranking, Weights, two_phase, weighted
+from schemas.topics import Topics
+
+SOURCE_TOPICS = (*Topics().agent_inputs, Topics().schedule, Topics().access)
+"""The topics the processors consume, unprefixed: the only ones whose positions stores record."""
+
+FIRST_POLL_S = 0.005
+MAX_POLL_S = 0.05
 
 EPISODIC_READ_LIMIT = 1000
 """Far above the episodic capacity of 50, so a read returns every memory even while eviction
 lags behind recording; the ranking then sees the whole store, as the seeds' engines do."""
+
+
+class UnknownTopicError(ValueError):
+    """A position of ``after`` is on a topic the processors do not consume: waiting for it
+    could only time out."""
+
+    def __init__(self, index: int, topic: str) -> None:
+        super().__init__(
+            f"topic {topic!r} is not one the processors consume; positions come from "
+            f"publishing to {', '.join(SOURCE_TOPICS)} (with the deployment's prefix)"
+        )
+        self.index = index
+        self.topic = topic
+
+
+class PositionsNotAppliedError(TimeoutError):
+    """The stores had not applied every position of ``after`` when the wait ended."""
+
+    def __init__(
+        self, pending: Sequence[PendingPosition], total: int, waited_s: float, timeout_s: float
+    ) -> None:
+        def mark(offset: int | None) -> str:
+            return "nothing applied" if offset is None else f"at {offset}"
+
+        listed = "; ".join(
+            f"{p.topic}[{p.partition}]@{p.offset} (working memory {mark(p.working)}, "
+            f"episodic memory {mark(p.episodic)})"
+            for p in pending
+        )
+        super().__init__(
+            f"{len(pending)} of {total} positions not applied by the memory stores within "
+            f"{timeout_s * 1000:.0f} ms: {listed}. The processors are behind or stopped; "
+            "retry, or wait longer with wait_timeout_ms"
+        )
+        self.pending = tuple(pending)
+        self.waited_s = waited_s
 
 
 class RetrievalEngine:
@@ -40,13 +95,22 @@ class RetrievalEngine:
         embedder: Embedder,
         *,
         episodic_limit: int = EPISODIC_READ_LIMIT,
+        source_topics: Collection[str] | None = None,
     ) -> None:
+        """``source_topics`` are the exact topics positions may name; by default any topic
+        whose name ends with one of :data:`SOURCE_TOPICS`, whatever the prefix."""
         if episodic_limit < 1:
             raise ValueError("episodic_limit must be at least 1")
         self._working = working
         self._episodic = episodic
         self._embedder = embedder
         self._episodic_limit = episodic_limit
+        self._source_topics = None if source_topics is None else frozenset(source_topics)
+
+    def use(self, working: WorkingMemoryStore, episodic: EpisodicMemoryStore) -> None:
+        """Serve another projection version from the next read on. Both stores change in one
+        step, so no retrieval reads one version's working memory with another's episodic."""
+        self._working, self._episodic = working, episodic
 
     async def retrieve(self, agent_id: str, request: RetrievalRequest) -> RetrievalResponse:
         """Rank the agent's memories as ``request`` asks.
@@ -54,6 +118,9 @@ class RetrievalEngine:
         Raises :class:`ProjectionError` when a store cannot be read: a retrieval from one store
         only would silently change what the agent remembers.
         """
+        waited_s = 0.0
+        if request.after:
+            waited_s = await self.wait_for(request.after, request.wait_timeout_ms / 1000)
         started = time.perf_counter()
         working, episodic = await self._read(agent_id, request.query, request.levels)
         weights: Weights | None = None
@@ -96,7 +163,80 @@ class RetrievalEngine:
             episodic_count=len(episodic),
             results=results,
             took_ms=(time.perf_counter() - started) * 1000.0,
+            waited_ms=waited_s * 1000.0,
         )
+
+    async def wait_for(self, positions: Sequence[RecordPosition], timeout_s: float) -> float:
+        """Wait until both stores have applied every position; return the seconds waited.
+
+        Raises :class:`UnknownTopicError` before any wait, :class:`PositionsNotAppliedError`
+        once ``timeout_s`` has passed (the stores are read at least once, so 0 only checks),
+        and :class:`ProjectionError` when a store cannot be read. Marks never go back, so a
+        store that reached a position is not read for it again, unless :meth:`use` switched
+        stores meanwhile: the wait is for the stores the retrieval will read.
+        """
+        for index, position in enumerate(positions):
+            if not self._consumed(position.topic):
+                raise UnknownTopicError(index, position.topic)
+        wanted: dict[tuple[str, int], int] = {}
+        for position in positions:
+            key = (position.topic, position.partition)
+            wanted[key] = max(wanted.get(key, -1), position.offset)
+        everything = sorted((key, name) for key in wanted for name in ("episodic", "working"))
+        marks: dict[tuple[tuple[str, int], str], int | None] = {}
+        pending = everything
+        polled: tuple[WorkingMemoryStore, EpisodicMemoryStore] | None = None
+        started = time.monotonic()
+        deadline = started + timeout_s
+        delay = FIRST_POLL_S
+        while True:
+            if polled != (self._working, self._episodic):
+                polled = (self._working, self._episodic)
+                pending = everything
+            stores: dict[str, WorkingMemoryStore | EpisodicMemoryStore] = {
+                "working": polled[0],
+                "episodic": polled[1],
+            }
+            read = await asyncio.gather(
+                *(stores[name].applied_offset(*key) for key, name in pending),
+                return_exceptions=True,
+            )
+            for item, outcome in zip(pending, read, strict=True):
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                marks[item] = outcome
+            pending = [
+                (key, name)
+                for key, name in pending
+                if (mark := marks[(key, name)]) is None or mark < wanted[key]
+            ]
+            now = time.monotonic()
+            if not pending:
+                return now - started
+            if now >= deadline:
+                late = sorted({key for key, _ in pending})
+                raise PositionsNotAppliedError(
+                    [
+                        PendingPosition(
+                            topic=topic,
+                            partition=partition,
+                            offset=wanted[(topic, partition)],
+                            working=marks[((topic, partition), "working")],
+                            episodic=marks[((topic, partition), "episodic")],
+                        )
+                        for topic, partition in late
+                    ],
+                    total=len(wanted),
+                    waited_s=now - started,
+                    timeout_s=timeout_s,
+                )
+            await asyncio.sleep(min(delay, deadline - now))
+            delay = min(delay * 2, MAX_POLL_S)
+
+    def _consumed(self, topic: str) -> bool:
+        if self._source_topics is not None:
+            return topic in self._source_topics
+        return topic.endswith(SOURCE_TOPICS)
 
     async def readiness(self) -> dict[str, str]:
         """``"ok"`` or the reason, per store; both are pinged at once so a probe waits for the
@@ -120,9 +260,11 @@ class RetrievalEngine:
         """Both stores at once, promoted copies of working memories left out. Waits for both
         even when one fails, so no read outlives the request; two store failures are reported
         together."""
+        # One version for both reads, whatever :meth:`use` does while they run.
+        working_store, episodic_store = self._working, self._episodic
         working, episodic = await asyncio.gather(
-            self._read_working(agent_id, levels),
-            self._read_episodic(agent_id, query, levels),
+            self._read_working(working_store, agent_id, levels),
+            self._read_episodic(episodic_store, agent_id, query, levels),
             return_exceptions=True,
         )
         if isinstance(working, BaseException) or isinstance(episodic, BaseException):
@@ -135,22 +277,23 @@ class RetrievalEngine:
             raise ProjectionError("; ".join(str(f) for f in failures)) from failures[0]
         return working, without_copies_of(working, episodic)
 
-    async def _read_working(self, agent_id: str, levels: Sequence[int]) -> list[StoredMemory]:
+    @staticmethod
+    async def _read_working(
+        store: WorkingMemoryStore, agent_id: str, levels: Sequence[int]
+    ) -> list[StoredMemory]:
         if 0 not in levels:
             return []
-        return await self._working.memories(agent_id)
+        return await store.memories(agent_id)
 
     async def _read_episodic(
-        self, agent_id: str, query: str | None, levels: Sequence[int]
+        self, store: EpisodicMemoryStore, agent_id: str, query: str | None, levels: Sequence[int]
     ) -> list[StoredMemory]:
         if query is not None:
             vector = self._embedder.embed(query)
             # A query of stopwords only embeds to zeros, which has no direction to search by.
             if np.any(vector):
-                return await self._episodic.search(
-                    agent_id, vector, self._episodic_limit, levels=levels
-                )
-        return await self._episodic.memories(agent_id, self._episodic_limit, levels=levels)
+                return await store.search(agent_id, vector, self._episodic_limit, levels=levels)
+        return await store.memories(agent_id, self._episodic_limit, levels=levels)
 
 
 def without_copies_of(

@@ -26,6 +26,46 @@ capacities; a prompt never wants more, so a larger value is refused as a likely 
 
 MAX_CONTEXT_TAGS = 64
 
+MAX_AFTER_POSITIONS = 100
+"""Positions one retrieval may wait for; each costs a read of both stores per poll."""
+
+DEFAULT_WAIT_TIMEOUT_MS = 5_000
+MAX_WAIT_TIMEOUT_MS = 30_000
+"""A wait longer than this is a stalled pipeline to report, not a request to keep open."""
+
+TopicName = Annotated[
+    str, StringConstraints(min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$")
+]
+"""What Kafka accepts as a topic name."""
+
+
+class RecordPosition(BaseModel):
+    """Where a published record landed in the log, as publishing returns it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    topic: TopicName = Field(examples=["agent.observations"])
+    partition: int = Field(ge=0, le=2**31 - 1)
+    offset: int = Field(ge=0, le=2**53)
+    """At most 2^53, which a double (a JSON parser's number, Redis's Lua) holds exactly."""
+
+
+class PendingPosition(RecordPosition):
+    """A position a store had not applied when the wait ended, and how far each store was."""
+
+    working: int | None = Field(description="Working memory's applied offset (None: nothing).")
+    episodic: int | None = Field(description="Episodic memory's applied offset (None: nothing).")
+
+
+class WaitTimedOut(BaseModel):
+    """The body of a 504: which positions were not applied in time."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    detail: str
+    pending: tuple[PendingPosition, ...]
+    waited_ms: float = Field(ge=0.0)
+
 
 def _some_distinct(levels: tuple[Level, ...]) -> tuple[Level, ...]:
     """Checked after the items rather than with ``min_length``, which pydantic also reports
@@ -86,6 +126,22 @@ class RetrievalRequest(BaseModel):
         ),
     )
 
+    after: tuple[RecordPosition, ...] = Field(
+        default=(),
+        max_length=MAX_AFTER_POSITIONS,
+        description=(
+            "Read your writes: positions returned by publishing. The retrieval waits until both "
+            "memory stores have applied every one of them, at most ``wait_timeout_ms``; past "
+            "that it answers 504 and names the positions still pending."
+        ),
+    )
+    wait_timeout_ms: int = Field(
+        default=DEFAULT_WAIT_TIMEOUT_MS,
+        ge=0,
+        le=MAX_WAIT_TIMEOUT_MS,
+        description="Longest wait for ``after``, in milliseconds (0: check once, do not wait).",
+    )
+
     @model_validator(mode="after")
     def _consistent(self) -> RetrievalRequest:
         if self.current_year is not None and self.current_step is not None:
@@ -116,4 +172,9 @@ class RetrievalResponse(BaseModel):
     working_count: int = Field(ge=0, description="Working memories considered.")
     episodic_count: int = Field(ge=0, description="Episodic memories considered.")
     results: tuple[RetrievedMemory, ...]
-    took_ms: float = Field(ge=0.0, description="Time spent in the engine, reads included.")
+    took_ms: float = Field(
+        ge=0.0, description="Time spent reading and ranking, the wait for ``after`` excluded."
+    )
+    waited_ms: float = Field(
+        default=0.0, ge=0.0, description="Time spent waiting for the positions of ``after``."
+    )

@@ -22,8 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from projections.history import MAX_HISTORY_LIMIT, AgentHistory, LogUnavailableError
 from projections.interfaces import ProjectionError
-from projections.retrieval.engine import RetrievalEngine
-from projections.retrieval.models import RetrievalRequest, RetrievalResponse
+from projections.retrieval.engine import (
+    PositionsNotAppliedError,
+    RetrievalEngine,
+    UnknownTopicError,
+)
+from projections.retrieval.models import RetrievalRequest, RetrievalResponse, WaitTimedOut
 from schemas.envelope import AgentId
 from schemas.memory_events import MemoryRetrieved, RetrievedItem
 
@@ -54,7 +58,16 @@ Retrieval over an agent's memories, as projected from the Engram event log.
   0.3 / 0.5 / 0.2 / 0 / 0.
 
 Every result carries the breakdown of its score.
+
+**Read your writes**: give `after` the positions publishing returned, and the retrieval waits
+(at most `wait_timeout_ms`) until both stores have applied them; past that it answers 504.
 """
+
+WAIT_TIMEOUT_STATUS = 504
+"""Why 504: the service depends on the processors (upstream of it) to apply the positions, and
+they did not within the time limit; the request was fine and may succeed when retried. 409
+would say the request conflicts with the resource and should be changed, and 503 is what this
+service answers when a store cannot be read at all."""
 
 
 class Health(BaseModel):
@@ -138,13 +151,37 @@ def create_app(
             content={"detail": f"memory store unavailable: {error}"},
         )
 
+    @app.exception_handler(UnknownTopicError)
+    async def _unknown_topic(_: Request, error: UnknownTopicError) -> JSONResponse:
+        loc = ["body", "after", error.index, "topic"]
+        message = f"after.{error.index}.topic: {error}"
+        return JSONResponse(
+            status_code=422,
+            content={"detail": [{"loc": loc, "msg": message, "type": "value_error"}]},
+        )
+
+    @app.exception_handler(PositionsNotAppliedError)
+    async def _not_applied(_: Request, error: PositionsNotAppliedError) -> JSONResponse:
+        log.warning("read-your-writes wait timed out: %s", error)
+        body = WaitTimedOut(
+            detail=str(error), pending=error.pending, waited_ms=error.waited_s * 1000.0
+        )
+        return JSONResponse(status_code=WAIT_TIMEOUT_STATUS, content=body.model_dump(mode="json"))
+
     @app.post(
         "/v1/agents/{agent_id}/retrieve",
         tags=["retrieval"],
         summary="Retrieve an agent's most relevant memories",
         description="Ranks the agent's working and episodic memories and returns the best "
         "`top_k`, each with its score breakdown.",
-        responses={503: {"model": ServiceError, "description": "A memory store cannot be read."}},
+        responses={
+            503: {"model": ServiceError, "description": "A memory store cannot be read."},
+            WAIT_TIMEOUT_STATUS: {
+                "model": WaitTimedOut,
+                "description": "The positions of `after` were not applied within "
+                "`wait_timeout_ms`.",
+            },
+        },
     )
     async def retrieve(
         agent_id: Annotated[
@@ -223,7 +260,10 @@ def retrieval_record(
         step=request.current_step,
         year=request.current_year,
         mode=response.mode,
-        parameters=request.model_dump(mode="json", exclude_none=True),
+        # How long it waited for which writes is not part of what was retrieved.
+        parameters=request.model_dump(
+            mode="json", exclude_none=True, exclude={"after", "wait_timeout_ms"}
+        ),
         results=tuple(
             RetrievedItem(
                 memory_id=memory.memory_id,

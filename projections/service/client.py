@@ -1,14 +1,29 @@
-"""The Python client of the query service, sync and async, with typed results."""
+"""The Python client of the query service, sync and async, with typed results.
+
+``retrieve(..., after=positions)`` reads your writes: it takes the positions publishing
+returned (``streams.publisher.Position`` or dicts of topic, partition and offset), and raises
+:class:`WaitTimeoutError` when the service answers that they were not applied in time.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
+from pydantic import ValidationError
 
 from projections.history import AgentHistory
-from projections.retrieval.models import RetrievalRequest, RetrievalResponse
+from projections.retrieval.models import (
+    PendingPosition,
+    RecordPosition,
+    RetrievalRequest,
+    RetrievalResponse,
+    WaitTimedOut,
+)
+
+__all__ = ["AsyncEngramClient", "EngramClient", "QueryError", "WaitTimeoutError"]
 
 
 class QueryError(RuntimeError):
@@ -20,19 +35,89 @@ class QueryError(RuntimeError):
         self.message = message
 
 
+class WaitTimeoutError(QueryError):
+    """The memory stores had not applied the positions of ``after`` in time (HTTP 504).
+
+    ``pending`` names each position still missing and how far each store had got.
+    """
+
+    def __init__(self, status: int, message: str, timed_out: WaitTimedOut) -> None:
+        super().__init__(status, message)
+        self.pending: tuple[PendingPosition, ...] = timed_out.pending
+        self.waited_ms = timed_out.waited_ms
+
+
+class HasPosition(Protocol):
+    """What ``streams.publisher.Position`` offers (not imported: projections stand alone)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def offset(self) -> int: ...
+
+
+PositionLike = HasPosition | Mapping[str, Any]
+
+WAIT_MARGIN_S = 5.0
+"""Added to the HTTP timeout of a request that may wait, so the server's 504 arrives first."""
+
+
 def _raise_for(response: httpx.Response) -> None:
     if response.is_success:
         return
     try:
-        detail: Any = response.json().get("detail", response.text)
-    except ValueError:
-        detail = response.text
+        body: Any = response.json()
+        detail: Any = body.get("detail", response.text)
+    except (ValueError, AttributeError):
+        body, detail = None, response.text
+    if response.status_code == 504 and body is not None:
+        try:
+            timed_out = WaitTimedOut.model_validate(body)
+        except ValidationError:
+            pass  # a proxy's 504, not the service's: the plain error below says so
+        else:
+            raise WaitTimeoutError(response.status_code, timed_out.detail, timed_out)
     raise QueryError(response.status_code, str(detail))
 
 
-def _body(request: RetrievalRequest | None, params: dict[str, Any]) -> dict[str, Any]:
+def _position(position: PositionLike) -> RecordPosition:
+    if isinstance(position, Mapping):
+        return RecordPosition.model_validate(position)
+    return RecordPosition(
+        topic=position.topic, partition=position.partition, offset=position.offset
+    )
+
+
+def _request(
+    request: RetrievalRequest | None,
+    after: Iterable[PositionLike] | None,
+    params: dict[str, Any],
+) -> RetrievalRequest:
     req = request or RetrievalRequest(**params)
-    return req.model_dump(mode="json", exclude_none=True)
+    if after is not None:
+        positions = (*req.after, *(_position(p) for p in after))
+        req = RetrievalRequest.model_validate({**req.model_dump(), "after": positions})
+    return req
+
+
+def _body(request: RetrievalRequest) -> dict[str, Any]:
+    return request.model_dump(mode="json", exclude_none=True)
+
+
+def _timeout(http: httpx.Client | httpx.AsyncClient, request: RetrievalRequest) -> httpx.Timeout:
+    """The client's timeout, with room for the server's wait when the request may wait."""
+    configured = http.timeout
+    if not request.after:
+        return configured
+    extra = request.wait_timeout_ms / 1000 + WAIT_MARGIN_S
+    read = None if configured.read is None else configured.read + extra
+    return httpx.Timeout(
+        connect=configured.connect, read=read, write=configured.write, pool=configured.pool
+    )
 
 
 def _history_params(limit: int | None) -> dict[str, int]:
@@ -40,13 +125,34 @@ def _history_params(limit: int | None) -> dict[str, int]:
 
 
 class EngramClient:
-    def __init__(self, base_url: str, *, timeout: float = 10.0) -> None:
-        self._http = httpx.Client(base_url=base_url, timeout=timeout)
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
 
     def retrieve(
-        self, agent_id: str, request: RetrievalRequest | None = None, **params: Any
+        self,
+        agent_id: str,
+        request: RetrievalRequest | None = None,
+        *,
+        after: Iterable[PositionLike] | None = None,
+        **params: Any,
     ) -> RetrievalResponse:
-        response = self._http.post(f"/v1/agents/{agent_id}/retrieve", json=_body(request, params))
+        """Rank the agent's memories; ``params`` are the fields of :class:`RetrievalRequest`.
+
+        ``after``: positions to read (added to the request's own); raises
+        :class:`WaitTimeoutError` if they are not applied within ``wait_timeout_ms``.
+        """
+        req = _request(request, after, params)
+        response = self._http.post(
+            f"/v1/agents/{agent_id}/retrieve",
+            json=_body(req),
+            timeout=_timeout(self._http, req),
+        )
         _raise_for(response)
         return RetrievalResponse.model_validate_json(response.content)
 
@@ -72,14 +178,30 @@ class EngramClient:
 
 
 class AsyncEngramClient:
-    def __init__(self, base_url: str, *, timeout: float = 10.0) -> None:
-        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout)
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        """``transport``: another way to reach the service (an in-process ASGI app, say)."""
+        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout, transport=transport)
 
     async def retrieve(
-        self, agent_id: str, request: RetrievalRequest | None = None, **params: Any
+        self,
+        agent_id: str,
+        request: RetrievalRequest | None = None,
+        *,
+        after: Iterable[PositionLike] | None = None,
+        **params: Any,
     ) -> RetrievalResponse:
+        """As :meth:`EngramClient.retrieve`."""
+        req = _request(request, after, params)
         response = await self._http.post(
-            f"/v1/agents/{agent_id}/retrieve", json=_body(request, params)
+            f"/v1/agents/{agent_id}/retrieve",
+            json=_body(req),
+            timeout=_timeout(self._http, req),
         )
         _raise_for(response)
         return RetrievalResponse.model_validate_json(response.content)

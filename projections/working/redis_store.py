@@ -35,7 +35,7 @@ from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from projections.interfaces import ProjectionError, latest_positions
+from projections.interfaces import ProjectionError, SourceOffsets, latest_positions
 from projections.memory import StoredMemory, memory_json
 from schemas.memory_events import ConsolidationCompleted, DerivedEvent, MemoryForgotten
 
@@ -74,8 +74,9 @@ end
 return 1
 """
 """Advance an applied offset that no working-memory event moved (the batch's episodic events,
-its consolidation records): the checkpoint then says how far the *log* was applied, which
-catch-up and read-your-writes need, not only how far this store had something to write."""
+its consolidation records, and with :meth:`RedisWorkingMemory.advance` records that derived
+nothing): the checkpoint then says how far the *log* was applied, which catch-up and
+read-your-writes need, not only how far this store had something to write."""
 
 _ADVANCE_SHA = hashlib.sha1(_ADVANCE).hexdigest().encode()
 
@@ -203,13 +204,25 @@ class RedisWorkingMemory:
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
         """Apply ``events`` in order, in one pipelined round trip (per 10,000 events)."""
         commands = [c for c in map(self._command, events) if c is not None]
-        commands.extend(
+        commands.extend(self._advance_commands(latest_positions(events)))
+        await self._execute(commands, f"applying {len(events)} events")
+
+    async def advance(self, positions: SourceOffsets) -> None:
+        """One ``_ADVANCE`` per partition (compare and set in the script), one round trip."""
+        if positions:
+            await self._execute(
+                self._advance_commands(positions), f"advancing {len(positions)} applied offsets"
+            )
+
+    def _advance_commands(self, positions: SourceOffsets) -> list[bytes]:
+        return [
             _resp(b"EVALSHA", _ADVANCE_SHA, b"1", self._applied_key(topic, partition), b"%d" % off)
-            for (topic, partition), off in latest_positions(events).items()
-        )
+            for (topic, partition), off in positions.items()
+        ]
+
+    async def _execute(self, commands: Sequence[bytes], action: str) -> None:
         for start in range(0, len(commands), _MAX_PIPELINE):
             chunk = commands[start : start + _MAX_PIPELINE]
-            action = f"applying {len(events)} events"
             try:
                 results = await self._pipeline(chunk)
                 if any(isinstance(r, NoScriptError) for r in results):

@@ -14,11 +14,13 @@ from pathlib import Path
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import MessageSizeTooLargeError
 
 from projections.service.client import AsyncEngramClient
 from schemas.agent_events import Decision, Observation
 from schemas.codec import encode_event
 from schemas.deadletter import DeadLetter
+from schemas.envelope import MAX_CONTENT_CHARS
 from schemas.topics import Topics
 from streams.publisher import AsyncPublisher, Position
 from streams.runtime import Endpoints, Node
@@ -163,7 +165,16 @@ async def test_poison_records_go_to_the_dead_letter_topic_and_good_ones_land(
         encode_event(
             Decision(agent_id="P1", skill="x", content="on the wrong topic")
         ): "wrong_topic",
+        orjson.dumps(
+            {
+                "event_type": "observation",
+                "agent_id": "P1",
+                "content": "x" * (MAX_CONTENT_CHARS + 1),
+            }
+        ): "invalid",
     }
+    # Near the producer's 1 MiB limit: its letter keeps a prefix, or it could not be written.
+    huge = orjson.dumps({"event_type": "observation", "agent_id": "P1", "content": "y" * 900_000})
     producer = AIOKafkaProducer(
         bootstrap_servers=kafka_bootstrap, acks="all", enable_idempotence=False
     )
@@ -180,6 +191,11 @@ async def test_poison_records_go_to_the_dead_letter_topic_and_good_ones_land(
                 sent.append(await producer.send_and_wait(topics.observations, raw, key=b"P1"))
         for raw in bad:
             sent.append(await producer.send_and_wait(topics.observations, raw, key=b"P1"))
+        sent.append(await producer.send_and_wait(topics.observations, huge, key=b"P1"))
+        # Above the limit the publisher's producer refuses it: an error for the publisher, and
+        # nothing reaches the log.
+        with pytest.raises(MessageSizeTooLargeError):
+            await producer.send_and_wait(topics.observations, b"z" * (1 << 20), key=b"P1")
     finally:
         await producer.stop()
     await node.pipeline.stats.wait_for([Position(m.topic, m.partition, m.offset) for m in sent])
@@ -197,13 +213,19 @@ async def test_poison_records_go_to_the_dead_letter_topic_and_good_ones_land(
     letters: list[DeadLetter] = []
     try:
         deadline = time.monotonic() + 30
-        while len(letters) < len(poison) and time.monotonic() < deadline:
+        while len(letters) < len(poison) + 1 and time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=500)
             for records in batch.values():
                 letters.extend(DeadLetter.model_validate_json(r.value) for r in records if r.value)
     finally:
         await consumer.stop()
-    got = {letter.original_value(): letter for letter in letters}
+    (cut,) = [letter for letter in letters if letter.original_value() not in poison]
+    assert huge.startswith(cut.original_value())
+    assert len(cut.original_value()) < len(huge)
+    assert cut.error_kind == "invalid"
+    assert "content" in cut.reason
+    assert f"[{sent[-1].partition}]@{sent[-1].offset}" in cut.reason
+    got = {letter.original_value(): letter for letter in letters if letter is not cut}
     assert set(got) == set(poison)
     for raw, kind in poison.items():
         assert got[raw].error_kind == kind, got[raw]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.agent_events import Decision, Feedback, Observation
+from schemas.agent_events import AGENT_EVENT_TYPES, Decision, Feedback, Observation
 from schemas.codec import DecodeError, decode_agent_event, decode_derived_event, encode_event
 from schemas.json_schema import export_json_schemas, json_schemas
 from schemas.memory_events import ImportanceInputs, MemoryRecorded, decode_vector, encode_vector
@@ -94,7 +94,11 @@ def test_memory_recorded_round_trip() -> None:
     assert decoded.vector().tolist() == [0.5, -0.25]
 
 
-@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*/v*.json")), ids=lambda p: p.parent.name)
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in FIXTURES.glob("*/v*.json") if p.parent.name in AGENT_EVENT_TYPES),
+    ids=lambda p: p.parent.name,
+)
 def test_every_stored_payload_decodes_to_a_current_event(path: Path) -> None:
     event = decode_agent_event(path.read_bytes())
     assert event.event_type == path.parent.name

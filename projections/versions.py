@@ -1,0 +1,253 @@
+"""Projection versions: which Redis keyspace and Qdrant collection the running processes use.
+
+A rebuild never writes into the projections being served. It builds a new *version* (Redis
+namespace ``{base}.{name}``, Qdrant collection ``{collection}_{name}``, so an Edge shard
+directory of that name), and one ``SET`` of the pointer ``{base}#projection:active`` then
+switches every process to it: both stores are named by the version, so no reader can see the
+working memory of one version with the episodic memory of another.
+
+Processes that write projections (workers, the episodic projector) and processes that read
+them (query services) register here with a heartbeat, saying which version they use. The
+heartbeats let a switch wait for writers to pause (the *fence*, see :mod:`streams.replay`) and
+let a drop wait until nobody uses the old version any more.
+
+Without a pointer the active version is the unversioned layout (namespace ``{base}``,
+collection ``{collection}``), so a store built before versions existed keeps working.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from projections.interfaces import ProjectionError
+
+__all__ = [
+    "Member",
+    "ProjectionVersion",
+    "ProjectionVersions",
+    "Role",
+    "VersionInfo",
+    "VersionState",
+]
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+"""Valid in a Redis namespace, a Qdrant collection name and a directory name alike."""
+
+VersionState = Literal["building", "ready", "active", "retired"]
+Role = Literal["worker", "projector", "service"]
+
+
+@dataclass(frozen=True)
+class ProjectionVersion:
+    """Where one version of the projections lives. ``name`` None is the unversioned layout."""
+
+    name: str | None
+    redis_namespace: str
+    qdrant_collection: str
+
+    @property
+    def label(self) -> str:
+        return self.name or "(unversioned)"
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    version: ProjectionVersion
+    state: VersionState
+    created_at: float
+    note: str
+    active: bool
+
+
+@dataclass(frozen=True)
+class Member:
+    """A running process as its last heartbeat described it."""
+
+    member_id: str
+    role: Role
+    version: str | None
+    paused_for: str | None
+    holding: tuple[str | None, ...] = ()
+    """Older versions whose stores it has not closed yet (requests still running on them)."""
+
+    def uses(self, name: str | None) -> bool:
+        return self.version == name or name in self.holding
+
+
+class ProjectionVersions:
+    """The registry of versions, the active pointer, the fence and the members, in Redis.
+
+    Owns ``client`` (closed by :meth:`close`). Every call raises :class:`ProjectionError` when
+    Redis cannot be reached, like the stores do.
+    """
+
+    def __init__(self, client: aioredis.Redis, base_namespace: str, base_collection: str) -> None:
+        self._client = client
+        self._base = base_namespace
+        self._collection = base_collection
+        self._key = f"{base_namespace}#projection"
+
+    @classmethod
+    def from_url(cls, url: str, base_namespace: str, base_collection: str) -> ProjectionVersions:
+        client = aioredis.Redis.from_url(url, socket_timeout=10.0, socket_connect_timeout=5.0)
+        return cls(client, base_namespace, base_collection)
+
+    def version(self, name: str | None) -> ProjectionVersion:
+        """The layout of version ``name``; raises ValueError for a name no store accepts."""
+        if name is None:
+            return ProjectionVersion(None, self._base, self._collection)
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"a version name is 1-40 lowercase letters, digits and '-': {name!r}")
+        return ProjectionVersion(name, f"{self._base}.{name}", f"{self._collection}_{name}")
+
+    async def active(self) -> ProjectionVersion:
+        name = await self._call(self._client.get(f"{self._key}:active"))
+        return self.version(None if name is None else name.decode())
+
+    async def create(self, name: str | None = None, *, note: str = "") -> ProjectionVersion:
+        """Register a new version in state ``building``; without a name, the next ``vN``.
+
+        Refuses a name that exists: building into a version that is served would mix two
+        histories in one store.
+        """
+        if name is None:
+            number = await self._call(self._client.incr(f"{self._key}:next"))
+            name = f"v{number}"
+        version = self.version(name)
+        meta = orjson.dumps({"state": "building", "created_at": time.time(), "note": note})
+        created = await self._call(self._client.hsetnx(f"{self._key}:versions", name, meta))
+        if not created:
+            raise ValueError(f"projection version {name!r} exists already")
+        return version
+
+    async def set_state(self, name: str, state: VersionState) -> None:
+        raw = await self._call(self._client.hget(f"{self._key}:versions", name))
+        if raw is None:
+            raise ValueError(f"no projection version {name!r}")
+        meta = orjson.loads(raw) | {"state": state}
+        await self._call(self._client.hset(f"{self._key}:versions", name, orjson.dumps(meta)))
+
+    async def versions(self) -> list[VersionInfo]:
+        """Every registered version, oldest first, and the unversioned layout if it is active."""
+        raw = await self._call(self._client.hgetall(f"{self._key}:versions"))
+        active = (await self.active()).name
+        infos = []
+        for name, value in raw.items():
+            meta = orjson.loads(value)
+            infos.append(
+                VersionInfo(
+                    version=self.version(name.decode()),
+                    state=meta.get("state", "ready"),
+                    created_at=float(meta.get("created_at", 0.0)),
+                    note=str(meta.get("note", "")),
+                    active=name.decode() == active,
+                )
+            )
+        infos.sort(key=lambda i: i.created_at)
+        if active is None:
+            infos.insert(0, VersionInfo(self.version(None), "active", 0.0, "", True))
+        return infos
+
+    async def activate(self, name: str | None) -> ProjectionVersion | None:
+        """Point every process at ``name``; returns the version that was active before.
+
+        One ``SET``: the switch is atomic for every reader of the pointer.
+        """
+        previous = await self.active()
+        if name is not None:
+            await self.set_state(name, "active")
+            await self._call(self._client.set(f"{self._key}:active", name))
+        else:
+            await self._call(self._client.delete(f"{self._key}:active"))
+        if previous.name is not None and previous.name != name:
+            await self.set_state(previous.name, "retired")
+        return None if previous.name == name else previous
+
+    async def forget(self, name: str) -> None:
+        """Remove a version from the registry (its data is dropped by the caller)."""
+        if (await self.active()).name == name:
+            raise ValueError(f"projection version {name!r} is active; switch away from it first")
+        await self._call(self._client.hdel(f"{self._key}:versions", name))
+
+    # The fence: writers pause while a switch reads the last of the log.
+
+    async def raise_fence(self, target: str, ttl: float) -> None:
+        """Ask every writer to pause; the TTL bounds the pause if the switch dies meanwhile."""
+        await self._call(self._client.set(f"{self._key}:fence", target, px=int(ttl * 1000)))
+
+    async def lower_fence(self) -> None:
+        await self._call(self._client.delete(f"{self._key}:fence"))
+
+    async def fence(self) -> str | None:
+        value = await self._call(self._client.get(f"{self._key}:fence"))
+        return None if value is None else value.decode()
+
+    # Members: who runs, in which role, on which version, paused or not.
+
+    async def heartbeat(
+        self,
+        member_id: str,
+        role: Role,
+        version: ProjectionVersion,
+        *,
+        paused_for: str | None = None,
+        holding: Sequence[str] = (),
+        ttl: float = 10.0,
+    ) -> None:
+        """``holding`` names older versions still open ("" the unversioned one)."""
+        key = f"{self._key}:member:{member_id}"
+        value = orjson.dumps(
+            {
+                "role": role,
+                "version": version.name,
+                "paused_for": paused_for,
+                "holding": list(holding),
+            }
+        )
+        await self._call(self._client.set(key, value, px=int(ttl * 1000)))
+
+    async def leave(self, member_id: str) -> None:
+        await self._call(self._client.delete(f"{self._key}:member:{member_id}"))
+
+    async def members(self) -> list[Member]:
+        prefix = f"{self._key}:member:"
+        try:
+            keys = [key async for key in self._client.scan_iter(match=f"{prefix}*", count=500)]
+        except RedisError as exc:
+            raise ProjectionError(f"redis (projection versions): {exc}") from exc
+        if not keys:
+            return []
+        values = await self._call(self._client.mget(keys))
+        out = []
+        for key, value in zip(keys, values, strict=True):
+            if value is None:  # expired between SCAN and MGET
+                continue
+            meta = orjson.loads(value)
+            out.append(
+                Member(
+                    member_id=key.decode()[len(prefix) :],
+                    role=meta["role"],
+                    version=meta.get("version"),
+                    paused_for=meta.get("paused_for"),
+                    holding=tuple(h or None for h in meta.get("holding", ())),
+                )
+            )
+        return out
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    @staticmethod
+    async def _call(awaitable: Awaitable[Any]) -> Any:
+        try:
+            return await awaitable
+        except RedisError as exc:
+            raise ProjectionError(f"redis (projection versions): {exc}") from exc

@@ -1,0 +1,323 @@
+"""Generated agent streams and a model of the worker's loop, for the replay and idempotence
+properties (``tests/unit/processors/test_replay_properties.py`` and
+``tests/integration/projections/test_projection_properties.py``).
+
+A stream is the raw records one worker consumes, in arrival order: observations and decisions
+of simulation agents (``S*``: steps and years, so sessions, years and chapters end) and
+wall-clock agents (``W*``: ticks end their sessions), ticks on ``memory.schedule``, retrievals
+on ``memory.access`` and the odd undecodable record. Importance is mixed on purpose: explicit
+values around every threshold, event-table entries, and emotion x source scores.
+
+:class:`Worker` is :meth:`streams.ingest.IngestPipeline.handle` without the I/O: skip what the
+log says was derived, run :func:`processors.batch.process_batch` with the state carried between
+batches, and write the batch's triggered events ahead of its recordings, each to its source's
+partition of ``memory.items`` or ``memory.lifecycle``. :meth:`Worker.take_over` is
+:func:`streams.derived_log.recover_state`: it folds the state back from that log.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import strategies as st
+
+from processors.batch import RawRecord, RecordKind, process_batch
+from processors.config import LifecycleRules, PruningRules, SummaryRules, load_processing_config
+from processors.embedding import HashingEmbedder
+from processors.lifecycle import Deriving
+from processors.recording import AgentMemoryState
+from processors.state_fold import FoldedState, causal_order
+from processors.summarising import ExtractiveSummariser
+from schemas.agent_events import Decision, Observation
+from schemas.codec import decode_retrieval, encode_event
+from schemas.memory_events import (
+    DerivedEvent,
+    MemoryForgotten,
+    MemoryPromoted,
+    MemoryRecorded,
+    MemoryRetrieved,
+    MemorySummarised,
+    RetrievedItem,
+    ScheduleTick,
+    SourcePosition,
+)
+from schemas.topics import Topics
+from streams.ingest import split_triggered
+
+CONFIG = load_processing_config(
+    working_capacity=4,
+    episodic_capacity=5,
+    episodic_threshold=0.8,
+    lifecycle=LifecycleRules(
+        summaries=SummaryRules(l1_min_memories=2, chapter_length=3, sessions_per_chapter=2),
+        pruning=PruningRules(
+            l1_min_age=2, l2_min_age=4, l1_min_age_seconds=60, l2_min_age_seconds=120
+        ),
+    ),
+)
+"""Small capacities and short periods, so that a few dozen records exercise every rule."""
+EMBEDDER = HashingEmbedder()
+SUMMARISER = ExtractiveSummariser()
+CTX = Deriving(CONFIG, EMBEDDER, SUMMARISER, CONFIG.version(EMBEDDER.id, SUMMARISER.id))
+TOPICS = Topics()
+START = datetime(2026, 1, 1, tzinfo=UTC)
+FAILED_AT = START
+
+PARTITION_OF = {"S1": 0, "W1": 0, "Y1": 1, "W2": 1}
+"""``S*`` carry steps (and years, a year being 4 steps), ``Y*`` years only, ``W*`` neither."""
+AGENTS = tuple(PARTITION_OF)
+SIMULATED = ("S1", "Y1")
+IMPORTANCES = (None, 0.3, 0.62, 0.65, 0.68, 0.75, 0.85, 0.95)
+"""Around the gate (0.6), the promotion threshold (0.7) and the episodic threshold (0.8);
+None is scored from the content (emotion x source) or the event table."""
+KINDS = (None, None, None, "flood.major", "flood.minor", "claim.denied")
+SKILLS = ("elevate_house", "buy_insurance", "do_nothing", "relocate", "wait_and_see")
+SCORES = (-0.2, 0.1, 0.5, 0.9, 1.3)
+"""Retrieval scores, clipped to [0, 1] by the relevance of MUS."""
+
+Action = tuple[str, str, int]
+"""(agent, or partition for a tick; what; a value whose meaning depends on what)."""
+
+_agent = st.sampled_from(AGENTS)
+_observe = st.tuples(_agent, st.just("observe"), st.integers(0, len(IMPORTANCES) * len(KINDS) - 1))
+_advance = st.tuples(st.sampled_from(SIMULATED), st.just("advance"), st.integers(1, 3))
+action: st.SearchStrategy[Action] = st.one_of(
+    _observe,
+    _observe,
+    _observe,
+    st.tuples(_agent, st.just("decide"), st.integers(0, len(SKILLS) - 1)),
+    _advance,
+    _advance,
+    st.tuples(_agent, st.just("retrieve"), st.integers(0, len(SCORES) - 1)),
+    st.tuples(st.sampled_from(["0", "1"]), st.just("tick"), st.integers(1, 200)),
+    st.tuples(_agent, st.just("garbage"), st.just(0)),
+)
+"""Weighted by repetition: mostly recordings and simulated time, so that the rules fire."""
+
+
+def split(records: Sequence[RawRecord], cuts: Iterable[int]) -> list[list[RawRecord]]:
+    """``records`` cut at the given indexes (out-of-range and repeated cuts are ignored)."""
+    bounds = [0, *sorted({c for c in cuts if 0 < c < len(records)}), len(records)]
+    return [list(records[a:b]) for a, b in itertools.pairwise(bounds)]
+
+
+def partition_of(event: DerivedEvent) -> int:
+    position = event.source_position
+    assert position is not None, "every generated derived event has a source position"
+    return position.partition
+
+
+@dataclass
+class Worker:
+    """One worker's processing of a stream, and the derived log it writes."""
+
+    folded: FoldedState = field(default_factory=lambda: FoldedState(TOPICS.schedule))
+    partition_of: dict[str, int] = field(default_factory=dict)
+    applied: list[list[DerivedEvent]] = field(default_factory=list)
+    """What the worker applied to its projections, batch by batch (``result.derived``)."""
+    log: dict[tuple[str, int], list[DerivedEvent]] = field(default_factory=dict)
+    """The derived log, by topic and partition, in the order it was written."""
+
+    def handle(self, records: Sequence[RawRecord]) -> list[DerivedEvent]:
+        derived = self.derive(records)
+        triggered, following = split_triggered(derived)
+        self.write([*triggered, *following])
+        return derived
+
+    def derive(self, records: Sequence[RawRecord]) -> list[DerivedEvent]:
+        """Process a batch without writing its derived events (the caller decides what the
+        broker took)."""
+        upto = self.folded.derived_upto
+        fresh = [r for r in records if r.offset > upto.get((r.topic, r.partition), -1)]
+        result = process_batch(
+            fresh,
+            lambda agent: self.folded.states.get(agent) or AgentMemoryState(),
+            ctx=CTX,
+            failed_at=FAILED_AT,
+            agents_of_partition=lambda p: [a for a, q in self.partition_of.items() if q == p],
+        )
+        self.applied.append(result.derived)
+        self.folded.states.update(result.states)
+        for event in result.derived:
+            self.partition_of[event.agent_id] = partition_of(event)
+        for raw in fresh:
+            upto[(raw.topic, raw.partition)] = max(
+                upto.get((raw.topic, raw.partition), -1), raw.offset
+            )
+        return result.derived
+
+    def write(self, events: Iterable[DerivedEvent]) -> None:
+        for event in events:
+            topic = TOPICS.items if isinstance(event, MemoryRecorded) else TOPICS.lifecycle
+            self.log.setdefault((topic, partition_of(event)), []).append(event)
+
+    @property
+    def emitted(self) -> list[DerivedEvent]:
+        return [e for batch in self.applied for e in batch]
+
+    def read_back(self, seed: int = 0) -> list[DerivedEvent]:
+        """The log as :func:`streams.derived_log.read_partitions` returns it: topic by topic,
+        each topic's partitions interleaved in an arbitrary way, each partition in log order."""
+        rng = random.Random(seed)
+        out: list[DerivedEvent] = []
+        for topic in (TOPICS.items, TOPICS.lifecycle):
+            pending = [list(events) for (t, _), events in sorted(self.log.items()) if t == topic]
+            while pending:
+                source = rng.choice(pending)
+                taken = rng.randint(1, 3)
+                out.extend(source[:taken])
+                del source[:taken]
+                pending = [p for p in pending if p]
+        return out
+
+    def replayed(self, seed: int = 0) -> list[DerivedEvent]:
+        """The derived log in the order a rebuild applies it (:mod:`streams.rebuild`)."""
+        return causal_order(self.read_back(seed))
+
+    @classmethod
+    def take_over(
+        cls,
+        log: dict[tuple[str, int], list[DerivedEvent]],
+        retrievals: Iterable[RawRecord],
+        seed: int = 0,
+    ) -> Worker:
+        """A new worker whose state is folded from ``log`` and the ``retrievals`` on
+        ``memory.access`` (as :func:`streams.derived_log.recover_state` does); it goes on
+        writing to the same log."""
+        worker = cls(log={key: list(events) for key, events in log.items()})
+        logged = worker.replayed(seed)
+        worker.folded = FoldedState(TOPICS.schedule).apply_all(logged)
+        for raw in retrievals:
+            assert raw.value is not None
+            position = SourcePosition(topic=raw.topic, partition=raw.partition, offset=raw.offset)
+            worker.folded.apply_retrieval(decode_retrieval(raw.value), position)
+        for event in logged:
+            worker.partition_of[event.agent_id] = partition_of(event)
+        return worker
+
+
+def run(batches: Iterable[Sequence[RawRecord]]) -> Worker:
+    worker = Worker()
+    for batch in batches:
+        worker.handle(batch)
+    return worker
+
+
+@dataclass
+class StreamBuilder:
+    """Turns actions into raw records, processing each as it goes (one record per batch), so
+    that retrievals name summaries that exist when they are made."""
+
+    worker: Worker = field(default_factory=Worker)
+    records: list[RawRecord] = field(default_factory=list)
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    steps: dict[str, int] = field(default_factory=dict)
+    now: datetime = START
+
+    def add(self, topic: str, partition: int, value: bytes, kind: RecordKind) -> None:
+        offset = self.offsets.get((topic, partition), 0)
+        self.offsets[(topic, partition)] = offset + 1
+        expected = TOPICS.event_type_of(topic)
+        raw = RawRecord(topic, partition, offset, b"key", value, expected, kind)
+        self.records.append(raw)
+        self.worker.handle([raw])
+
+    def act(self, n: int, who: str, what: str, value: int) -> None:
+        self.now += timedelta(seconds=7)
+        if what == "tick":
+            self.now += timedelta(seconds=value)
+            tick = ScheduleTick(
+                event_id=f"tick-{n}", occurred_at=self.now, partition=int(who), interval_seconds=60
+            )
+            self.add(TOPICS.schedule, int(who), encode_event(tick), "tick")
+            return
+        partition = PARTITION_OF[who]
+        clock = self.steps.get(who, 0)
+        step = clock if who.startswith("S") else None
+        year = clock // 4 if who.startswith("S") else clock if who.startswith("Y") else None
+        when = {
+            "agent_id": who,
+            "event_id": f"{who}-{n}",
+            "occurred_at": self.now,
+            "step": step,
+            "year": year,
+        }
+        if what == "advance":
+            self.steps[who] = clock + value
+        elif what == "observe":
+            importance, kind = (
+                IMPORTANCES[value % len(IMPORTANCES)],
+                KINDS[value // len(IMPORTANCES)],
+            )
+            observation = Observation(
+                **when,
+                agent_type="household",
+                content=f"my neighbor saw flood warning {n} at the river, {n % 3} houses wet",
+                importance=importance,
+                kind=kind,
+                tags=("flood", f"n{n % 4}"),
+            )
+            self.add(TOPICS.observations, partition, encode_event(observation), "agent")
+        elif what == "decide":
+            decision = Decision(
+                **when,
+                agent_type="household",
+                content=f"I decided to {SKILLS[value].replace('_', ' ')} after event {n}",
+                skill=SKILLS[value],
+            )
+            self.add(TOPICS.decisions, partition, encode_event(decision), "agent")
+        elif what == "garbage":
+            self.add(TOPICS.observations, partition, b'{"event_type": "observation"', "agent")
+        else:
+            self.retrieve(n, who, SCORES[value], step, year)
+
+    def retrieve(
+        self, n: int, agent: str, score: float, step: int | None, year: int | None
+    ) -> None:
+        state = self.worker.folded.states.get(agent)
+        if state is None or not state.summaries:
+            return
+        target = state.summaries[n % len(state.summaries)]
+        retrieval = MemoryRetrieved(
+            agent_id=agent,
+            event_id=f"r-{n}",
+            occurred_at=self.now,
+            step=step,
+            year=year,
+            mode="two_phase",
+            parameters={"top_k": 3},
+            results=(
+                RetrievedItem(
+                    memory_id=target.memory_id,
+                    rank=1,
+                    score=score,
+                    store="episodic",
+                    level=1 if target.level == 1 else 2,
+                ),
+            ),
+            took_ms=1.0,
+        )
+        self.add(TOPICS.access, PARTITION_OF[agent], encode_event(retrieval), "retrieval")
+
+
+def build_stream(actions: Iterable[Action]) -> tuple[list[RawRecord], Worker]:
+    """The raw records of ``actions``, and the worker that processed them one at a time."""
+    builder = StreamBuilder()
+    for n, (who, what, value) in enumerate(actions):
+        builder.act(n, who, what, value)
+    return builder.records, builder.worker
+
+
+def projected(events: Iterable[DerivedEvent]) -> dict[str, DerivedEvent]:
+    """What a projection holds after applying ``events`` in order: the last word per id."""
+    held: dict[str, DerivedEvent] = {}
+    for event in events:
+        if isinstance(event, MemoryForgotten):
+            held.pop(event.memory_id, None)
+        elif isinstance(event, MemoryRecorded | MemoryPromoted | MemorySummarised):
+            held[event.memory_id] = event
+    return held
