@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from processors.state_fold import FoldedState, causal_order
 from schemas.codec import DecodeError, decode_derived_event, decode_retrieval
@@ -52,6 +52,52 @@ def at_end(position: int, reported_end: int, got_records: bool) -> bool:
     return position >= reported_end and (not got_records or position > reported_end)
 
 
+async def read_to_end(
+    bootstrap: str,
+    tps: Sequence[TopicPartition],
+    on_record: Callable[[TopicPartition, ConsumerRecord[Any, Any]], None],
+    *,
+    starts: Mapping[TopicPartition, int] | None = None,
+    timeout: float = 120.0,
+) -> dict[TopicPartition, int]:
+    """Hand every record of ``tps`` to ``on_record``, in log order per partition, from
+    ``starts`` (default: the beginning) to the end each had when reading started (see
+    :func:`at_end`); returns the position reached in each. One loop for every reader of the
+    log (takeover, history, replay, reprocess), so the Tansu end rule lives in one place."""
+    reached: dict[TopicPartition, int] = {}
+    if not tps:
+        return reached
+    consumer = log_reader(bootstrap)
+    await consumer.start()
+    try:
+        consumer.assign(list(tps))
+        for tp in tps:
+            if starts is not None and tp in starts:
+                consumer.seek(tp, starts[tp])
+            else:
+                await consumer.seek_to_beginning(tp)
+        ends = await consumer.end_offsets(list(tps))
+        # An end of 0 is exact (an empty partition); only a non-empty end may under-report.
+        remaining = {tp for tp in tps if ends[tp] > 0}
+        reached = {tp: await consumer.position(tp) for tp in tps}
+        deadline = time.monotonic() + timeout
+        while remaining:
+            if time.monotonic() > deadline:
+                names = ", ".join(sorted({tp.topic for tp in remaining}))
+                raise TimeoutError(f"reading {names} back took longer than {timeout:.0f}s")
+            batch = await consumer.getmany(*remaining, timeout_ms=300, max_records=50_000)
+            for tp, records in batch.items():
+                for record in records:
+                    on_record(tp, record)
+            for tp in list(remaining):
+                reached[tp] = await consumer.position(tp)
+                if at_end(reached[tp], ends[tp], bool(batch.get(tp))):
+                    remaining.discard(tp)
+    finally:
+        await consumer.stop()
+    return reached
+
+
 async def read_records(
     bootstrap: str,
     topic_names: Iterable[str],
@@ -65,46 +111,31 @@ async def read_records(
     written by Engram itself, so one is a bug to report, not a reason to stop a takeover."""
     out: list[tuple[SourcePosition, Decoded]] = []
     parts = sorted(set(partitions))
-    consumer = log_reader(bootstrap)
-    await consumer.start()
-    try:
-        for topic in topic_names:
-            tps = [TopicPartition(topic, p) for p in parts]
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
-            ends = await consumer.end_offsets(tps)
-            # An end of 0 is exact (an empty partition); only a non-empty end may under-report.
-            remaining = {tp for tp in tps if ends[tp] > 0}
-            deadline = time.monotonic() + timeout
-            while remaining:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"reading {topic} back took longer than {timeout:.0f}s")
-                batch = await consumer.getmany(*remaining, timeout_ms=300, max_records=50_000)
-                for tp, records in batch.items():
-                    for record in records:
-                        if record.value is None:
-                            continue
-                        try:
-                            decoded = decode(record.value)
-                        except DecodeError as exc:
-                            log.error(
-                                "unreadable record %s[%d]@%d: %s",
-                                tp.topic,
-                                tp.partition,
-                                record.offset,
-                                exc,
-                            )
-                            continue
-                        position = SourcePosition(
-                            topic=tp.topic, partition=tp.partition, offset=record.offset
-                        )
-                        out.append((position, decoded))
-                for tp in list(remaining):
-                    if at_end(await consumer.position(tp), ends[tp], bool(batch.get(tp))):
-                        remaining.discard(tp)
-    finally:
-        await consumer.stop()
+
+    def keep(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> None:
+        decoded = decode_logged(tp, record, decode)
+        if decoded is not None:
+            position = SourcePosition(topic=tp.topic, partition=tp.partition, offset=record.offset)
+            out.append((position, decoded))
+
+    for topic in topic_names:
+        await read_to_end(
+            bootstrap, [TopicPartition(topic, p) for p in parts], keep, timeout=timeout
+        )
     return out
+
+
+def decode_logged(
+    tp: TopicPartition, record: ConsumerRecord[Any, Any], decode: Callable[[bytes], Decoded]
+) -> Decoded | None:
+    """The decoded record, or None (logged) for a tombstone or a record that does not decode."""
+    if record.value is None:
+        return None
+    try:
+        return decode(record.value)
+    except DecodeError as exc:
+        log.error("unreadable record %s[%d]@%d: %s", tp.topic, tp.partition, record.offset, exc)
+        return None
 
 
 async def read_partitions(

@@ -28,16 +28,17 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from processors.state_fold import causal_order
 from projections.interfaces import EpisodicMemoryStore, WorkingMemoryStore
 from projections.versions import ProjectionVersion, ProjectionVersions
-from schemas.codec import DecodeError, decode_derived_event
+from schemas.codec import decode_derived_event
 from schemas.memory_events import DerivedEvent
 from schemas.topics import Topics
-from streams.derived_log import at_end, log_reader
+from streams.derived_log import decode_logged, log_reader, read_to_end
 
 log = logging.getLogger("engram.replay")
 
@@ -104,45 +105,21 @@ class DerivedLogCursor:
 
     async def read(self, partition: int) -> list[tuple[TopicPartition, int, DerivedEvent]]:
         """Every derived event of one partition number from the cursor to the end, with where
-        it sits in the log; the cursor does not move (see :meth:`consumed`)."""
+        it sits in the log; the cursor moves past what was read (a pass moves it back to what
+        it held back)."""
         out: list[tuple[TopicPartition, int, DerivedEvent]] = []
-        consumer = log_reader(self.bootstrap)
-        await consumer.start()
-        try:
-            for topic in (self.topics.items, self.topics.lifecycle):
-                tp = TopicPartition(topic, partition)
-                consumer.assign([tp])
-                consumer.seek(tp, self.next_offset.get(tp, 0))
-                end = (await consumer.end_offsets([tp]))[tp]
-                if end == 0:
-                    continue
-                deadline = time.monotonic() + 600
-                while True:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"reading {topic}[{partition}] took over 600 s")
-                    batch = await consumer.getmany(tp, timeout_ms=300, max_records=50_000)
-                    for record in batch.get(tp, []):
-                        if record.value is None:
-                            continue
-                        try:
-                            event = decode_derived_event(record.value)
-                        except DecodeError as exc:
-                            log.error(
-                                "unreadable record %s[%d]@%d: %s",
-                                topic,
-                                partition,
-                                record.offset,
-                                exc,
-                            )
-                            continue
-                        out.append((tp, record.offset, event))
-                    if at_end(await consumer.position(tp), end, bool(batch.get(tp))):
-                        self.next_offset[tp] = max(
-                            self.next_offset.get(tp, 0), await consumer.position(tp)
-                        )
-                        break
-        finally:
-            await consumer.stop()
+
+        def keep(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> None:
+            event = decode_logged(tp, record, decode_derived_event)
+            if event is not None:
+                out.append((tp, record.offset, event))
+
+        for topic in (self.topics.items, self.topics.lifecycle):
+            tp = TopicPartition(topic, partition)
+            reached = await read_to_end(
+                self.bootstrap, [tp], keep, starts={tp: self.next_offset.get(tp, 0)}, timeout=600
+            )
+            self.next_offset[tp] = max(self.next_offset.get(tp, 0), reached[tp])
         return out
 
 

@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import TopicPartition
+from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from processors.batch import RawRecord, RecordKind
@@ -53,7 +53,7 @@ from processors.summarising import Summariser
 from projections.interfaces import EpisodicMemoryStore, WorkingMemoryStore
 from projections.versions import ProjectionVersion, ProjectionVersions
 from schemas.topics import Topics
-from streams.derived_log import at_end, log_reader
+from streams.derived_log import log_reader, read_to_end
 from streams.ingest import IngestPipeline
 from streams.publisher import producer_for
 from streams.topic_admin import ensure_topics
@@ -129,41 +129,21 @@ async def read_raw_partition(
     sources = _sources(topics)
     per_topic: dict[str, list[TimedRecord]] = {topic: [] for topic, _ in sources}
     kind_of = dict(sources)
-    consumer = log_reader(bootstrap)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, partition) for topic, _ in sources]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        remaining = {tp for tp in tps if ends[tp] > 0}
-        deadline = time.monotonic() + timeout
-        while remaining:
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"reading partition {partition} of the raw topics took over {timeout:.0f}s"
-                )
-            batch = await consumer.getmany(*remaining, timeout_ms=300, max_records=50_000)
-            for tp, records in batch.items():
-                kind = kind_of[tp.topic]
-                expected = topics.event_type_of(tp.topic)
-                out = per_topic[tp.topic]
-                for r in records:
-                    raw = RawRecord(
-                        topic=tp.topic,
-                        partition=tp.partition,
-                        offset=r.offset,
-                        key=r.key,
-                        value=r.value,
-                        expected_type=expected,
-                        kind=kind,
-                    )
-                    out.append((r.timestamp, raw))
-            for tp in list(remaining):
-                if at_end(await consumer.position(tp), ends[tp], bool(batch.get(tp))):
-                    remaining.discard(tp)
-    finally:
-        await consumer.stop()
+
+    def keep(tp: TopicPartition, r: ConsumerRecord[Any, Any]) -> None:
+        raw = RawRecord(
+            topic=tp.topic,
+            partition=tp.partition,
+            offset=r.offset,
+            key=r.key,
+            value=r.value,
+            expected_type=topics.event_type_of(tp.topic),
+            kind=kind_of[tp.topic],
+        )
+        per_topic[tp.topic].append((r.timestamp, raw))
+
+    tps = [TopicPartition(topic, partition) for topic, _ in sources]
+    await read_to_end(bootstrap, tps, keep, timeout=timeout)
     return merge_in_time_order([per_topic[topic] for topic, _ in sources])
 
 
