@@ -293,10 +293,17 @@ class IngestPipeline:
         """Apply to both projections; retry while a backend is down instead of losing the batch."""
         if not events:
             return
+        await self._on_every_store(lambda store: store.apply(events))
+
+    async def _on_every_store(
+        self, write: Callable[[WorkingMemoryStore | EpisodicMemoryStore], Awaitable[None]]
+    ) -> None:
+        """Run ``write`` on both projections; retry while a backend is down (with backoff up
+        to ``max_backoff``) instead of losing the batch, unless the worker is stopping."""
         delay = 0.1
         while True:
             try:
-                await asyncio.gather(*(store.apply(events) for store in self.stores))
+                await asyncio.gather(*(write(store) for store in self.stores))
                 return
             except ProjectionError as exc:
                 if self.should_stop():
@@ -322,18 +329,7 @@ class IngestPipeline:
                 behind[key] = raw.offset
         if not behind:
             return
-        delay = 0.1
-        while True:
-            try:
-                await asyncio.gather(*(store.advance(behind) for store in self.stores))
-                return
-            except ProjectionError as exc:
-                if self.should_stop():
-                    raise
-                self.stats.projection_retries += 1
-                log.warning("projection unavailable, retrying in %.1fs: %s", delay, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.max_backoff)
+        await self._on_every_store(lambda store: store.advance(behind))
 
     def _count(self, records: Sequence[RawRecord], result: BatchResult) -> None:
         stats = self.stats
