@@ -30,8 +30,17 @@ def broker_binary() -> str:
 class TansuBroker:
     """A real broker process on a free loopback port, with bounded start and stop."""
 
-    def __init__(self, port: int | None = None, *, start_timeout: float = 20.0) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        advertised_port: int | None = None,
+        start_timeout: float = 20.0,
+    ) -> None:
+        """``advertised_port``: the port clients are told to connect to (default ``port``), so
+        a fault test can put a proxy in front of every connection."""
         self.port = port or free_port()
+        self.advertised_port = advertised_port or self.port
         self.start_timeout = start_timeout
         self._process: subprocess.Popen[bytes] | None = None
         # Kept open for the broker's lifetime: its output goes there, and log_tail() reads it.
@@ -49,9 +58,12 @@ class TansuBroker:
 
     def start(self) -> TansuBroker:
         url = f"tcp://127.0.0.1:{self.port}"
+        advertised = f"tcp://127.0.0.1:{self.advertised_port}"
         env = {**os.environ, "RUST_LOG": os.environ.get("ENGRAM_BROKER_LOG", "warn")}
+        command = [broker_binary(), "broker", "--listener-url", url]
+        command += ["--advertised-listener-url", advertised]
         self._process = subprocess.Popen(
-            [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url],
+            command,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=env,

@@ -12,13 +12,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Self
+from typing import IO, Literal, Self
 
 from streams.devstack.ports import free_port
 
@@ -85,8 +86,12 @@ class RedisServer:
         executable: Path | None = None,
         start_timeout: float = 15.0,
         stop_timeout: float = 10.0,
+        appendfsync: Literal["everysec", "always"] = "everysec",
     ) -> None:
+        """``appendfsync="always"`` makes every acknowledged write survive even a SIGKILL
+        (fault tests); the dev stack's ``everysec`` risks a second of writes for speed."""
         self._data_dir = data_dir
+        self._appendfsync = appendfsync
         self._requested_port = port
         self._host = host
         self._executable = executable
@@ -154,7 +159,7 @@ class RedisServer:
     def _launch(self, executable: Path, directory: Path, port: int) -> None:
         assert self._log_path is not None
         persistence = (
-            ["--appendonly", "yes", "--appendfsync", "everysec", "--save", ""]
+            ["--appendonly", "yes", "--appendfsync", self._appendfsync, "--save", ""]
             if self._data_dir is not None
             else ["--appendonly", "no", "--save", ""]
         )
@@ -197,17 +202,12 @@ class RedisServer:
             f"log tail:\n{self._log_tail()}"
         )
 
-    def stop(self) -> None:
-        """SIGTERM first, so Redis flushes its append-only file; SIGKILL if it does not exit."""
-        try:
-            self._terminate()
-        finally:
-            self._cleanup()
-
-    def _terminate(self) -> None:
+    def kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Take the server down abruptly (SIGKILL) or let it flush first (SIGTERM), keeping
+        its data directory and port, so :meth:`start` brings the same server back."""
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
-            process.terminate()
+            process.send_signal(sig)
             try:
                 process.wait(timeout=self._stop_timeout)
             except subprocess.TimeoutExpired:
@@ -216,6 +216,16 @@ class RedisServer:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+    def stop(self) -> None:
+        """SIGTERM first, so Redis flushes its append-only file; SIGKILL if it does not exit."""
+        try:
+            self._terminate()
+        finally:
+            self._cleanup()
+
+    def _terminate(self) -> None:
+        self.kill(signal.SIGTERM)
 
     def _cleanup(self) -> None:
         self._port = None

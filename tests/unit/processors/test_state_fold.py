@@ -8,23 +8,14 @@ promotion lost). Checked on generated streams that exercise every lifecycle rule
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processors.batch import RawRecord, process_batch
-from processors.config import (
-    LifecycleRules,
-    PruningRules,
-    SummaryRules,
-    load_processing_config,
-)
-from processors.embedding import HashingEmbedder
-from processors.lifecycle import Deriving
 from processors.recording import AgentMemoryState
 from processors.state_fold import FoldedState, causal_order
-from processors.summarising import ExtractiveSummariser
 from schemas.agent_events import Observation
 from schemas.codec import encode_event
 from schemas.memory_events import (
@@ -39,22 +30,8 @@ from schemas.memory_events import (
     SourcePosition,
 )
 from streams.ingest import split_triggered
+from tests.agent_streams import CTX, START
 
-CONFIG = load_processing_config(
-    working_capacity=4,
-    episodic_capacity=5,
-    episodic_threshold=0.8,
-    lifecycle=LifecycleRules(
-        summaries=SummaryRules(l1_min_memories=2, chapter_length=3, sessions_per_chapter=2),
-        pruning=PruningRules(
-            l1_min_age=2, l2_min_age=4, l1_min_age_seconds=60, l2_min_age_seconds=120
-        ),
-    ),
-)
-EMBEDDER = HashingEmbedder()
-SUMMARISER = ExtractiveSummariser()
-CTX = Deriving(CONFIG, EMBEDDER, SUMMARISER, CONFIG.version(EMBEDDER.id, SUMMARISER.id))
-START = datetime(2026, 1, 1, tzinfo=UTC)
 OBS, SCHED, ACCESS = "agent.observations", "memory.schedule", "memory.access"
 PARTITION = {"S1": 0, "W1": 0, "S2": 1}
 
