@@ -11,14 +11,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Literal, Protocol
 
 from processors.lifecycle import Deriving, on_agent_event, on_retrieval, on_tick
 from processors.recording import AgentMemoryState
 from schemas.agent_events import AgentEvent
-from schemas.codec import DecodeError, decode_agent_event, decode_retrieval, decode_tick
+from schemas.codec import DecodeError, decode_agent_event, decode_retrieval, decode_schedule
 from schemas.deadletter import DeadLetter
-from schemas.memory_events import DerivedEvent, MemoryRetrieved, ScheduleTick, SourcePosition
+from schemas.memory_events import (
+    AgentForgotten,
+    DerivedEvent,
+    ForgetAgent,
+    MemoryRetrieved,
+    ScheduleTick,
+    SourcePosition,
+    derived_event_id,
+)
 
 RecordKind = Literal["agent", "tick", "retrieval"]
 
@@ -42,22 +50,67 @@ class RawRecord:
     """Agent events, ticks from ``memory.schedule``, or retrievals from ``memory.access``."""
 
 
+FORGOTTEN = "forgotten"
+"""The :class:`DecodeError` kind of a record sealed with a forgotten agent's deleted key."""
+
+
+class RecordOpener(Protocol):
+    """Turns a record's value into event bytes: the identity, or :mod:`streams.sealing`, which
+    decrypts sealed records (keys fetched before the batch) and raises ``forgotten``."""
+
+    def open(self, raw: bytes) -> bytes: ...
+
+    def forget(self, agent_id: str, key_ids: Iterable[str]) -> None:
+        """Records of these keys later in the batch are forgotten too."""
+
+
+class PlainRecords:
+    """Records as they are: for logs written without a keyring."""
+
+    def open(self, raw: bytes) -> bytes:
+        return raw
+
+    def forget(self, agent_id: str, key_ids: Iterable[str]) -> None:
+        return None
+
+
 @dataclass
 class BatchResult:
     derived: list[DerivedEvent] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     states: dict[str, AgentMemoryState] = field(default_factory=dict)
     """Only the states of agents this batch touched."""
+    forgotten_agents: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Agents a ``ForgetAgent`` command of this batch forgot, with the key ids to delete; their
+    states are dropped (and absent from ``states``)."""
+    forgotten_records: int = 0
+    """Records skipped because their agent's key was deleted."""
 
 
-def _decode(raw: RawRecord) -> AgentEvent | ScheduleTick | MemoryRetrieved:
+def _decode(
+    raw: RawRecord, opener: RecordOpener
+) -> AgentEvent | ScheduleTick | ForgetAgent | MemoryRetrieved:
     if raw.value is None:
         raise DecodeError("empty", "record has no value (a tombstone?)")
+    value = opener.open(raw.value)
     if raw.kind == "tick":
-        return decode_tick(raw.value)
+        return decode_schedule(value)
     if raw.kind == "retrieval":
-        return decode_retrieval(raw.value)
-    return decode_agent_event(raw.value, expected_type=raw.expected_type)
+        return decode_retrieval(value)
+    return decode_agent_event(value, expected_type=raw.expected_type)
+
+
+def agent_forgotten(command: ForgetAgent, position: SourcePosition) -> AgentForgotten:
+    """What a forget command derives: deterministic, so a redelivered command logs the same."""
+    return AgentForgotten(
+        event_id=derived_event_id(command.event_id, "agent_forgotten"),
+        agent_id=command.agent_id,
+        occurred_at=command.requested_at,
+        key_ids=command.key_ids,
+        requested_at=command.requested_at,
+        caused_by=command.event_id,
+        source_position=position,
+    )
 
 
 def _kept(data: bytes | None) -> bytes | None:
@@ -85,16 +138,21 @@ def process_batch(
     ctx: Deriving,
     failed_at: datetime,
     agents_of_partition: Callable[[int], Iterable[str]] = lambda _: (),
+    opener: RecordOpener | None = None,
 ) -> BatchResult:
     """Derive from a batch in record order. ``agents_of_partition`` names the agents a tick
     of that partition concerns, besides those this batch already touched."""
     result = BatchResult()
     touched_in: dict[int, set[str]] = {}
+    opener = opener or PlainRecords()
     for raw in records:
         position = SourcePosition(topic=raw.topic, partition=raw.partition, offset=raw.offset)
         try:
-            event = _decode(raw)
+            event = _decode(raw, opener)
         except DecodeError as exc:
+            if exc.kind == FORGOTTEN:
+                result.forgotten_records += 1
+                continue
             result.dead_letters.append(
                 DeadLetter(
                     reason=exc.reason + _cut_note(raw),
@@ -108,15 +166,27 @@ def process_batch(
                 )
             )
             continue
+        if isinstance(event, ForgetAgent):
+            agent = event.agent_id
+            opener.forget(agent, event.key_ids)
+            result.derived.append(agent_forgotten(event, position))
+            result.states.pop(agent, None)
+            result.forgotten_agents[agent] = event.key_ids
+            for touched in touched_in.values():
+                touched.discard(agent)
+            continue
         if isinstance(event, ScheduleTick):
             agents = set(agents_of_partition(raw.partition)) | touched_in.get(raw.partition, set())
+            agents -= set(result.forgotten_agents)
             states = {a: result.states.get(a) or load_state(a) for a in agents}
             derived, changed = on_tick(event, states, ctx, position)
             result.derived.extend(derived)
             result.states.update(changed)
             continue
         agent = event.agent_id
-        state = result.states.get(agent) or load_state(agent)
+        state = result.states.get(agent) or (
+            AgentMemoryState() if agent in result.forgotten_agents else load_state(agent)
+        )
         if isinstance(event, MemoryRetrieved):
             updated = on_retrieval(event, state)
             if updated is not state:

@@ -6,10 +6,23 @@ and their use) is a function of the derived events it has emitted and of the ret
 partition rebuilds it by reading the derived topics: no separate changelog to drift from the
 log. The same fold tells which source records were already derived (``derived_upto``), so a
 record redelivered after a crash is not derived twice (DESIGN.md, invariant 3).
+
+Which batches are in the log is said by the workers' markers (:class:`DerivedUpTo`, written
+after everything a batch derived was delivered, naming where it landed): a derived event no
+marker covers was logged by an attempt at a batch that a crash cut short, and is left out
+(:func:`logged_batches`), so the batch is derived again from the state before it, whole.
+
+Markers rule a partition number once any marker of it is in the log: a worker writes one
+before its first batch there (covering what the log held before, or nothing), so even a crash
+in its first batch leaves nothing that counts. In a partition number without any marker (a log
+written before markers existed) the older rule decides instead: a record is derived once its
+recording is in the log (a tick, or a command on the schedule topic, once anything it derived
+is), and what lies beyond that is left out the same way.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right, insort
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -22,8 +35,11 @@ from processors.recording import (
     with_clock,
 )
 from schemas.memory_events import (
+    AgentForgotten,
     ConsolidationCompleted,
     DerivedEvent,
+    DerivedRecord,
+    DerivedUpTo,
     MemoryForgotten,
     MemoryPromoted,
     MemoryRecorded,
@@ -32,14 +48,173 @@ from schemas.memory_events import (
     SourcePosition,
 )
 
+SourceKey = tuple[str, int]
+"""A source (topic, partition)."""
+
+Logged = tuple[SourcePosition, DerivedRecord]
+"""A record of the derived log and where it was read (its topic, partition and offset)."""
+
+
+def marked_upto(markers: Iterable[DerivedUpTo]) -> dict[SourceKey, int]:
+    """The highest source offset per source partition that markers say is wholly logged."""
+    upto: dict[SourceKey, int] = {}
+    for marker in markers:
+        for position in marker.upto:
+            key = (position.topic, position.partition)
+            if upto.get(key, -1) < position.offset:
+                upto[key] = position.offset
+    return upto
+
+
+@dataclass
+class MarkerIndex:
+    """The markers read so far, to tell for an event of the log whether its batch is whole."""
+
+    ranges: dict[tuple[bool, int], list[tuple[int, int, DerivedUpTo]]] = field(default_factory=dict)
+    """(recording?, partition) -> the batches' (first, last, marker), by first offset."""
+    marked: set[int] = field(default_factory=set)
+    """Partition numbers with markers: markers alone rule them."""
+    last_marker: dict[int, int] = field(default_factory=dict)
+    """Per partition number, the highest ``memory.lifecycle`` offset of a marker (if known)."""
+
+    def add(self, marker: DerivedUpTo, at: int | None = None) -> None:
+        """Take note of ``marker``, read at offset ``at`` of its lifecycle partition."""
+        self.marked.add(marker.partition)
+        if at is not None:
+            self.last_marker[marker.partition] = max(self.last_marker.get(marker.partition, -1), at)
+        for recording, logged in ((True, marker.items), (False, marker.lifecycle)):
+            if logged is not None:
+                runs = self.ranges.setdefault((recording, marker.partition), [])
+                insort(runs, (logged.first, logged.last, marker), key=lambda r: r[0])
+
+    def covers(self, where: SourcePosition, event: DerivedEvent) -> bool:
+        """Whether a marker covers ``event``, read at ``where``."""
+        runs = self.ranges.get((isinstance(event, MemoryRecorded), where.partition), [])
+        at = bisect_right(runs, where.offset, key=lambda r: r[0]) - 1
+        return at >= 0 and runs[at][2].covers(where, event)
+
+    def superseded(self, where: SourcePosition, event: DerivedEvent) -> bool:
+        """Whether a batch logged after ``event`` landed in the same partition, or (a lifecycle
+        event) a marker follows it: an event no marker covers is then a leftover of an attempt
+        cut short, never to be covered. A covered event is never one, even if its marker was
+        read with later ones (the episodic projector holds a marker until its batch's last
+        recording is applied, and checks what waits at every fetch)."""
+        if self.covers(where, event):
+            return False
+        recording = isinstance(event, MemoryRecorded)
+        runs = self.ranges.get((recording, where.partition), [])
+        if runs and runs[-1][0] > where.offset:
+            return True
+        return not recording and self.last_marker.get(where.partition, -1) > where.offset
+
+
+@dataclass
+class LoggedBatches:
+    """The derived log read back, without what crashes cut short."""
+
+    events: list[DerivedEvent]
+    """Derived events of wholly logged batches, in the order read."""
+    upto: dict[SourceKey, int]
+    """Per source partition, the highest offset of wholly logged batches."""
+    marked: set[int]
+    """Partition numbers with markers, which rule them."""
+    partial: list[DerivedEvent]
+    """Events left out: logged by an attempt at a batch that never logged its marker."""
+    ends: dict[SourceKey, int]
+    """Per derived topic and partition, the highest offset read."""
+
+
+def recorded_upto(
+    events: Iterable[DerivedEvent], schedule_topic: str | None
+) -> dict[SourceKey, int]:
+    """The marks the older rule gives a log without markers: the highest source offset with a
+    recording in the log, or (the schedule topic, which records nothing) with any event."""
+    upto: dict[SourceKey, int] = {}
+    for event in events:
+        position = event.source_position
+        if position is not None and (
+            isinstance(event, MemoryRecorded) or position.topic == schedule_topic
+        ):
+            key = (position.topic, position.partition)
+            if upto.get(key, -1) < position.offset:
+                upto[key] = position.offset
+    return upto
+
+
+def logged_batches(records: Iterable[Logged], schedule_topic: str | None = None) -> LoggedBatches:
+    """Split the records of ``memory.items`` and ``memory.lifecycle`` (any order of topics and
+    partitions) into the derived events of wholly logged batches and their marks.
+
+    In a partition number with markers an event counts if a marker names where it is; in one
+    without (a log from before markers), the older rule: if its source offset is at most the
+    highest one with a recording in the log.
+    """
+    index = MarkerIndex()
+    markers: list[DerivedUpTo] = []
+    events: list[tuple[SourcePosition, DerivedEvent]] = []
+    ends: dict[SourceKey, int] = {}
+    for where, record in records:
+        key = (where.topic, where.partition)
+        ends[key] = max(ends.get(key, -1), where.offset)
+        if isinstance(record, DerivedUpTo):
+            index.add(record, where.offset)
+            markers.append(record)
+        else:
+            events.append((where, record))
+    upto = marked_upto(markers)
+    legacy = recorded_upto(
+        (e for where, e in events if where.partition not in index.marked), schedule_topic
+    )
+    upto.update(legacy)
+    kept: list[DerivedEvent] = []
+    partial: list[DerivedEvent] = []
+    for where, event in events:
+        if where.partition in index.marked:
+            whole = index.covers(where, event)
+        else:
+            source = event.source_position
+            whole = source is None or source.offset <= legacy.get(
+                (source.topic, source.partition), -1
+            )
+        (kept if whole else partial).append(event)
+    return LoggedBatches(kept, upto, set(index.marked), partial, ends)
+
 
 @dataclass
 class FoldedState:
     schedule_topic: str | None = None
-    """Ticks have no recording; what they derived marks them as done instead."""
+    """Ticks have no recording; without markers, what they derived marks them as done."""
     states: dict[str, AgentMemoryState] = field(default_factory=dict)
     derived_upto: dict[tuple[str, int], int] = field(default_factory=dict)
     """The highest source offset per (topic, partition) whose derived events are in the log."""
+    logged_upto: dict[tuple[str, int], int] = field(default_factory=dict)
+    """The marks of the log read back (:attr:`LoggedBatches.upto`, part of ``derived_upto``):
+    the events folded then move no marks of their own."""
+    marked: set[int] = field(default_factory=set)
+    """Partition numbers with markers in the log."""
+    log_ends: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Per derived topic and partition, the highest offset read back."""
+
+    def __post_init__(self) -> None:
+        for key, offset in self.logged_upto.items():
+            if self.derived_upto.get(key, -1) < offset:
+                self.derived_upto[key] = offset
+
+    @classmethod
+    def from_log(
+        cls, records: Iterable[Logged], schedule_topic: str | None = None
+    ) -> tuple[FoldedState, list[DerivedEvent]]:
+        """The state folded from the derived log read back (markers included, any order of
+        topics), and the events it came from, in causal order."""
+        logged = logged_batches(records, schedule_topic)
+        events = causal_order(logged.events)
+        folded = cls(
+            schedule_topic=schedule_topic,
+            logged_upto=dict(logged.upto),
+            marked=logged.marked,
+            log_ends=logged.ends,
+        )
+        return folded.apply_all(events), events
 
     def _mark(self, position: SourcePosition) -> None:
         key = (position.topic, position.partition)
@@ -48,12 +223,15 @@ class FoldedState:
 
     def apply(self, event: DerivedEvent) -> None:
         position = event.source_position
-        # An agent event is done once its recording is in the log, which is the last of what it
-        # derives but for the forgettings that recording caused: a record whose lifecycle events
-        # were logged but whose recording was lost (the topics are written independently) must
-        # be derived again.
-        if position is not None and (
-            isinstance(event, MemoryRecorded) or position.topic == self.schedule_topic
+        # Without a marker naming its source, an agent event is done once its recording is in
+        # the log, which is the last of what it derives but for the forgettings that recording
+        # caused: a record whose lifecycle events were logged but whose recording was lost (the
+        # topics are written independently) must be derived again.
+        if (
+            position is not None
+            and position.partition not in self.marked
+            and (position.topic, position.partition) not in self.logged_upto
+            and (isinstance(event, MemoryRecorded) or position.topic == self.schedule_topic)
         ):
             self._mark(position)
         state = self.states.get(event.agent_id) or AgentMemoryState()
@@ -138,6 +316,9 @@ def fold(state: AgentMemoryState, event: DerivedEvent) -> AgentMemoryState:
         if event.level == 0:
             return replace(state, episodic=tuple(e for e in state.episodic if e.memory_id != gone))
         return replace(state, summaries=tuple(s for s in state.summaries if s.memory_id != gone))
+    if event.event_type == "memory.agent_forgotten":
+        # Every memory of the agent left the projections: what it publishes next starts afresh.
+        return AgentMemoryState()
     return state
 
 
@@ -182,7 +363,38 @@ def causal_order(events: Iterable[DerivedEvent]) -> list[DerivedEvent]:
     for event in unique:
         position = event.source_position
         by_partition.setdefault(None if position is None else position.partition, []).append(event)
-    return [e for part in by_partition.values() for e in _partition_order(part)]
+    return [e for part in by_partition.values() for e in _erasures_first(_partition_order(part))]
+
+
+def _erasures_first(ordered: list[DerivedEvent]) -> list[DerivedEvent]:
+    """An erasure of a sealed agent goes before every other event of that agent read with it.
+
+    Its group has no recording to anchor it, so :func:`_partition_order` may place it after
+    recordings emitted later (a new life of the agent), which it would then erase. Every event
+    of the agent's earlier life was sealed with a key the erasure names, and readers of the
+    log leave those out (:meth:`streams.sealing.RecordSealer.learn_forgotten`): what is left of
+    the agent came after it. An erasure without keys (the agent was never sealed) keeps its
+    place: its earlier life is still in the log, and must be erased after it.
+    """
+    first: dict[str, int] = {}
+    moved: list[tuple[int, DerivedEvent]] = []
+    for i, event in enumerate(ordered):
+        if isinstance(event, AgentForgotten) and event.key_ids:
+            moved.append((first.get(event.agent_id, i), event))
+        else:
+            first.setdefault(event.agent_id, i)
+    if not moved:
+        return ordered
+    out: list[DerivedEvent] = []
+    at = {id(e): i for i, e in moved}
+    erasures_at: dict[int, list[DerivedEvent]] = {}
+    for i, event in moved:
+        erasures_at.setdefault(i, []).append(event)
+    for i, event in enumerate(ordered):
+        out.extend(erasures_at.pop(i, []))
+        if id(event) not in at:
+            out.append(event)
+    return out
 
 
 def _partition_order(events: list[DerivedEvent]) -> list[DerivedEvent]:

@@ -27,6 +27,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from schemas.envelope import AgentId
 from schemas.memory_events import (
+    AgentForgotten,
     ConsolidationCompleted,
     DerivedEvent,
     MemoryForgotten,
@@ -36,7 +37,15 @@ from schemas.memory_events import (
     MemorySummarised,
 )
 
-EntryKind = Literal["recorded", "promoted", "summarised", "forgotten", "consolidated", "retrieved"]
+EntryKind = Literal[
+    "recorded",
+    "promoted",
+    "summarised",
+    "forgotten",
+    "consolidated",
+    "agent_forgotten",
+    "retrieved",
+]
 ENTRY_KINDS: tuple[EntryKind, ...] = get_args(EntryKind)
 
 MAX_HISTORY_LIMIT = 10_000
@@ -54,6 +63,7 @@ _TOPIC_RANK: dict[EntryKind, int] = {
     "summarised": 1,
     "forgotten": 1,
     "consolidated": 1,
+    "agent_forgotten": 1,
     "retrieved": 2,
 }
 """Rank of the topic each kind is written to (items, lifecycle, access), by the topic contract."""
@@ -86,8 +96,8 @@ class TimelineEntry(BaseModel):
     kind: EntryKind
     memory_id: str | None = Field(
         default=None,
-        description="The memory the entry is about (none for consolidations and "
-        "retrievals, which concern several).",
+        description="The memory the entry is about (none for consolidations, retrievals "
+        "and the forgetting of the agent, which concern several).",
     )
     related_ids: tuple[str, ...] = Field(
         default=(),
@@ -205,6 +215,16 @@ def _describe(event: LoggedEvent) -> tuple[EntryKind, str | None, tuple[str, ...
             f"year {event.consolidated_year} consolidated: {len(outcomes)} considered, "
             f"{outcomes.count('promoted')} promoted, {outcomes.count('burned')} burned; "
             f"after: working {event.working_after}, episodic {event.episodic_after}",
+        )
+    if isinstance(event, AgentForgotten):
+        # What was erased is not named: the entry must not say more than the log still can.
+        keys = len(event.key_ids)
+        return (
+            "agent_forgotten",
+            None,
+            (),
+            f"agent forgotten: every memory left the projections, {keys} sealing "
+            f"{'key' if keys == 1 else 'keys'} deleted",
         )
     ids = tuple(r.memory_id for r in sorted(event.results, key=lambda r: r.rank))
     listed = ", ".join(short(i) for i in ids[:LISTED_IDS])

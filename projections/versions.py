@@ -13,6 +13,12 @@ let a drop wait until nobody uses the old version any more.
 
 Without a pointer the active version is the unversioned layout (namespace ``{base}``,
 collection ``{collection}``), so a store built before versions existed keeps working.
+
+A version built by ``engram reprocess`` has a *derived log* of its own (:class:`DerivedLog`):
+the topics its derived events go to, the consumer group whose commits say how far the raw
+topics are derived into them, and the configuration that derived them. Workers serving that
+version must write there, under that group, with that configuration
+(:mod:`streams.projection_switch`). Other versions follow the live derived log.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from redis.exceptions import RedisError
 from projections.interfaces import ProjectionError
 
 __all__ = [
+    "DerivedLog",
     "Member",
     "ProjectionVersion",
     "ProjectionVersions",
@@ -59,12 +66,45 @@ class ProjectionVersion:
 
 
 @dataclass(frozen=True)
+class DerivedLog:
+    """The derived log a reprocessed version continues, and what may continue it."""
+
+    topic_prefix: str
+    """Prefix of its derived topics: ``{topic_prefix}memory.items`` and so on."""
+    group: str
+    """The consumer group (Faust app id) of the workers that continue it."""
+    config_version: str
+    """The configuration version every event of the log carries."""
+    embedder: str
+    """The embedder's id (part of ``config_version``): what a query must be embedded with."""
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "topic_prefix": self.topic_prefix,
+            "group": self.group,
+            "config_version": self.config_version,
+            "embedder": self.embedder,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DerivedLog:
+        return cls(
+            topic_prefix=str(data["topic_prefix"]),
+            group=str(data["group"]),
+            config_version=str(data["config_version"]),
+            embedder=str(data["embedder"]),
+        )
+
+
+@dataclass(frozen=True)
 class VersionInfo:
     version: ProjectionVersion
     state: VersionState
     created_at: float
     note: str
     active: bool
+    derived_log: DerivedLog | None = None
+    """None: the version applies the live derived log."""
 
 
 @dataclass(frozen=True)
@@ -128,11 +168,29 @@ class ProjectionVersions:
             raise ValueError(f"projection version {name!r} exists already")
         return version
 
+    async def derived_log(self, name: str | None) -> DerivedLog | None:
+        """The derived log of its own that version ``name`` continues; None for the live one
+        (the unversioned layout, a replayed version, a name not registered)."""
+        if name is None:
+            return None
+        raw = await self._call(self._client.hget(f"{self._key}:versions", name))
+        if raw is None:
+            return None
+        data = orjson.loads(raw).get("derived_log")
+        return None if data is None else DerivedLog.from_json(data)
+
     async def set_state(self, name: str, state: VersionState) -> None:
+        await self._update(name, {"state": state})
+
+    async def set_derived_log(self, name: str, derived_log: DerivedLog) -> None:
+        """Record the derived log of its own that version ``name`` continues."""
+        await self._update(name, {"derived_log": derived_log.to_json()})
+
+    async def _update(self, name: str, fields: dict[str, Any]) -> None:
         raw = await self._call(self._client.hget(f"{self._key}:versions", name))
         if raw is None:
             raise ValueError(f"no projection version {name!r}")
-        meta = orjson.loads(raw) | {"state": state}
+        meta = orjson.loads(raw) | fields
         await self._call(self._client.hset(f"{self._key}:versions", name, orjson.dumps(meta)))
 
     async def versions(self) -> list[VersionInfo]:
@@ -149,6 +207,9 @@ class ProjectionVersions:
                     created_at=float(meta.get("created_at", 0.0)),
                     note=str(meta.get("note", "")),
                     active=name.decode() == active,
+                    derived_log=(
+                        DerivedLog.from_json(meta["derived_log"]) if "derived_log" in meta else None
+                    ),
                 )
             )
         infos.sort(key=lambda i: i.created_at)

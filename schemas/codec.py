@@ -14,8 +14,12 @@ from pydantic import BaseModel, ValidationError
 
 from schemas.agent_events import AGENT_EVENT_TYPES, AgentEvent
 from schemas.memory_events import (
+    AgentForgotten,
     ConsolidationCompleted,
     DerivedEvent,
+    DerivedRecord,
+    DerivedUpTo,
+    ForgetAgent,
     MemoryForgotten,
     MemoryPromoted,
     MemoryRecorded,
@@ -39,6 +43,9 @@ CURRENT_VERSIONS: dict[str, int] = {
     "memory.consolidated": 1,
     "memory.retrieved": 1,
     "schedule.tick": 1,
+    "agent.forget": 1,
+    "memory.agent_forgotten": 1,
+    "memory.logged": 1,
 }
 
 UPCASTERS: dict[tuple[str, int], Upcaster] = {}
@@ -50,6 +57,8 @@ _DERIVED_TYPES: dict[str, type[BaseModel]] = {
     "memory.summarised": MemorySummarised,
     "memory.forgotten": MemoryForgotten,
     "memory.consolidated": ConsolidationCompleted,
+    "memory.agent_forgotten": AgentForgotten,
+    "memory.logged": DerivedUpTo,
 }
 
 
@@ -128,17 +137,27 @@ def decode_agent_event(raw: bytes, *, expected_type: str | None = None) -> Agent
         raise DecodeError("invalid", _validation_message(exc)) from None
 
 
-def decode_derived_event(raw: bytes) -> DerivedEvent:
-    """Bytes from ``memory.items`` or ``memory.lifecycle`` to a derived event."""
+def decode_derived_record(raw: bytes) -> DerivedRecord:
+    """Bytes from ``memory.items`` or ``memory.lifecycle`` to a derived event or a batch's
+    "logged up to" marker."""
     payload = upcast(_load_object(raw))
     model = _DERIVED_TYPES.get(payload["event_type"])
     if model is None:
         raise DecodeError("unknown_event_type", f"{payload['event_type']!r} is not derived")
     try:
-        event: DerivedEvent = model.model_validate(payload)  # type: ignore[assignment]
-        return event
+        record: DerivedRecord = model.model_validate(payload)  # type: ignore[assignment]
+        return record
     except ValidationError as exc:
         raise DecodeError("invalid", _validation_message(exc)) from None
+
+
+def decode_derived_event(raw: bytes) -> DerivedEvent:
+    """Bytes from ``memory.items`` or ``memory.lifecycle`` to a derived event; a marker is
+    refused (``kind`` "marker"): readers that meet markers use :func:`decode_derived_record`."""
+    record = decode_derived_record(raw)
+    if isinstance(record, DerivedUpTo):
+        raise DecodeError("marker", "a memory.logged marker, not a derived event")
+    return record
 
 
 def _decode_as(raw: bytes, model: type[_M], event_type: str) -> _M:
@@ -156,6 +175,24 @@ def _decode_as(raw: bytes, model: type[_M], event_type: str) -> _M:
 def decode_tick(raw: bytes) -> ScheduleTick:
     """Bytes from ``memory.schedule`` to a tick, or :class:`DecodeError`."""
     return _decode_as(raw, ScheduleTick, "schedule.tick")
+
+
+def decode_schedule(raw: bytes) -> ScheduleTick | ForgetAgent:
+    """Bytes from ``memory.schedule`` (ticks and forget-agent commands), or :class:`DecodeError`."""
+    payload = upcast(_load_object(raw))
+    model: type[ScheduleTick] | type[ForgetAgent]
+    if payload["event_type"] == "agent.forget":
+        model = ForgetAgent
+    elif payload["event_type"] == "schedule.tick":
+        model = ScheduleTick
+    else:
+        raise DecodeError(
+            "wrong_topic", f"a {payload['event_type']} event where ticks and commands go"
+        )
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        raise DecodeError("invalid", _validation_message(exc)) from None
 
 
 def decode_retrieval(raw: bytes) -> MemoryRetrieved:

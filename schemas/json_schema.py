@@ -12,6 +12,7 @@ from schemas.agent_events import Decision, Feedback, Observation
 from schemas.deadletter import DeadLetter
 from schemas.memory_events import (
     ConsolidationCompleted,
+    DerivedUpTo,
     MemoryForgotten,
     MemoryPromoted,
     MemoryRecorded,
@@ -29,6 +30,7 @@ EXPORTED: dict[str, type[BaseModel]] = {
     "memory.summarised": MemorySummarised,
     "memory.forgotten": MemoryForgotten,
     "memory.consolidated": ConsolidationCompleted,
+    "memory.logged": DerivedUpTo,
     "memory.retrieved": MemoryRetrieved,
     "schedule.tick": ScheduleTick,
     "deadletter": DeadLetter,

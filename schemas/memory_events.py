@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
-from schemas.envelope import Event, EventId, Tag
+from schemas.envelope import AgentId, Event, EventId, Tag
 
 Destination = Literal["working", "episodic"]
 
@@ -221,12 +221,106 @@ class MemoryForgotten(Event):
     config_version: str
 
 
+class AgentForgotten(Event):
+    """Every memory of an agent left every projection, and its sealing keys were deleted.
+
+    Derived from a :class:`ForgetAgent` command by the worker that owns the agent's partition,
+    in log order, so whatever the agent published before the command is applied first and
+    erased by this. It carries no content (it must stay readable once the keys are gone); the
+    agent's sealed events before it can no longer be decrypted, so a replay skips them and
+    then applies this, which erases nothing more (README, "Forgetting an agent").
+    """
+
+    event_type: Literal["memory.agent_forgotten"] = "memory.agent_forgotten"
+    key_ids: tuple[str, ...] = ()
+    """The agent's sealing keys deleted with it."""
+    requested_at: AwareDatetime
+    caused_by: EventId = Field(description="The ForgetAgent command's event id.")
+    source_position: SourcePosition | None = None
+
+
 MemoryPut = MemoryRecorded | MemoryPromoted | MemorySummarised
 """The events that put a memory into a projection."""
 
 DerivedEvent = (
-    MemoryRecorded | MemoryPromoted | MemorySummarised | MemoryForgotten | ConsolidationCompleted
+    MemoryRecorded
+    | MemoryPromoted
+    | MemorySummarised
+    | MemoryForgotten
+    | ConsolidationCompleted
+    | AgentForgotten
 )
+
+
+class LogRange(BaseModel):
+    """Offsets ``first`` to ``last`` (both included) of one partition of a derived topic."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    first: int = Field(ge=0)
+    last: int = Field(ge=0)
+
+    def __contains__(self, offset: object) -> bool:
+        return isinstance(offset, int) and self.first <= offset <= self.last
+
+
+class DerivedUpTo(BaseModel):
+    """A worker logged everything one batch derived from these source records ("logged up to").
+
+    The last record a worker writes for a batch, on ``memory.lifecycle`` at ``partition``, once
+    the broker took every derived event and dead letter of the batch. It names where the
+    batch's events landed (``items``, ``lifecycle``: the producer's offsets), and only events
+    there count: what an attempt cut short by a crash logged is left out by every reader of the
+    log, and the batch is derived again (the fold, takeover, replay; see
+    :mod:`processors.state_fold`), possibly with other outcomes, since a redelivery may
+    interleave the source topics otherwise.
+
+    Not an :class:`~schemas.envelope.Event` nor part of :data:`DerivedEvent`: it concerns a
+    partition, not an agent (no ``agent_id``, as :class:`ScheduleTick`), and changes no memory,
+    so the fold and the projections' ``apply`` never see it; stores move their applied marks
+    with it (``advance``). Its id is random: two markers of the same records (a batch done
+    again after a takeover) are both true.
+
+    A worker also writes one before its first batch of a partition number that has none,
+    covering what the log held before markers existed (by the older rule: ``upto`` then holds
+    the highest source offsets with a recording) or nothing: from then on markers rule it.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = 1
+    event_type: Literal["memory.logged"] = "memory.logged"
+    event_id: EventId
+    occurred_at: AwareDatetime
+    partition: int = Field(ge=0, description="The partition number of the batch's sources.")
+    upto: tuple[SourcePosition, ...] = Field(
+        description="Per source topic of that partition number, the highest offset of the "
+        "batch: every record, including those that derived nothing or were skipped.",
+    )
+    items: LogRange | None = Field(
+        default=None, description="Where the batch's recordings are in memory.items[partition]."
+    )
+    lifecycle: LogRange | None = Field(
+        default=None,
+        description="Where the batch's other events are in memory.lifecycle[partition].",
+    )
+
+    def covers(self, where: SourcePosition, event: DerivedEvent) -> bool:
+        """Whether ``event``, read at ``where`` in the derived log, is one of this batch's."""
+        logged = self.items if isinstance(event, MemoryRecorded) else self.lifecycle
+        source = event.source_position
+        if logged is None or where.partition != self.partition or where.offset not in logged:
+            return False
+        if source is None:
+            return True
+        return any(
+            (p.topic, p.partition) == (source.topic, source.partition) and source.offset <= p.offset
+            for p in self.upto
+        )
+
+
+DerivedRecord = DerivedEvent | DerivedUpTo
+"""What ``memory.items`` and ``memory.lifecycle`` hold."""
 
 
 class ScheduleTick(BaseModel):
@@ -244,6 +338,25 @@ class ScheduleTick(BaseModel):
     occurred_at: AwareDatetime
     partition: int = Field(ge=0)
     interval_seconds: float = Field(gt=0)
+
+
+class ForgetAgent(BaseModel):
+    """A request to forget an agent (``engram forget-agent``), on ``memory.schedule`` at the
+    agent's partition so the worker owning the agent handles it in order with its events.
+
+    ``key_ids`` are the agent's sealing keys when it was requested; keys made afterwards (the
+    agent publishing again) belong to a new life of the agent and are kept.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = 1
+    event_type: Literal["agent.forget"] = "agent.forget"
+    event_id: EventId
+    agent_id: AgentId
+    requested_at: AwareDatetime
+    key_ids: tuple[str, ...] = ()
+    reason: str | None = Field(default=None, max_length=500)
 
 
 class RetrievedItem(BaseModel):
@@ -268,14 +381,19 @@ class MemoryRetrieved(Event):
 
 
 __all__ = [
+    "AgentForgotten",
     "AwareDatetime",
     "ConsolidationCompleted",
     "ConsolidationOutcome",
     "DerivedEvent",
+    "DerivedRecord",
+    "DerivedUpTo",
     "Destination",
     "Embedding",
+    "ForgetAgent",
     "ImportanceInputs",
     "Level",
+    "LogRange",
     "MemoryForgotten",
     "MemoryPromoted",
     "MemoryPut",

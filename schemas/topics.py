@@ -8,9 +8,15 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Topics:
     prefix: str = ""
+    derived_prefix: str | None = None
+    """Prefix of the derived topics (items, lifecycle, deadletter) when they are not beside the
+    raw ones: the derived log of a reprocessed projection version, ``{prefix}{version}.``."""
 
     def _name(self, base: str) -> str:
         return f"{self.prefix}{base}"
+
+    def _derived(self, base: str) -> str:
+        return f"{self.prefix if self.derived_prefix is None else self.derived_prefix}{base}"
 
     @property
     def observations(self) -> str:
@@ -26,11 +32,11 @@ class Topics:
 
     @property
     def items(self) -> str:
-        return self._name("memory.items")
+        return self._derived("memory.items")
 
     @property
     def lifecycle(self) -> str:
-        return self._name("memory.lifecycle")
+        return self._derived("memory.lifecycle")
 
     @property
     def schedule(self) -> str:
@@ -42,7 +48,7 @@ class Topics:
 
     @property
     def deadletter(self) -> str:
-        return self._name("memory.deadletter")
+        return self._derived("memory.deadletter")
 
     @property
     def agent_inputs(self) -> tuple[str, str, str]:

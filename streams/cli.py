@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 
 from streams.settings import EngramSettings
@@ -70,10 +70,13 @@ def friendly_errors() -> Iterator[None]:
     from streams.archive import ArchiveError
     from streams.devstack.broker import BrokerStartError
     from streams.devstack.redis_server import RedisServerError
+    from streams.keyring import KeyringError
+    from streams.projection_switch import WrongConfigurationError
     from streams.publisher import PublishError
     from streams.replay import SwitchError
 
     known = (
+        WrongConfigurationError,
         SwitchError,
         PublishError,
         QueryError,
@@ -81,6 +84,7 @@ def friendly_errors() -> Iterator[None]:
         BrokerStartError,
         RedisServerError,
         ArchiveError,
+        KeyringError,
     )
     try:
         yield
@@ -102,12 +106,15 @@ async def until_signalled() -> None:
     await stop.wait()
 
 
-async def until_signalled_or_exited(children: list[Any]) -> int | None:
-    """Until SIGINT/SIGTERM (None), or until a child process exits (its exit code)."""
+async def until_signalled_or_exited(children: list[Any], node: Any = None) -> int | None:
+    """Until SIGINT/SIGTERM (None), until a child process exits (its exit code), or until
+    ``node`` will not follow the active projection version (None; ``node.left_reason``)."""
     signalled = asyncio.create_task(until_signalled())
     try:
         while not signalled.done():
             await asyncio.wait({signalled}, timeout=1.0)
+            if node is not None and node.left.is_set():
+                return None
             for child in children:
                 code = child.poll()
                 if code is not None:
@@ -173,6 +180,7 @@ def up(
         archive = settings.data_dir / "archive"
         topics = Topics(settings.topic_prefix)
         try:
+            keyring = await record_dev_keyring(settings, endpoints.redis_url)
             if not fresh and (archive / "manifest.json").exists():
                 # The broker keeps its log in memory: the last run's log comes back from its
                 # archive, and the processors rebuild the projections from it.
@@ -190,14 +198,16 @@ def up(
             console.print(f"  kafka bootstrap {endpoints.kafka_bootstrap}")
             console.print(f"  redis           {endpoints.redis_url}")
             console.print(f"  qdrant edge     {stack.edge_path}")
+            console.print(f"  keyring         {keyring}")
             console.print(f"  workers         {workers} process(es)")
             console.print(
                 "Publish with: ENGRAM_KAFKA_BOOTSTRAP="
-                f"{endpoints.kafka_bootstrap} engram publish H001 'Year 1: ...'"
+                f"{endpoints.kafka_bootstrap} ENGRAM_REDIS_URL={endpoints.redis_url} "
+                "engram publish H001 'Year 1: ...'"
             )
             console.print("Ctrl-C stops.")
             try:
-                lost = await until_signalled_or_exited(stack.workers)
+                lost = await until_signalled_or_exited(stack.workers, node)
             finally:
                 await node.stop()
                 stack.stop_workers()
@@ -207,6 +217,8 @@ def up(
                 )
             if lost is not None:
                 fail(f"a worker process exited with code {lost}; stopping the stack")
+            if node.left_reason is not None:
+                fail(node.left_reason, code=EXIT_RESTART)
         finally:
             stack.stop()
 
@@ -239,6 +251,7 @@ def demo(
             stack = DevStack(settings.data_dir)
             endpoints = stack.start()
         try:
+            await record_dev_keyring(settings, endpoints.redis_url)
             local = settings.model_copy(update={"qdrant_path": stack.edge_path})
             with console.status("starting processors and the query service"):
                 node = await Node(local, endpoints).start()
@@ -250,6 +263,7 @@ def demo(
                         endpoints.kafka_bootstrap,
                         topics=Topics(settings.topic_prefix),
                         linger=0.005,
+                        keyring=node.keyring,
                     ) as publisher,
                     AsyncEngramClient(node.http_url) as client,
                 ):
@@ -274,6 +288,29 @@ def demo(
     run(main)
 
 
+async def open_keyring(settings: EngramSettings, redis_url: str | None = None) -> Any:
+    """The deployment's keyring (``ENGRAM_KEYRING``; see :func:`streams.keyring.open_keyring`)."""
+    from streams.keyring import open_keyring as opened
+
+    return await opened(
+        settings.keyring,
+        redis_url=redis_url or settings.redis_url,
+        namespace=settings.redis_namespace,
+        default_dir=settings.keyring_dir(),
+    )
+
+
+async def record_dev_keyring(settings: EngramSettings, redis_url: str) -> str:
+    """The dev stack's keyring is a directory that outlives its Redis (the log is restored on
+    the next ``engram up``, its keys must be there too); its Redis records where it is, so
+    every process pointed at that Redis opens the same one."""
+    from streams.keyring import record_location
+
+    location = settings.keyring or f"file:{settings.keyring_dir().resolve()}"
+    await record_location(redis_url, settings.redis_namespace, location)
+    return location
+
+
 def _cluster_endpoints(settings: EngramSettings, *, kafka: bool = True) -> Any:
     from streams.runtime import Endpoints
 
@@ -286,8 +323,26 @@ def _cluster_endpoints(settings: EngramSettings, *, kafka: bool = True) -> Any:
     return Endpoints(kafka_bootstrap=settings.kafka_bootstrap or "", redis_url=settings.redis_url)
 
 
+EXIT_RESTART = 3
+"""A process's exit code when the active projection version needs another configuration."""
+
+
+async def until_signalled_or_left(node: Any) -> str | None:
+    """Until SIGINT/SIGTERM (None), or until ``node`` will not follow the active projection
+    version (why, naming the configuration to restart with)."""
+    signalled = asyncio.create_task(until_signalled())
+    left = asyncio.create_task(node.left.wait())
+    try:
+        await asyncio.wait({signalled, left}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        signalled.cancel()
+        left.cancel()
+    return node.left_reason if left.done() and not left.cancelled() else None
+
+
 def run_node(settings: EngramSettings, **roles: bool) -> None:
-    """One cluster role (or several) against the configured backends, until SIGINT/SIGTERM."""
+    """One cluster role (or several) against the configured backends, until SIGINT/SIGTERM,
+    or until the active projection version needs another configuration (exit code 3)."""
     configure(settings)
     kafka = roles.get("run_processors", True) or roles.get("run_projector", False)
     endpoints = _cluster_endpoints(settings, kafka=kafka)
@@ -299,10 +354,16 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
         if node.http_url is not None:
             console.print(f"query service on {node.http_url}")
         try:
-            await until_signalled()
-            log.info("signalled: stopping; work in flight is finished, flushed and committed first")
+            reason = await until_signalled_or_left(node)
+            log.info(
+                "%s: stopping; work in flight is finished, flushed and committed first",
+                "signalled" if reason is None else "the active projection version moved",
+            )
         finally:
             await node.stop()
+        if reason is not None:
+            log.warning("stopped: %s", reason)
+            raise typer.Exit(EXIT_RESTART)
         log.info("stopped")
 
     run(main)
@@ -382,8 +443,13 @@ def publish(
         else:
             fail(f"--type must be observation, decision or feedback, not {event_type!r}")
         topics = Topics(settings.topic_prefix)
-        async with AsyncPublisher(bootstrap, topics=topics) as publisher:
-            position = await publisher.publish(event)
+        keyring = await open_keyring(settings)
+        try:
+            async with AsyncPublisher(bootstrap, topics=topics, keyring=keyring) as publisher:
+                position = await publisher.publish(event)
+        finally:
+            if keyring is not None:
+                await keyring.close()
         console.print_json(
             data={
                 "event_id": event.event_id,
@@ -622,7 +688,9 @@ def replay(
     async def main() -> None:
         from schemas.topics import Topics
         from streams.replay import Replay, wait_until_unused
+        from streams.sealing import RecordSealer
 
+        keyring = await open_keyring(settings)
         try:
             target = None
             if into is not None:
@@ -630,6 +698,13 @@ def replay(
                 target = await versions.active() if into == "active" else known.get(into)
                 if target is None:
                     fail(f"no projection version {into!r} (engram versions lists them)")
+            for name in {(await versions.active()).name, target.name if target else None}:
+                if await versions.derived_log(name) is not None:
+                    # A replay reads the live derived log; this version continues its own.
+                    fail(
+                        f"projection version {name} was reprocessed and continues a derived "
+                        "log of its own; engram replay rebuilds only from the live one"
+                    )
             job = Replay(
                 bootstrap,
                 Topics(settings.topic_prefix),
@@ -639,6 +714,7 @@ def replay(
                 open_stores=open_stores,
                 batch_size=batch_size,
                 fence_timeout=fence_timeout,
+                sealer=RecordSealer(keyring),
             )
             with record_progress("replaying", 1) as progress:
                 task = progress.add_task("replay", total=None, rate="")
@@ -674,6 +750,8 @@ def replay(
                 console.print(f"dropped version {result.previous.label}")
         finally:
             await versions.close()
+            if keyring is not None:
+                await keyring.close()
 
     run(main)
 
@@ -684,8 +762,8 @@ def replay(
         "memory.access) with the configuration set now (ENGRAM_* importance profiles, "
         "thresholds, lifecycle rules, embedder, summariser) into a derived log of its own "
         "({prefix}{version}.memory.items, ...) and a new projection version. It does not "
-        "switch: the running workers keep the old configuration; serving the new version "
-        "needs them redeployed with the new one."
+        "switch: `engram versions activate VERSION` does, and then workers started with this "
+        "configuration continue the version's derived log from where the reprocess stopped."
     )
 )
 def reprocess(
@@ -716,7 +794,9 @@ def reprocess(
     async def main() -> None:
         from schemas.topics import Topics
         from streams.reprocess import Reprocess
+        from streams.sealing import RecordSealer
 
+        keyring = await open_keyring(settings)
         try:
             job = Reprocess(
                 bootstrap,
@@ -729,6 +809,8 @@ def reprocess(
                 summariser=summariser,
                 batch_size=batch_size,
                 producer_linger=settings.producer_linger,
+                app_id=settings.app_id,
+                sealer=RecordSealer(keyring),
             )
             console.print(f"configuration version {job.config_version} (embedder {embedder.id})")
             with record_progress("reprocessing", 1) as progress:
@@ -755,17 +837,22 @@ def reprocess(
             console.print(
                 f"projection version {label} (Redis {result.version.redis_namespace}, "
                 f"Qdrant {result.version.qdrant_collection}) is ready, not switched to: the "
-                "running workers still use the old configuration; serving this version needs "
-                "them redeployed with the new one"
+                "running workers still use the old configuration. To serve it: "
+                f"`engram versions activate {label}` (the running workers then exit), and run "
+                f"the workers with configuration {result.config_version}; they continue the "
+                f"derived log as consumer group {result.group}"
             )
         finally:
             await versions.close()
+            if keyring is not None:
+                await keyring.close()
 
     run(main)
 
 
 versions_app = typer.Typer(
-    help="Projection versions: list them, or drop one nobody uses.", no_args_is_help=False
+    help="Projection versions: list them, activate a reprocessed one, or drop one nobody uses.",
+    no_args_is_help=False,
 )
 app.add_typer(versions_app, name="versions")
 
@@ -781,7 +868,7 @@ def versions_list(ctx: typer.Context) -> None:
     async def main() -> None:
         from datetime import UTC, datetime
 
-        from rich.table import Table
+        from rich.table import Column, Table
 
         try:
             infos = await versions.versions()
@@ -789,7 +876,14 @@ def versions_list(ctx: typer.Context) -> None:
         finally:
             await versions.close()
         table = Table(
-            "version", "state", "created", "redis namespace", "qdrant collection", "used by"
+            "version",
+            "state",
+            "created",
+            "redis namespace",
+            "qdrant collection",
+            # A reprocessed version's configuration; "live": it applies the live derived log.
+            Column("derived by", no_wrap=True, min_width=12),
+            "used by",
         )
         for info in infos:
             name = info.version.name
@@ -805,9 +899,52 @@ def versions_list(ctx: typer.Context) -> None:
                 created,
                 info.version.redis_namespace,
                 info.version.qdrant_collection,
+                info.derived_log.config_version if info.derived_log else "live",
                 ", ".join(sorted(users)) or "-",
             )
         console.print(table)
+
+    run(main)
+
+
+@versions_app.command("activate")
+def versions_activate(
+    name: Annotated[str, typer.Argument(help="A version built by engram reprocess.")],
+) -> None:
+    """Serve a reprocessed version: point every process at it. Running workers (and query
+    services with another embedder) then finish their batch, commit and exit with code 3,
+    asking to be restarted with the version's configuration; workers started with it continue
+    the version's derived log from where the reprocess stopped. A replayed version is caught
+    up and switched to with `engram replay --into NAME` instead."""
+    settings = load_settings()
+    _, _, versions, _, _ = _projection_parts(settings)
+
+    async def main() -> None:
+        try:
+            known = {i.version.name: i for i in await versions.versions()}
+            info = known.get(name)
+            if info is None:
+                fail(f"no projection version {name!r} (engram versions lists them)")
+            if info.active:
+                fail(f"version {name!r} is active already")
+            derived = info.derived_log
+            if derived is None:
+                fail(
+                    f"version {name!r} applies the live derived log and may be behind it: "
+                    f"`engram replay --into {name}` catches it up and switches to it"
+                )
+            if info.state == "building":
+                fail(f"version {name!r} is still being built (or its reprocess died)")
+            previous = await versions.activate(name)
+            before = previous.label if previous is not None else "-"
+            console.print(
+                f"switched {before} -> {name}. Run the workers with configuration "
+                f"{derived.config_version} (embedder {derived.embedder}); they continue "
+                f"{derived.topic_prefix}memory.items as consumer group {derived.group}. "
+                "Workers with another configuration exit, and refuse to start."
+            )
+        finally:
+            await versions.close()
 
     run(main)
 
@@ -838,6 +975,101 @@ def versions_drop(
             console.print(f"dropped version {name}")
         finally:
             await versions.close()
+
+    run(main)
+
+
+@app.command(
+    "forget-agent",
+    help=(
+        "Forget an agent: erase its memories from every projection version and delete its "
+        "sealing keys, so its events on every topic (and in every export) can no longer be "
+        "read, and a replay cannot bring them back. Runs in log order through the worker that "
+        "owns the agent; this command waits until that worker has done it."
+    ),
+)
+def forget_agent(
+    agent_id: Annotated[str, typer.Argument(help="The agent to forget.")],
+    reason: Annotated[
+        str | None, typer.Option(help="Why (kept on the request in the log, max 500 chars).")
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(min=0.0, help="Longest wait for a worker to complete it (seconds).")
+    ] = 60.0,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    from schemas.envelope import AgentId
+
+    settings = load_settings()
+    with friendly_errors():
+        TypeAdapter(AgentId).validate_python(agent_id)
+        if reason is not None and len(reason) > 500:
+            raise ValueError("--reason is at most 500 characters")
+    bootstrap, redis_url, versions, open_stores, _ = _projection_parts(settings)
+    if not yes and not typer.confirm(
+        f"Forget {agent_id} for good (its memories and every readable copy of its events)?"
+    ):
+        fail("not forgotten", code=1)
+    configure(settings)
+
+    async def main() -> None:
+        from projections.working.redis_store import RedisWorkingMemory
+        from schemas.topics import Topics
+        from streams.forgetting import ForgetTimeoutError, describe, forget_agent
+
+        edge_dir = None if settings.qdrant_url else settings.edge_path()
+
+        async def open_inactive(version: Any) -> tuple[Any, Any]:
+            if edge_dir is not None and not (edge_dir / version.qdrant_collection).exists():
+                # Never used here: opening it would make an empty shard of ~143 MB.
+                return RedisWorkingMemory.from_url(redis_url, version.redis_namespace), None
+            working, episodic = await open_stores(version)
+            return working, episodic
+
+        keyring = await open_keyring(settings)
+        try:
+            report = await forget_agent(
+                agent_id,
+                bootstrap=bootstrap,
+                topics=Topics(settings.topic_prefix),
+                keyring=keyring,
+                versions=versions,
+                open_working=lambda v: RedisWorkingMemory.from_url(redis_url, v.redis_namespace),
+                open_inactive=open_inactive,
+                reason=reason,
+                timeout=timeout,
+            )
+        except ForgetTimeoutError as exc:
+            pending = exc.args[0]
+            fail(
+                f"the request to forget {agent_id} is in the log at "
+                f"{describe(pending)['request']} but no worker completed it within "
+                f"{timeout:g}s (are the workers running?). It completes when a worker reaches "
+                "it; run this command again to check.",
+                code=1,
+            )
+        finally:
+            await versions.close()
+            if keyring is not None:
+                await keyring.close()
+        summary = describe(report)
+        if as_json:
+            console.print_json(data=summary)
+            return
+        console.print(f"[green]forgot {agent_id}[/green]")
+        for name, value in summary.items():
+            console.print(f"  {name:<22} {value}")
+        if not report.sealed:
+            console.print(
+                "[yellow]no keyring (ENGRAM_KEYRING=off): the agent's events stay readable "
+                "in the log; only the projections were erased[/yellow]"
+            )
+        elif not report.key_ids:
+            console.print(
+                "[yellow]the agent had no sealing key: its events were published unsealed "
+                "and stay readable in the log; the projections were erased[/yellow]"
+            )
 
     run(main)
 
@@ -921,15 +1153,22 @@ def history(
     async def main() -> None:
         from schemas.topics import Topics
         from streams.history import read_agent_history
+        from streams.sealing import RecordSealer
 
-        timeline = await read_agent_history(
-            bootstrap,
-            Topics(settings.topic_prefix),
-            agent_id,
-            settings.partitions,
-            limit=limit,
-            timeout=timeout,
-        )
+        keyring = await open_keyring(settings)
+        try:
+            timeline = await read_agent_history(
+                bootstrap,
+                Topics(settings.topic_prefix),
+                agent_id,
+                settings.partitions,
+                limit=limit,
+                timeout=timeout,
+                sealer=RecordSealer(keyring),
+            )
+        finally:
+            if keyring is not None:
+                await keyring.close()
         if as_json:
             typer.echo(timeline.model_dump_json(indent=2))
         elif not timeline.total:

@@ -15,10 +15,11 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from processors.state_fold import FoldedState, causal_order
-from schemas.codec import DecodeError, decode_derived_event, decode_retrieval
-from schemas.memory_events import DerivedEvent, SourcePosition
+from processors.state_fold import FoldedState, logged_batches
+from schemas.codec import DecodeError, decode_derived_record, decode_retrieval
+from schemas.memory_events import DerivedEvent, DerivedRecord, DerivedUpTo, SourcePosition
 from schemas.topics import Topics
+from streams.sealing import FORGOTTEN, RecordSealer
 
 log = logging.getLogger("engram.derived_log")
 
@@ -105,24 +106,50 @@ async def read_records(
     decode: Callable[[bytes], Decoded],
     *,
     timeout: float = 120.0,
+    sealer: RecordSealer | None = None,
 ) -> list[tuple[SourcePosition, Decoded]]:
     """Every decodable record of the given partitions with its position, topic by topic, in
     log order per partition. An undecodable record is logged and skipped: these topics are
-    written by Engram itself, so one is a bug to report, not a reason to stop a takeover."""
-    out: list[tuple[SourcePosition, Decoded]] = []
+    written by Engram itself, so one is a bug to report, not a reason to stop a takeover.
+    Sealed records are opened with ``sealer``; a forgotten agent's are skipped."""
+    raw: list[tuple[SourcePosition, bytes | None]] = []
     parts = sorted(set(partitions))
 
     def keep(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> None:
-        decoded = decode_logged(tp, record, decode)
-        if decoded is not None:
-            position = SourcePosition(topic=tp.topic, partition=tp.partition, offset=record.offset)
-            out.append((position, decoded))
+        position = SourcePosition(topic=tp.topic, partition=tp.partition, offset=record.offset)
+        raw.append((position, record.value))
 
     for topic in topic_names:
         await read_to_end(
             bootstrap, [TopicPartition(topic, p) for p in parts], keep, timeout=timeout
         )
+    opened = await (sealer or RecordSealer(None)).open_all([value for _, value in raw])
+    out: list[tuple[SourcePosition, Decoded]] = []
+    for (position, _), value in zip(raw, opened, strict=True):
+        decoded = decode_opened(position, value, decode)
+        if decoded is not None:
+            out.append((position, decoded))
     return out
+
+
+def decode_opened(
+    position: SourcePosition,
+    value: bytes | DecodeError | None,
+    decode: Callable[[bytes], Decoded],
+) -> Decoded | None:
+    """A record opened by :meth:`RecordSealer.open_all`, decoded; None (logged unless it was a
+    forgotten agent's) for a tombstone or a record that does not open or decode."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, DecodeError):
+            raise value
+        return decode(value)
+    except DecodeError as exc:
+        if exc.kind != FORGOTTEN:
+            where = f"{position.topic}[{position.partition}]@{position.offset}"
+            log.error("unreadable record %s: %s", where, exc)
+        return None
 
 
 def decode_logged(
@@ -139,28 +166,60 @@ def decode_logged(
 
 
 async def read_partitions(
-    bootstrap: str, topic_names: Iterable[str], partitions: Iterable[int], *, timeout: float = 120.0
+    bootstrap: str,
+    topic_names: Iterable[str],
+    partitions: Iterable[int],
+    *,
+    timeout: float = 120.0,
+    sealer: RecordSealer | None = None,
 ) -> list[DerivedEvent]:
-    """Every derived event of the given partitions, topic by topic, in log order."""
+    """Every derived event of the given partitions, topic by topic, in log order: in a
+    partition number with markers (read with ``memory.lifecycle``), those of wholly logged
+    batches (see :func:`processors.state_fold.logged_batches`); elsewhere all."""
     records = await read_records(
-        bootstrap, topic_names, partitions, decode_derived_event, timeout=timeout
+        bootstrap, topic_names, partitions, decode_derived_record, timeout=timeout, sealer=sealer
     )
-    return [event for _, event in records]
+    logged = logged_batches(records)
+    counted = {id(event) for event in logged.events}
+    return [
+        record
+        for where, record in records
+        if not isinstance(record, DerivedUpTo)
+        and (where.partition not in logged.marked or id(record) in counted)
+    ]
+
+
+async def read_derived_log(
+    bootstrap: str,
+    topic_names: Iterable[str],
+    partitions: Iterable[int],
+    *,
+    timeout: float = 120.0,
+    sealer: RecordSealer | None = None,
+) -> list[DerivedRecord]:
+    """Every record of the given partitions, markers included, topic by topic, in log order."""
+    records = await read_records(
+        bootstrap, topic_names, partitions, decode_derived_record, timeout=timeout, sealer=sealer
+    )
+    return [record for _, record in records]
 
 
 async def recover_state(
-    bootstrap: str, topics: Topics, partitions: Iterable[int]
+    bootstrap: str, topics: Topics, partitions: Iterable[int], sealer: RecordSealer | None = None
 ) -> tuple[FoldedState, list[DerivedEvent]]:
-    """The folded processor state of these partitions, and the derived events it came from.
+    """The folded processor state of these partitions, and the derived events it came from
+    (of wholly logged batches only: see :func:`processors.state_fold.logged_batches`).
 
     Retrievals are folded after the derived events: they only count uses of summaries that
     exist, and their counts are order-free (see :func:`processors.lifecycle.on_retrieval`).
     """
     parts = sorted(set(partitions))
-    events = causal_order(await read_partitions(bootstrap, (topics.items, topics.lifecycle), parts))
-    folded = FoldedState(schedule_topic=topics.schedule).apply_all(events)
+    logged = await read_records(
+        bootstrap, (topics.items, topics.lifecycle), parts, decode_derived_record, sealer=sealer
+    )
+    folded, events = FoldedState.from_log(logged, topics.schedule)
     for position, retrieval in await read_records(
-        bootstrap, (topics.access,), parts, decode_retrieval
+        bootstrap, (topics.access,), parts, decode_retrieval, sealer=sealer
     ):
         folded.apply_retrieval(retrieval, position)
     return folded, events

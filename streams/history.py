@@ -25,10 +25,12 @@ from projections.history import (
     PositionedEvent,
     build_timeline,
 )
-from schemas.codec import DecodeError, decode_derived_event, decode_retrieval
+from schemas.codec import DecodeError, decode_derived_record, decode_retrieval
 from schemas.envelope import AgentId
+from schemas.memory_events import DerivedUpTo
 from schemas.topics import Topics
 from streams.derived_log import at_end, log_reader
+from streams.sealing import FORGOTTEN, RecordSealer
 
 log = logging.getLogger("engram.history")
 
@@ -53,6 +55,7 @@ async def read_agent_history(
     *,
     limit: int | None = None,
     timeout: float = 30.0,
+    sealer: RecordSealer | None = None,
 ) -> AgentHistory:
     """The agent's timeline, read from its partition of the three topics within ``timeout``.
 
@@ -66,7 +69,9 @@ async def read_agent_history(
     names = (topics.items, topics.lifecycle, topics.access)
     try:
         async with asyncio.timeout(timeout):
-            events = await _read_agent(bootstrap, topics, partition, agent_id, partitions)
+            events = await _read_agent(
+                bootstrap, topics, partition, agent_id, partitions, sealer or RecordSealer(None)
+            )
     except TimeoutError:
         raise TimeoutError(
             f"reading the history of {agent_id} (partition {partition} of {', '.join(names)}) "
@@ -76,7 +81,12 @@ async def read_agent_history(
 
 
 async def _read_agent(
-    bootstrap: str, topics: Topics, partition: int, agent_id: str, partitions: int
+    bootstrap: str,
+    topics: Topics,
+    partition: int,
+    agent_id: str,
+    partitions: int,
+    sealer: RecordSealer,
 ) -> list[PositionedEvent]:
     consumer = log_reader(bootstrap)
     try:
@@ -95,7 +105,7 @@ async def _read_agent(
             tps.append(TopicPartition(name, partition))
         if not tps:
             return []
-        return await _read_to_end(consumer, tps, agent_id, topics.access)
+        return await _read_to_end(consumer, tps, agent_id, topics.access, sealer)
     except KafkaError as exc:
         raise LogUnavailableError(f"cannot read the event log at {bootstrap}: {exc}") from exc
     finally:
@@ -103,13 +113,18 @@ async def _read_agent(
 
 
 async def _read_to_end(
-    consumer: AIOKafkaConsumer, tps: list[TopicPartition], agent_id: str, access: str
+    consumer: AIOKafkaConsumer,
+    tps: list[TopicPartition],
+    agent_id: str,
+    access: str,
+    sealer: RecordSealer,
 ) -> list[PositionedEvent]:
     consumer.assign(tps)
     await consumer.seek_to_beginning(*tps)
     ends = await consumer.end_offsets(tps)
     key = agent_id.encode("utf-8")
     events: list[PositionedEvent] = []
+    found: list[tuple[TopicPartition, int, bytes]] = []
     remaining = {tp for tp in tps if ends[tp] > 0}  # an end of 0 is exact: empty
     while remaining:
         batch = await consumer.getmany(*remaining, timeout_ms=_POLL_MS, max_records=50_000)
@@ -118,23 +133,34 @@ async def _read_to_end(
                 # Other agents share the partition; their key tells without decoding.
                 if record.value is None or (record.key is not None and record.key != key):
                     continue
-                event = _decode(tp, record.offset, record.value, access=tp.topic == access)
-                if event is not None and event.agent_id == agent_id:
-                    position = LogPosition(
-                        topic=tp.topic, partition=tp.partition, offset=record.offset
-                    )
-                    events.append(PositionedEvent(event, position))
+                found.append((tp, record.offset, record.value))
         for tp in list(remaining):
             if at_end(await consumer.position(tp), ends[tp], bool(batch.get(tp))):
                 remaining.discard(tp)
+    opened = await sealer.open_all([value for _, _, value in found])
+    for (tp, offset, _), value in zip(found, opened, strict=True):
+        if value is None or (isinstance(value, DecodeError) and value.kind == FORGOTTEN):
+            continue  # a forgotten agent's: its erasure shows instead
+        event = _decode(tp, offset, value, access=tp.topic == access)
+        if event is not None and event.agent_id == agent_id:
+            position = LogPosition(topic=tp.topic, partition=tp.partition, offset=offset)
+            events.append(PositionedEvent(event, position))
     return events
 
 
-def _decode(tp: TopicPartition, offset: int, raw: bytes, *, access: bool) -> LoggedEvent | None:
+def _decode(
+    tp: TopicPartition, offset: int, raw: bytes | DecodeError, *, access: bool
+) -> LoggedEvent | None:
     """A record that cannot be read is logged and left out: one bad record must not hide the
     rest of an agent's history."""
     try:
-        return decode_retrieval(raw) if access else decode_derived_event(raw)
+        if isinstance(raw, DecodeError):
+            raise raw
+        if access:
+            return decode_retrieval(raw)
+        record = decode_derived_record(raw)
+        # A batch's "logged up to" marker is no agent's: not part of any history.
+        return None if isinstance(record, DerivedUpTo) else record
     except DecodeError as exc:
         log.error("unreadable record %s[%d]@%d: %s", tp.topic, tp.partition, offset, exc)
         return None

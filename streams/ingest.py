@@ -2,13 +2,18 @@
 projections.
 
 Per batch (``stream.take_events``): decode and record (pure, ``processors.batch``), hand the
-derived events and dead letters to the producer, apply the derived events to both projections,
-then keep the per-agent states (in memory: they are folded back from the derived log when a
-worker takes a partition over, see :mod:`processors.state_fold`). Faust acks the batch only
-after this returns and flushes the
-producer before it commits offsets, so the order is: projections applied, log written, offsets
-committed (DESIGN.md, invariants 3 and 7). A projection that is down pauses the batch and is
-retried with backoff; the batch is never acked past it.
+derived events and dead letters to the producer and wait until the broker took them all, then
+log one "logged up to" marker (:class:`DerivedUpTo`) per partition number of the batch, naming
+where its events landed, and wait for it: two round trips per batch, whatever it holds. Then
+apply the derived events to both projections and keep the per-agent states (in memory: they
+are folded back from the derived log when a worker takes a partition over, see
+:mod:`processors.state_fold`). Faust acks the batch only after this returns and flushes the
+producer before it commits offsets, so the order is: log written, marker written, projections
+applied, offsets committed (DESIGN.md, invariants 3 and 7). A crash before the marker leaves
+events that every reader of the log leaves out, and the batch is derived again whole (maybe
+otherwise: a redelivery may interleave the source topics differently), so the projections must
+not have applied the first attempt. A projection that is down pauses the batch and is retried
+with backoff; the batch is never acked past it.
 """
 
 from __future__ import annotations
@@ -17,10 +22,10 @@ import asyncio
 import base64
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from processors.batch import BatchResult, RawRecord, process_batch
 from processors.config import ProcessingConfig
@@ -36,11 +41,23 @@ from projections.interfaces import (
     latest_positions,
 )
 from schemas.codec import encode_event
-from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded
+from schemas.envelope import new_event_id
+from schemas.memory_events import (
+    AgentForgotten,
+    DerivedEvent,
+    DerivedUpTo,
+    LogRange,
+    MemoryRecorded,
+    SourcePosition,
+)
 from schemas.topics import Topics
+from streams.keyring import KeyringError
 from streams.publisher import Position
+from streams.sealing import RecordSealer
 
 log = logging.getLogger("engram.ingest")
+
+T = TypeVar("T")
 
 
 class SendFn(Protocol):
@@ -71,6 +88,8 @@ class IngestStats:
     lifecycle_events: int = 0
     """Promotions, summaries, forgettings and consolidation records."""
     dead_letters: int = 0
+    forgotten_records: int = 0
+    """Records skipped because they were sealed with a forgotten agent's key."""
     projection_retries: int = 0
     last_batch_at: float | None = None
     applied: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -89,25 +108,59 @@ class IngestStats:
             await asyncio.sleep(0.02)
 
 
-def split_triggered(
-    derived: Sequence[DerivedEvent],
-) -> tuple[list[DerivedEvent], list[DerivedEvent]]:
-    """(what records triggered before their recordings, the recordings and what follows them).
+Ranges = Mapping[int, LogRange]
+"""Per partition number, where a batch's events landed in one derived topic."""
 
-    Capacity forgettings caused by a recording go with it: the fold re-applies capacity on the
-    next recording, so losing them with their recording loses nothing for good.
-    """
-    recordings = {e.event_id for e in derived if isinstance(e, MemoryRecorded)}
-    triggered: list[DerivedEvent] = []
-    following: list[DerivedEvent] = []
-    for event in derived:
-        if isinstance(event, MemoryRecorded) or (
-            isinstance(event, MemoryForgotten) and event.caused_by in recordings
-        ):
-            following.append(event)
-        else:
-            triggered.append(event)
-    return triggered, following
+
+def batch_markers(
+    records: Sequence[RawRecord], items: Ranges, lifecycle: Ranges, at: datetime
+) -> list[DerivedUpTo]:
+    """The markers of a batch whose derived events are all logged: one per partition number,
+    naming the highest offset of every source topic there, records that derived nothing or
+    were skipped included (a tick that derived nothing is then done too), and where the
+    batch's events landed in ``memory.items`` and ``memory.lifecycle``."""
+    upto: dict[int, dict[str, int]] = {}
+    for raw in records:
+        highest = upto.setdefault(raw.partition, {})
+        if highest.get(raw.topic, -1) < raw.offset:
+            highest[raw.topic] = raw.offset
+    return [
+        DerivedUpTo(
+            event_id=new_event_id(),
+            occurred_at=at,
+            partition=partition,
+            upto=tuple(
+                SourcePosition(topic=topic, partition=partition, offset=offset)
+                for topic, offset in sorted(highest.items())
+            ),
+            items=items.get(partition),
+            lifecycle=lifecycle.get(partition),
+        )
+        for partition, highest in sorted(upto.items())
+    ]
+
+
+def logged_ranges(
+    derived: Sequence[DerivedEvent], delivered: Sequence[Any]
+) -> tuple[dict[int, LogRange], dict[int, LogRange]]:
+    """Where the events landed, per partition number, in ``memory.items`` and in
+    ``memory.lifecycle``, from the producer's metadata (``delivered[i]`` is what sending
+    ``derived[i]`` returned). Metadata without an offset leaves its event uncovered: the
+    batch then counts for nothing, never for more than it is."""
+    spans: tuple[dict[int, LogRange], dict[int, LogRange]] = ({}, {})
+    for event, metadata in zip(derived, delivered, strict=False):
+        offset = getattr(metadata, "offset", None)
+        partition = getattr(metadata, "partition", None)
+        if not (isinstance(offset, int) and isinstance(partition, int) and offset >= 0):
+            continue
+        into = spans[0] if isinstance(event, MemoryRecorded) else spans[1]
+        known = into.get(partition)
+        into[partition] = (
+            LogRange(first=offset, last=offset)
+            if known is None
+            else LogRange(first=min(known.first, offset), last=max(known.last, offset))
+        )
+    return spans
 
 
 @dataclass
@@ -127,6 +180,8 @@ class IngestPipeline:
     stats: IngestStats = field(default_factory=IngestStats)
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held by every batch; :mod:`streams.projection_switch` takes it to pause the worker."""
+    sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
+    """Opens sealed input and seals the derived events with their agent's key (none: plain)."""
 
     def __post_init__(self) -> None:
         self.config_version = self.config.version(self.embedder.id, self.summariser.id)
@@ -147,6 +202,9 @@ class IngestPipeline:
         the projections up to what that log holds (a crash may have cut in between)."""
         self.folded.states.update(folded.states)
         self.folded.derived_upto.update(folded.derived_upto)
+        self.folded.logged_upto.update(folded.logged_upto)
+        self.folded.marked |= folded.marked
+        self.folded.log_ends.update(folded.log_ends)
         for event in logged:
             if event.source_position is not None:
                 self._partition_of[event.agent_id] = event.source_position.partition
@@ -163,6 +221,10 @@ class IngestPipeline:
         ]
         await self.apply(tail)
         self.stats.caught_up += len(tail)
+        if folded.logged_upto:
+            # A crash between a batch's marker and its advance: the marks move now.
+            logged_upto = dict(folded.logged_upto)
+            await self._on_every_store(lambda store: store.advance(logged_upto))
 
     def release(self, partitions: set[int]) -> None:
         """Forget partitions this worker no longer owns: if they come back, their state is
@@ -170,6 +232,11 @@ class IngestPipeline:
         self._recovered -= partitions
         for key in [k for k in self.folded.derived_upto if k[1] in partitions]:
             del self.folded.derived_upto[key]
+        for key in [k for k in self.folded.logged_upto if k[1] in partitions]:
+            del self.folded.logged_upto[key]
+        self.folded.marked -= partitions
+        for key in [k for k in self.folded.log_ends if k[1] in partitions]:
+            del self.folded.log_ends[key]
         for agent in [a for a, p in self._partition_of.items() if p in partitions]:
             del self._partition_of[agent]
             self.folded.states.pop(agent, None)
@@ -194,7 +261,48 @@ class IngestPipeline:
                 len(logged),
                 self.stats.caught_up,
             )
+        await self._open_to_markers(missing)
         self._recovered |= missing
+
+    async def _open_to_markers(self, partitions: set[int]) -> None:
+        """Log a first marker for each partition number that has none, naming what the log
+        holds (the older rule's marks, or nothing): from then on markers rule it, so a crash in
+        this worker's first batch there leaves nothing that counts. Once per partition number
+        in the life of a log."""
+        unmarked = sorted(partitions - self.folded.marked)
+        if not unmarked:
+            return
+        upto, ends = self.folded.derived_upto, self.folded.log_ends
+
+        def held(topic: str, partition: int) -> LogRange | None:
+            end = ends.get((topic, partition))
+            return None if end is None else LogRange(first=0, last=end)
+
+        now = datetime.now(UTC)
+        markers = [
+            DerivedUpTo(
+                event_id=new_event_id(),
+                occurred_at=now,
+                partition=partition,
+                upto=tuple(
+                    SourcePosition(topic=topic, partition=partition, offset=offset)
+                    for (topic, p), offset in sorted(upto.items())
+                    if p == partition
+                ),
+                items=held(self.topics.items, partition),
+                lifecycle=held(self.topics.lifecycle, partition),
+            )
+            for partition in unmarked
+        ]
+        await self._log_markers(markers)
+        self.folded.marked |= set(unmarked)
+
+    async def _log_markers(self, markers: Sequence[DerivedUpTo]) -> None:
+        """Send markers to their partition of ``memory.lifecycle`` and wait until logged."""
+        lifecycle = self.topics.lifecycle
+        await self._await_deliveries(
+            [await self.send(lifecycle, None, encode_event(m), m.partition) for m in markers]
+        )
 
     def agents_of_partition(self, partition: int) -> list[str]:
         """The agents a tick of ``partition`` concerns: every agent this worker holds there."""
@@ -207,6 +315,7 @@ class IngestPipeline:
             ctx=self.ctx,
             failed_at=datetime.now(UTC),
             agents_of_partition=self.agents_of_partition,
+            opener=self.sealer,
         )
 
     async def handle(self, records: Sequence[RawRecord]) -> BatchResult:
@@ -217,6 +326,7 @@ class IngestPipeline:
 
     async def _handle(self, records: Sequence[RawRecord]) -> BatchResult:
         await self._ensure_recovered(records)
+        await self._with_keyring(self._prepare_keys, records)
         upto = self.folded.derived_upto
         fresh = [r for r in records if r.offset > upto.get((r.topic, r.partition), -1)]
         if self.summariser.blocking:
@@ -224,13 +334,7 @@ class IngestPipeline:
             result = await asyncio.to_thread(self.derive, fresh)
         else:
             result = self.derive(fresh)
-        triggered, following = split_triggered(result.derived)
-        if triggered:
-            # A record counts as derived once its recording is in the log (the fold's rule), so
-            # what it triggered before it (summaries, promotions, prunings) must be in the log
-            # first: a recording that landed without them would lose them for good.
-            await self._await_deliveries(await self._send(triggered))
-        deliveries = await self._send(following)
+        deliveries = await self._send(result.derived)
         for letter in result.dead_letters:
             log.warning(
                 "dead letter",
@@ -245,9 +349,15 @@ class IngestPipeline:
             deliveries.append(
                 await self.send(self.topics.deadletter, key, encode_event(letter), None)
             )
+        # The log is the truth: the batch is done only once the broker has every derived record,
+        # and readers count it only once its markers follow them. Only then do the projections
+        # apply it: a batch cut short is derived again, maybe otherwise (a redelivery may
+        # interleave the source topics differently), and they must not hold the first try.
+        delivered = await self._await_deliveries(deliveries)
+        items, lifecycle = logged_ranges(result.derived, delivered)
+        markers = batch_markers(records, items, lifecycle, datetime.now(UTC))
+        await self._log_markers(markers)
         await self.apply(result.derived)
-        # The log is the truth: the batch is done only once the broker has every derived record.
-        await self._await_deliveries(deliveries)
         await self.advance_past(records, result.derived)
         self.folded.states.update(result.states)
         partition_of = self._partition_of
@@ -257,13 +367,51 @@ class IngestPipeline:
         for raw in fresh:
             if upto.get((raw.topic, raw.partition), -1) < raw.offset:
                 upto[(raw.topic, raw.partition)] = raw.offset
+        await self._forget_agents(result)
         self.stats.skipped += len(records) - len(fresh)
         self._count(records, result)
         return result
 
+    async def _prepare_keys(self, records: Sequence[RawRecord]) -> None:
+        await self.sealer.refresh()
+        await self.sealer.prepare_open(r.value for r in records)
+
+    async def _with_keyring(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """A keyring that is down (by default it lives in the projections' Redis) pauses the
+        batch like a projection that is down: retried with backoff, never skipped."""
+        delay = 0.1
+        while True:
+            try:
+                return await call(*args)
+            except KeyringError as exc:
+                if self.should_stop():
+                    raise
+                self.stats.projection_retries += 1
+                log.warning("keyring unavailable, retrying in %.1fs: %s", delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.max_backoff)
+
+    async def _forget_agents(self, result: BatchResult) -> None:
+        """Delete the keys of the agents the batch forgot, once their erasure is logged and
+        applied, and drop what this worker holds of them. A crash before this redelivers the
+        command, which does it again (deleting keys is idempotent)."""
+        for agent, key_ids in result.forgotten_agents.items():
+            keyring = self.sealer.keyring
+            if keyring is not None and key_ids:
+                deleted = await self._with_keyring(keyring.forget, agent, key_ids)
+                log.info("forgot agent", extra={"agent_id": agent, "keys_deleted": deleted})
+            self.sealer.forget(agent, key_ids)
+            if agent not in result.states:
+                self.folded.states.pop(agent, None)
+                self._partition_of.pop(agent, None)
+        self.stats.forgotten_records += result.forgotten_records
+
     async def _send(self, events: Sequence[DerivedEvent]) -> list[Any]:
         """Hand derived events to the producer, each to its source's partition number."""
         send, items, lifecycle = self.send, self.topics.items, self.topics.lifecycle
+        sealer = self.sealer
+        agents = {e.agent_id for e in events if not isinstance(e, AgentForgotten)}
+        await self._with_keyring(sealer.prepare_seal, agents)
         deliveries: list[Any] = []
         # Sequential awaits: each only enqueues, and no Task is made per record.
         for event in events:
@@ -271,23 +419,24 @@ class IngestPipeline:
             delivery = await send(
                 items if isinstance(event, MemoryRecorded) else lifecycle,
                 event.agent_id.encode("utf-8"),
-                encode_event(event),
+                # What erases an agent must stay readable once its keys are gone.
+                encode_event(event)
+                if isinstance(event, AgentForgotten)
+                else sealer.seal(event.agent_id, encode_event(event)),
                 position.partition if position is not None else None,
             )
             deliveries.append(delivery)
         return deliveries
 
     @staticmethod
-    async def _await_deliveries(deliveries: Sequence[Any]) -> None:
-        """Raise unless the broker took every record (a producer flush never raises, so a
-        failed delivery would otherwise go unnoticed)."""
-        failed = [
-            r
-            for r in await asyncio.gather(*deliveries, return_exceptions=True)
-            if isinstance(r, BaseException)
-        ]
+    async def _await_deliveries(deliveries: Sequence[Any]) -> list[Any]:
+        """The producer's metadata of every record; raise unless the broker took them all (a
+        producer flush never raises, so a failed delivery would otherwise go unnoticed)."""
+        results = await asyncio.gather(*deliveries, return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
             raise DeliveryError(f"{len(failed)} derived records were not delivered: {failed[0]!r}")
+        return results
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
         """Apply to both projections; retry while a backend is down instead of losing the batch."""

@@ -44,9 +44,17 @@ class ProcessorApp:
     """Give the app its pipeline (built with the shell's ``send`` and ``should_stop``)."""
 
 
-def create_processor_app(settings: EngramSettings, bootstrap: str) -> ProcessorApp:
-    topics = Topics(settings.topic_prefix)
-    app_id = f"{settings.topic_prefix}{settings.app_id}"
+def create_processor_app(
+    settings: EngramSettings,
+    bootstrap: str,
+    *,
+    topics: Topics | None = None,
+    app_id: str | None = None,
+) -> ProcessorApp:
+    """``topics`` and ``app_id`` (the consumer group) default to the live derived log's; a
+    reprocessed projection version has its own (:class:`projections.versions.DerivedLog`)."""
+    topics = topics or Topics(settings.topic_prefix)
+    app_id = app_id or f"{settings.topic_prefix}{settings.app_id}"
     (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = TunedFaustApp(
         app_id,
@@ -150,7 +158,7 @@ def create_processor_app(settings: EngramSettings, bootstrap: str) -> ProcessorA
     def bind(make_pipeline: PipelineFactory) -> IngestPipeline:
 
         async def recover(partitions: set[int]) -> tuple[FoldedState, list[DerivedEvent]]:
-            return await recover_state(bootstrap, topics, partitions)
+            return await recover_state(bootstrap, topics, partitions, pipeline.sealer)
 
         pipeline = make_pipeline(
             send=typed_send, recover=recover, should_stop=lambda: app.should_stop

@@ -14,6 +14,16 @@ and reads the pointer and the fence of :class:`~projections.versions.ProjectionV
 
 A fence that is never lowered (the replay died) expires with its TTL, and the follower gives
 up a pause after ``max_pause`` anyway: a dead replay must not stop the processors for good.
+
+A version reprocessed with another configuration (:class:`~projections.versions.DerivedLog`)
+cannot be followed by every process: a worker derives into one derived log with one
+configuration, a projector applies one derived log, and a query service embeds queries with one
+embedder. :class:`Serving` says what a process is set up for and :meth:`Serving.refusal` why it
+cannot serve a version. A process refuses to start on such a version
+(:class:`WrongConfigurationError`); a running one whose pointer moves to such a version does
+not switch (so it never writes into that version's stores), stops following, and hands the
+reason to ``on_leave``: the process then drains, commits and exits, and is restarted with the
+version's configuration.
 """
 
 from __future__ import annotations
@@ -29,13 +39,73 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
-from projections.versions import ProjectionVersion, ProjectionVersions, Role
+from projections.versions import DerivedLog, ProjectionVersion, ProjectionVersions, Role
 
 log = logging.getLogger("engram.projection_switch")
 
 Stores = tuple[WorkingMemoryStore, EpisodicMemoryStore | None]
 OpenStores = Callable[[ProjectionVersion], Awaitable[Stores]]
 OnSwitch = Callable[[ProjectionVersion, Stores], Awaitable[None]]
+Refusal = Callable[[ProjectionVersion], Awaitable[str | None]]
+OnLeave = Callable[[ProjectionVersion, str], None]
+
+__all__ = [
+    "ProjectionFollower",
+    "Serving",
+    "WrongConfigurationError",
+    "member_id",
+]
+
+
+class WrongConfigurationError(RuntimeError):
+    """The active projection version needs another configuration than this process has."""
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What a process is set up to serve: the derived log it writes or applies (None: the live
+    one), the configuration it derives with, and the embedder it embeds queries with."""
+
+    derived_log: DerivedLog | None
+    config_version: str
+    embedder: str
+    derives: bool
+    """Runs the processors (derives events with ``config_version``)."""
+    applies_log: bool
+    """Writes projections from ``derived_log`` (a worker or an episodic projector)."""
+
+    def refusal(self, version: ProjectionVersion, log: DerivedLog | None) -> str | None:
+        """Why this process cannot serve ``version``, whose derived log is ``log``; None if it
+        can. At start ``derived_log`` is taken from the version, so only the configuration
+        can differ there."""
+        name = version.label
+        if log is not None:
+            needed = log.config_version
+            if self.derives and needed != self.config_version:
+                return (
+                    f"projection version {name} was reprocessed with configuration {needed}, "
+                    f"this worker has configuration {self.config_version}: "
+                    f"restart with configuration {needed} to serve version {name}"
+                )
+            if log.embedder != self.embedder:
+                return (
+                    f"projection version {name} was reprocessed with embedder {log.embedder} "
+                    f"(configuration {needed}), this process has embedder {self.embedder}: "
+                    f"restart with configuration {needed} to serve version {name}"
+                )
+        if self.applies_log and log != self.derived_log:
+            if log is None:
+                return (
+                    f"projection version {name} applies the live derived log, this process "
+                    f"writes {self.derived_log.topic_prefix if self.derived_log else ''}"
+                    f"memory.items: restart with the live configuration to serve version {name}"
+                )
+            return (
+                f"projection version {name} continues the derived log "
+                f"{log.topic_prefix}memory.items: restart with configuration "
+                f"{log.config_version} to serve version {name}"
+            )
+        return None
 
 
 def member_id(role: Role) -> str:
@@ -52,6 +122,12 @@ class ProjectionFollower:
     on_switch: OnSwitch
     write_lock: asyncio.Lock | None = None
     """The lock every write batch of this process holds; None for a process that only reads."""
+    refusal: Refusal | None = None
+    """Why this process cannot serve a version (None: it can); None follows every version."""
+    on_leave: OnLeave | None = None
+    """Told the version this process will not follow, and why; the follower stops following."""
+    left_for: tuple[ProjectionVersion, str] | None = None
+    """The version this process refused to follow, and why."""
     interval: float = 0.5
     grace: float = 2.0
     max_pause: float = 60.0
@@ -91,7 +167,7 @@ class ProjectionFollower:
         )
 
     async def _run(self) -> None:
-        while True:
+        while self.left_for is None:
             try:
                 fence = await self.versions.fence()
                 if fence is not None and self.write_lock is not None:
@@ -124,12 +200,21 @@ class ProjectionFollower:
                 # Before the lock is let go: the next batch must write to the new version.
                 await self.follow()
         await self._heartbeat()
-        log.info("writing again, on projection version %s", self.version.label)
+        if self.left_for is None:
+            log.info("writing again, on projection version %s", self.version.label)
 
     async def follow(self) -> None:
         """Move to the active version if it changed."""
         active = await self.versions.active()
-        if active == self.version:
+        if active == self.version or self.left_for is not None:
+            return
+        reason = None if self.refusal is None else await self.refusal(active)
+        if reason is not None:
+            # No switch: this process never writes into (or reads) that version's stores.
+            self.left_for = (active, reason)
+            log.warning("not following projection version %s: %s", active.label, reason)
+            if self.on_leave is not None:
+                self.on_leave(active, reason)
             return
         stores = await self.open_stores(active)
         old_version, old_stores = self.version, self.stores

@@ -1,5 +1,8 @@
 """The client agents publish with. Any Kafka client writing valid JSON works too; this one adds
-validation before sending, keying by agent id, and the record's position in the log."""
+validation before sending, keying by agent id, the record's position in the log, and sealing
+with the agent's key when given a keyring (``keyring_for``), without which
+``engram forget-agent`` cannot make the agent's events unreadable (README, "Forgetting an
+agent")."""
 
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from aiokafka.errors import KafkaError
 from schemas.agent_events import AgentEvent, Decision, Feedback, Observation
 from schemas.codec import encode_event
 from schemas.topics import Topics
+from streams.keyring import Keyring, KeyringError, keyring_from_setting
+from streams.sealing import RecordSealer
 
 T = TypeVar("T")
 
@@ -46,10 +51,23 @@ def producer_for(bootstrap: str, *, linger: float = 0.0) -> AIOKafkaProducer:
     )
 
 
+KEY_REFRESH_S = 5.0
+"""How long a publisher trusts its cached agent keys: once an agent is forgotten, what it
+publishes with the old key within this window is forgotten with it."""
+
+
 class AsyncPublisher:
-    def __init__(self, bootstrap: str, *, topics: Topics | None = None, linger: float = 0.0):
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        topics: Topics | None = None,
+        linger: float = 0.0,
+        keyring: Keyring | None = None,
+    ):
         self.topics = topics or Topics()
         self._producer = producer_for(bootstrap, linger=linger)
+        self._sealer = RecordSealer(keyring)
 
     async def start(self) -> AsyncPublisher:
         try:
@@ -60,6 +78,7 @@ class AsyncPublisher:
         return self
 
     async def close(self) -> None:
+        """Stops the producer; the keyring belongs to whoever passed it."""
         await self._producer.stop()
 
     async def __aenter__(self) -> AsyncPublisher:
@@ -78,9 +97,10 @@ class AsyncPublisher:
         """
         topic = self.topics.for_event_type(event.event_type)
         try:
-            sent = await self._producer.send(
-                topic, encode_event(event), key=event.agent_id.encode("utf-8")
-            )
+            value = await self._sealed(event)
+            sent = await self._producer.send(topic, value, key=event.agent_id.encode("utf-8"))
+        except KeyringError as exc:
+            raise PublishError(f"cannot seal the event of {event.agent_id}: {exc}") from exc
         except KafkaError as exc:
             raise PublishError(f"publishing to {topic} failed: {exc}") from exc
         loop = asyncio.get_running_loop()
@@ -98,7 +118,21 @@ class AsyncPublisher:
         sent.add_done_callback(done)
         return position
 
+    async def _sealed(self, event: AgentEvent) -> bytes:
+        sealer = self._sealer
+        if not sealer.enabled:
+            return encode_event(event)
+        await sealer.refresh_every(KEY_REFRESH_S)
+        await sealer.prepare_seal((event.agent_id,))
+        return sealer.seal(event.agent_id, encode_event(event))
+
     async def publish_many(self, events: Iterable[AgentEvent]) -> list[Position]:
+        events = list(events)
+        try:
+            # One keyring round trip for every agent of the lot, not one per new agent.
+            await self._sealer.prepare_seal({e.agent_id for e in events})
+        except KeyringError as exc:
+            raise PublishError(f"cannot seal the events: {exc}") from exc
         pending = [await self.enqueue(event) for event in events]
         return list(await asyncio.gather(*pending))
 
@@ -121,15 +155,32 @@ class AsyncPublisher:
 class Publisher:
     """Blocking facade for simulation loops that are not async: one background event loop."""
 
-    def __init__(self, bootstrap: str, *, topics: Topics | None = None, linger: float = 0.0):
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        topics: Topics | None = None,
+        linger: float = 0.0,
+        keyring: str | None = None,
+        namespace: str = "engram",
+    ):
+        """``keyring``: where the agents' keys are, as ``ENGRAM_KEYRING`` says it (a redis://
+        URL or ``file:PATH``); None publishes unsealed."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
-        self._async = self._run(self._make(bootstrap, topics, linger))
+        self._async = self._run(self._make(bootstrap, topics, linger, keyring, namespace))
 
     @staticmethod
-    async def _make(bootstrap: str, topics: Topics | None, linger: float) -> AsyncPublisher:
-        return await AsyncPublisher(bootstrap, topics=topics, linger=linger).start()
+    async def _make(
+        bootstrap: str, topics: Topics | None, linger: float, keyring: str | None, namespace: str
+    ) -> AsyncPublisher:
+        keys = (
+            None
+            if keyring is None
+            else keyring_from_setting(keyring, redis_url=None, namespace=namespace)
+        )
+        return await AsyncPublisher(bootstrap, topics=topics, linger=linger, keyring=keys).start()
 
     def _run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
         future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -155,6 +206,9 @@ class Publisher:
     def close(self) -> None:
         try:
             self._run(self._async.close(), timeout=30.0)
+            keyring = self._async._sealer.keyring
+            if keyring is not None:
+                self._run(keyring.close(), timeout=10.0)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from projections.interfaces import EpisodicMemoryStore, WorkingMemoryStore
 from schemas.topics import Topics
 from streams.replay import DerivedLogCursor, replay_pass
+from streams.sealing import RecordSealer
 
 Progress = Callable[[int, int], None]
 """Called with (events applied, events expected) after each batch; expected is a lower bound."""
@@ -29,11 +30,14 @@ async def rebuild_projections(
     *,
     batch_size: int = 5000,
     progress: Progress | None = None,
+    sealer: RecordSealer | None = None,
 ) -> int:
     """Apply the whole derived log of ``partitions`` to ``stores``; returns the events applied."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
-    cursor = DerivedLogCursor(bootstrap, topics, sorted(set(partitions)))
+    cursor = DerivedLogCursor(
+        bootstrap, topics, sorted(set(partitions)), sealer=sealer or RecordSealer(None)
+    )
     expected = await cursor.start_at(None)
     done = 0
 

@@ -11,13 +11,18 @@ The running system keeps serving and writing the active version meanwhile. The r
 4. reads the last of the log into the new version, points ``{ns}#projection:active`` at it,
    and lowers the fence. Writers and query services move to the new version at once.
 
-Why a cut is needed before the fence: a worker logs what a batch derived in two steps (what
-records triggered, then their recordings and what those pushed out), and the stores skip an
-event whose source offset is below the one they have applied. A pass that read half of a batch
-would apply later positions first and then skip the rest of that batch. So a pass applies only
-events whose source record the consumer group has *committed* (a worker commits after its
-batch is logged and applied): everything derived from them is in the log. The rest is held
-back for the next pass; under the fence no batch is in flight, so the last pass applies all.
+Why a cut is needed: a worker logs what a batch derived on two topics, then a "logged up to"
+marker per partition number (:class:`schemas.memory_events.DerivedUpTo`), and the stores skip
+an event whose source offset is below the one they have applied. A pass that applied half of a
+batch would apply later positions first and then skip the rest of that batch. So a pass
+applies only events that a marker read covers (markers name where their batch's events
+landed); a batch in flight is held back for the next pass, even under the fence, and what an
+attempt cut short by a crash logged (its next owner derives the batch again) is dropped.
+Markers also move the stores' applied marks past records that derived nothing. Each
+partition's ``memory.lifecycle`` is read before its ``memory.items``, so every recording a
+marker covers has been read with it. In a partition number without markers (a log written
+before them) a pass applies only events whose source record the consumer group has
+*committed* (a worker commits after its batch is logged), and under the fence everything.
 """
 
 from __future__ import annotations
@@ -32,13 +37,14 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from processors.state_fold import causal_order
+from processors.state_fold import MarkerIndex, SourceKey, causal_order, marked_upto
 from projections.interfaces import EpisodicMemoryStore, WorkingMemoryStore
 from projections.versions import ProjectionVersion, ProjectionVersions
-from schemas.codec import decode_derived_event
-from schemas.memory_events import DerivedEvent
+from schemas.codec import decode_derived_record
+from schemas.memory_events import DerivedEvent, DerivedRecord, DerivedUpTo, SourcePosition
 from schemas.topics import Topics
-from streams.derived_log import decode_logged, log_reader, read_to_end
+from streams.derived_log import decode_opened, log_reader, read_to_end
+from streams.sealing import RecordSealer
 
 log = logging.getLogger("engram.replay")
 
@@ -74,12 +80,18 @@ class DerivedLogCursor:
     topics: Topics
     partitions: Sequence[int]
     next_offset: dict[TopicPartition, int] = field(default_factory=dict)
+    markers: MarkerIndex = field(default_factory=MarkerIndex)
+    """The markers read so far: which events belong to wholly logged batches."""
+    upto: dict[SourceKey, int] = field(default_factory=dict)
+    """What the markers read so far cover, per source partition."""
+    sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
+    """Opens sealed records; a forgotten agent's are skipped."""
 
     def topic_partitions(self) -> list[TopicPartition]:
         return [
             TopicPartition(topic, p)
             for p in self.partitions
-            for topic in (self.topics.items, self.topics.lifecycle)
+            for topic in (self.topics.lifecycle, self.topics.items)
         ]
 
     async def start_at(self, since: datetime | None) -> int:
@@ -103,24 +115,40 @@ class DerivedLogCursor:
         self.next_offset = dict(starts)
         return sum(max(0, ends[tp] - starts[tp]) for tp in tps)
 
-    async def read(self, partition: int) -> list[tuple[TopicPartition, int, DerivedEvent]]:
-        """Every derived event of one partition number from the cursor to the end, with where
-        it sits in the log; the cursor moves past what was read (a pass moves it back to what
-        it held back)."""
-        out: list[tuple[TopicPartition, int, DerivedEvent]] = []
+    async def read(self, partition: int) -> list[tuple[TopicPartition, int, DerivedRecord]]:
+        """Every record (derived event or marker) of one partition number from the cursor to
+        the end, with where it sits in the log, ``memory.lifecycle`` first; the cursor moves
+        past what was read (a pass moves it back to what it held back) and keeps what the
+        markers say."""
+        raw: list[tuple[TopicPartition, int, bytes | None]] = []
 
         def keep(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> None:
-            event = decode_logged(tp, record, decode_derived_event)
-            if event is not None:
-                out.append((tp, record.offset, event))
+            raw.append((tp, record.offset, record.value))
 
-        for topic in (self.topics.items, self.topics.lifecycle):
+        for topic in (self.topics.lifecycle, self.topics.items):
             tp = TopicPartition(topic, partition)
             reached = await read_to_end(
                 self.bootstrap, [tp], keep, starts={tp: self.next_offset.get(tp, 0)}, timeout=600
             )
             self.next_offset[tp] = max(self.next_offset.get(tp, 0), reached[tp])
+        opened = await self.sealer.open_all([value for _, _, value in raw])
+        out: list[tuple[TopicPartition, int, DerivedRecord]] = []
+        for (tp, offset, _), value in zip(raw, opened, strict=True):
+            where = SourcePosition(topic=tp.topic, partition=tp.partition, offset=offset)
+            event = decode_opened(where, value, decode_derived_record)
+            if event is not None:
+                out.append((tp, offset, event))
+        markers = [(offset, r) for _, offset, r in out if isinstance(r, DerivedUpTo)]
+        for offset, marker in markers:
+            self.markers.add(marker, offset)
+        for key, mark in marked_upto(m for _, m in markers).items():
+            if self.upto.get(key, -1) < mark:
+                self.upto[key] = mark
         return out
+
+    def marks_of(self, partition: int) -> dict[SourceKey, int]:
+        """What the markers read cover of one partition number's sources."""
+        return {key: offset for key, offset in self.upto.items() if key[1] == partition}
 
 
 async def committed_offsets(
@@ -143,29 +171,48 @@ async def committed_offsets(
         await consumer.stop()
 
 
-def split_at_commits(
-    records: Sequence[tuple[TopicPartition, int, DerivedEvent]],
+def split_at_markers(
+    records: Sequence[tuple[TopicPartition, int, DerivedRecord]],
+    cursor: DerivedLogCursor,
     committed: dict[TopicPartition, int] | None,
 ) -> tuple[list[DerivedEvent], dict[TopicPartition, int]]:
     """The events safe to apply now, and per derived partition the first offset held back.
 
-    ``committed`` None applies everything (the writers are paused: no batch is half logged).
+    Safe: covered by the markers the cursor has read. In a partition number without markers:
+    of a committed source record, or anything when ``committed`` is None (the writers are
+    paused). An event no marker covers but that a later batch followed is a leftover of an
+    attempt cut short: dropped. Markers themselves are never held: what they say is known once
+    read.
     """
     ready: list[DerivedEvent] = []
     held: dict[TopicPartition, int] = {}
+    index = cursor.markers
     for tp, offset, event in records:
-        position = event.source_position
-        if committed is not None and position is not None:
-            done = committed.get(TopicPartition(position.topic, position.partition), 0)
-            if position.offset >= done:
-                held[tp] = min(held.get(tp, offset), offset)
+        if isinstance(event, DerivedUpTo):
+            continue
+        if tp.partition in index.marked:
+            where = SourcePosition(topic=tp.topic, partition=tp.partition, offset=offset)
+            if not index.covers(where, event):
+                if not index.superseded(where, event):
+                    held[tp] = min(held.get(tp, offset), offset)
                 continue
+        elif _uncommitted(event, committed):
+            held[tp] = min(held.get(tp, offset), offset)
+            continue
         if tp in held:
             # Everything after a held record waits too, so the next pass, which reads from the
             # first held offset, does not apply a later event before an earlier one.
             continue
         ready.append(event)
     return ready, held
+
+
+def _uncommitted(event: DerivedEvent, committed: dict[TopicPartition, int] | None) -> bool:
+    """Whether the consumer group has not committed the source record of ``event`` yet."""
+    position = event.source_position
+    if committed is None or position is None:
+        return False
+    return position.offset >= committed.get(TopicPartition(position.topic, position.partition), 0)
 
 
 async def apply_in_batches(
@@ -201,13 +248,19 @@ async def replay_pass(
         assert reading is not None
         records = await reading
         reading = asyncio.ensure_future(cursor.read(parts[i + 1])) if i + 1 < len(parts) else None
-        ready, held = split_at_commits(records, committed)
+        ready, held = split_at_markers(records, cursor, committed)
         for tp, offset in held.items():
             cursor.next_offset[tp] = min(cursor.next_offset[tp], offset)
-        held_count += len(records) - len(ready)
+        events = sum(1 for _, _, record in records if not isinstance(record, DerivedUpTo))
+        held_count += events - len(ready)
         ordered = causal_order(ready)
         await apply_in_batches(ordered, stores, batch_size, advance)
         applied += len(ordered)
+        marks = cursor.marks_of(parts[i])
+        if marks:
+            # Past the records that derived nothing: every event the marks cover is applied
+            # (held ones after a held record are copies of applied ones: a batch done again).
+            await asyncio.gather(*(store.advance(marks) for store in stores))
     return applied, held_count
 
 
@@ -227,6 +280,8 @@ class Replay:
     """Longest the switch waits for writers to pause, and the fence's own lifetime."""
     tail_passes: int = 5
     tail_small: int = 2_000
+    sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
+    """Opens the sealed records of the log."""
 
     async def run(
         self,
@@ -241,7 +296,7 @@ class Replay:
         started = time.perf_counter()
         target = into or await self.versions.create(name, note="engram replay")
         report = ReplayReport(version=target, previous=None)
-        cursor = DerivedLogCursor(self.bootstrap, self.topics, self.partitions)
+        cursor = DerivedLogCursor(self.bootstrap, self.topics, self.partitions, sealer=self.sealer)
         expected = await cursor.start_at(since)
         if total is not None:
             total(expected)

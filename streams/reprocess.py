@@ -15,11 +15,17 @@ version. Its output goes
 - into a *new* projection version (``versions.create``), never the active one: a changed
   embedder changes the vector space, and two spaces must never meet in one collection.
 
-It does not switch. The live workers keep deriving with the old configuration into the active
-version and the old derived log. Serving the new version needs the workers redeployed with the
-new configuration and continuing the new derived log, which they cannot do yet (a worker's
-derived topics follow ``ENGRAM_TOPIC_PREFIX``). A reprocess therefore suits a stopped system,
-an audit, or an offline comparison of two configurations.
+It does not switch: the live workers keep deriving with the old configuration into the active
+version and the old derived log. So that the new version can be served, the reprocess records
+in the registry of versions (:class:`projections.versions.DerivedLog`) its derived topics, the
+consumer group that continues them (``{prefix}{app_id}.{version}``) and the configuration
+version, and commits for that group the offsets of the raw records it derived (the next one of
+each raw partition it read). ``engram versions activate`` then moves the pointer; the running
+workers, which write another derived log, exit and ask to be restarted with this configuration
+(:mod:`streams.projection_switch`), and a worker started with it writes this version's derived
+log under that group, from the committed offsets on: every raw record is derived into it once,
+either here or by the workers. Folding the state back from this log on takeover also marks what
+was derived here, so a worker would skip it even without the commits.
 
 Order. The live worker saw one partition number's raw topics interleaved in arrival order, which
 the log does not keep. Per partition number a reprocess merges the topics by each record's Kafka
@@ -40,22 +46,24 @@ import heapq
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
+from aiokafka.structs import OffsetAndMetadata
 
 from processors.batch import RawRecord, RecordKind
 from processors.config import ProcessingConfig
 from processors.embedding import Embedder
 from processors.summarising import Summariser
 from projections.interfaces import EpisodicMemoryStore, WorkingMemoryStore
-from projections.versions import ProjectionVersion, ProjectionVersions
+from projections.versions import DerivedLog, ProjectionVersion, ProjectionVersions
 from schemas.topics import Topics
 from streams.derived_log import log_reader, read_to_end
 from streams.ingest import IngestPipeline
 from streams.publisher import producer_for
+from streams.sealing import RecordSealer
 from streams.topic_admin import ensure_topics
 
 log = logging.getLogger("engram.reprocess")
@@ -66,7 +74,9 @@ __all__ = [
     "ReprocessError",
     "ReprocessReport",
     "TimedRecord",
+    "commit_offsets",
     "derived_topics_of",
+    "group_of",
     "merge_in_time_order",
     "read_raw_partition",
 ]
@@ -89,8 +99,8 @@ class ReprocessError(RuntimeError):
 
 @dataclass(frozen=True)
 class DerivedLogTopics(Topics):
-    """The derived topics of one reprocessed version. Only these three are created: the raw
-    topics a reprocess reads are the live ones."""
+    """The live raw topics with the derived topics of one reprocessed version. Only the three
+    derived ones are created here: the raw topics a reprocess reads are the live ones."""
 
     def all(self) -> tuple[str, ...]:
         return (self.items, self.lifecycle, self.deadletter)
@@ -98,7 +108,29 @@ class DerivedLogTopics(Topics):
 
 def derived_topics_of(topics: Topics, version: str) -> DerivedLogTopics:
     """``{prefix}{version}.memory.items`` and so on, beside the live topics of ``prefix``."""
-    return DerivedLogTopics(f"{topics.prefix}{version}.")
+    return DerivedLogTopics(topics.prefix, f"{topics.prefix}{version}.")
+
+
+def group_of(topics: Topics, app_id: str, version: str) -> str:
+    """The consumer group (Faust app id) of the workers that continue ``version``'s log: the
+    live group's name, ``{prefix}{app_id}``, with the version."""
+    return f"{topics.prefix}{app_id}.{version}"
+
+
+async def commit_offsets(bootstrap: str, group: str, offsets: dict[TopicPartition, int]) -> None:
+    """Commit ``offsets`` (the next record to process) for ``group``, which has no members yet:
+    a worker that joins it starts there."""
+    if not offsets:
+        return
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        consumer.assign(list(offsets))
+        await consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in offsets.items()})
+    finally:
+        await consumer.stop()
 
 
 def merge_in_time_order(streams: Sequence[Sequence[TimedRecord]]) -> list[RawRecord]:
@@ -165,6 +197,8 @@ class ReprocessReport:
     version: ProjectionVersion
     config_version: str
     derived_topics: DerivedLogTopics
+    group: str
+    """The consumer group that continues the version's derived log."""
     records: int = 0
     """Raw records read and processed."""
     memories: int = 0
@@ -190,8 +224,12 @@ class Reprocess:
     config: ProcessingConfig
     embedder: Embedder
     summariser: Summariser
+    sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
+    """Opens the sealed raw records and seals the new derived log, with the agents' keys."""
     batch_size: int = 5_000
     producer_linger: float = 0.005
+    app_id: str = "engram"
+    """The live workers' app id (``ENGRAM_APP_ID``): the version's group is named after it."""
 
     @property
     def config_version(self) -> str:
@@ -216,16 +254,24 @@ class Reprocess:
         )
         assert version.name is not None
         derived_topics = derived_topics_of(self.topics, version.name)
+        group = group_of(self.topics, self.app_id, version.name)
         try:
             await self._fresh_derived_log(derived_topics)
         except BaseException:
             await self.versions.forget(version.name)
             raise
-        report = ReprocessReport(version, self.config_version, derived_topics)
+        assert derived_topics.derived_prefix is not None
+        await self.versions.set_derived_log(
+            version.name,
+            DerivedLog(derived_topics.derived_prefix, group, self.config_version, self.embedder.id),
+        )
+        report = ReprocessReport(version, self.config_version, derived_topics, group)
         sources = [topic for topic, _ in _sources(self.topics)]
         if total is not None:
             total(await _record_counts(self.bootstrap, sources, self.partitions))
-        await self._derive_into(report, advance)
+        derived_upto = await self._derive_into(report, advance)
+        # Only now: a version is "ready" once its group starts after everything derived here.
+        await commit_offsets(self.bootstrap, group, derived_upto)
         await self.versions.set_state(version.name, "ready")
         report.seconds = time.perf_counter() - started
         return report
@@ -242,7 +288,11 @@ class Reprocess:
                 "reprocess into a version name not used before"
             )
 
-    async def _derive_into(self, report: ReprocessReport, advance: Advance | None) -> None:
+    async def _derive_into(
+        self, report: ReprocessReport, advance: Advance | None
+    ) -> dict[TopicPartition, int]:
+        """Derive every raw partition; returns the next offset of each raw partition read."""
+        derived_upto: dict[TopicPartition, int] = {}
         working, episodic = await self.open_stores(report.version)
         producer = producer_for(self.bootstrap, linger=self.producer_linger)
         try:
@@ -263,6 +313,7 @@ class Reprocess:
                 summariser=self.summariser,
                 # A batch job: a store that is down ends the run instead of retrying forever.
                 should_stop=lambda: True,
+                sealer=self.sealer,
             )
             parts = list(range(self.partitions))
             reading = asyncio.ensure_future(self._read(parts[0]))
@@ -271,6 +322,9 @@ class Reprocess:
                     records = await reading
                     if i + 1 < len(parts):
                         reading = asyncio.ensure_future(self._read(parts[i + 1]))
+                    for r in records:
+                        tp = TopicPartition(r.topic, r.partition)
+                        derived_upto[tp] = max(derived_upto.get(tp, 0), r.offset + 1)
                     for start in range(0, len(records), self.batch_size):
                         chunk = records[start : start + self.batch_size]
                         await pipeline.handle(chunk)
@@ -292,6 +346,7 @@ class Reprocess:
             await producer.stop()
             await working.close()
             await episodic.close()
+        return derived_upto
 
     async def _read(self, partition: int) -> list[RawRecord]:
         return await read_raw_partition(self.bootstrap, self.topics, partition)

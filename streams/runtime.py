@@ -18,12 +18,13 @@ from aiokafka.errors import KafkaError
 
 from processors.config import ProcessingConfig, load_processing_config
 from processors.embedding import Embedder, embedder_from_name
+from processors.summarising import Summariser
 from projections.episodic.factory import open_episodic_store
 from projections.history import AgentHistory
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
 from projections.retrieval.engine import RetrievalEngine
 from projections.service.app import HistoryReader, RetrievalHook, create_app
-from projections.versions import ProjectionVersion, ProjectionVersions
+from projections.versions import DerivedLog, ProjectionVersion, ProjectionVersions
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.codec import encode_event
 from schemas.memory_events import MemoryRetrieved
@@ -32,9 +33,11 @@ from streams.chat_summariser import summariser_from_url
 from streams.episodic_projector import EpisodicProjector
 from streams.history import read_agent_history
 from streams.ingest import IngestPipeline
+from streams.keyring import Keyring, KeyringError, open_keyring
 from streams.processor_app import ProcessorApp, create_processor_app
-from streams.projection_switch import ProjectionFollower
-from streams.publisher import producer_for
+from streams.projection_switch import ProjectionFollower, Serving, WrongConfigurationError
+from streams.publisher import KEY_REFRESH_S, producer_for
+from streams.sealing import RecordSealer
 from streams.settings import EngramSettings
 from streams.topic_admin import ensure_topics
 
@@ -69,8 +72,17 @@ class RetrievalRecorder:
     a delivery that fails is logged and counted, never raised into the retrieval that made it.
     """
 
-    def __init__(self, bootstrap: str, topic: str, *, linger: float = 0.0) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        linger: float = 0.0,
+        sealer: RecordSealer | None = None,
+    ) -> None:
         self.topic = topic
+        self.sealer = sealer or RecordSealer(None)
+        """A query names what the agent asked: sealed with its key like its events."""
         self.delivered = 0
         self.failed = 0
         self._producer = producer_for(bootstrap, linger=linger)
@@ -86,9 +98,15 @@ class RetrievalRecorder:
         return self
 
     async def __call__(self, event: MemoryRetrieved) -> None:
-        delivery = await self._producer.send(
-            self.topic, encode_event(event), key=event.agent_id.encode("utf-8")
-        )
+        try:
+            await self.sealer.refresh_every(KEY_REFRESH_S)
+            await self.sealer.prepare_seal((event.agent_id,))
+        except KeyringError as exc:
+            self.failed += 1
+            log.warning("a retrieval record was not sealed, so not recorded: %s", exc)
+            return
+        value = self.sealer.seal(event.agent_id, encode_event(event))
+        delivery = await self._producer.send(self.topic, value, key=event.agent_id.encode("utf-8"))
         delivery.add_done_callback(self._delivered)
 
     def _delivered(self, delivery: asyncio.Future[Any]) -> None:
@@ -122,6 +140,17 @@ class Node:
     versions: ProjectionVersions = field(init=False)
     version: ProjectionVersion = field(init=False)
     follower: ProjectionFollower | None = field(default=None, init=False)
+    keyring: Keyring | None = field(default=None, init=False)
+    """The agents' sealing keys (``ENGRAM_KEYRING``), shared by this process's roles."""
+    topics: Topics = field(init=False)
+    """The raw topics, and the derived log the active version continues."""
+    serving: Serving = field(init=False)
+    summariser: Summariser = field(init=False)
+    left: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    """Set when the active version moved to one this process cannot serve (``left_reason``
+    says why): its owner stops it, and it is restarted with the version's configuration."""
+    left_reason: str | None = field(default=None, init=False)
+    _logs: dict[str | None, DerivedLog | None] = field(default_factory=dict, init=False)
     _write_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     """One lock for every writer of this process, so one fence pauses them all."""
     http_port: int | None = field(default=None, init=False)
@@ -131,23 +160,30 @@ class Node:
     async def start(self) -> Node:
         settings = self.settings
         self.embedder = embedder_from_name(settings.embedder)
+        self.keyring = await open_keyring(
+            settings.keyring,
+            redis_url=self.endpoints.redis_url,
+            namespace=settings.redis_namespace,
+            default_dir=settings.keyring_dir(),
+        )
         self.versions = ProjectionVersions.from_url(
             self.endpoints.redis_url, settings.redis_namespace, settings.qdrant_collection
         )
         self.version = await self.versions.active()
+        await self._serve_derived_log_of(self.version)
         self.working, self.episodic = await self._open_stores(self.version)
         if self.run_processors or self.run_projector:
-            topics = Topics(settings.topic_prefix)
-            await ensure_topics(self.endpoints.kafka_bootstrap, topics, settings.partitions)
+            await ensure_topics(self.endpoints.kafka_bootstrap, self.topics, settings.partitions)
         if self.run_projector:
             assert self.episodic is not None
             self.projector = await EpisodicProjector(
                 self.endpoints.kafka_bootstrap,
-                Topics(settings.topic_prefix),
+                self.topics,
                 self.episodic,
-                group_id=f"{settings.topic_prefix}{settings.app_id}-episodic",
+                group_id=f"{self._group}-episodic",
                 fetch_max_wait=settings.fetch_max_wait,
                 write_lock=self._write_lock,
+                sealer=RecordSealer(self.keyring),
             ).start()
         if self.run_processors:
             await self._start_processors()
@@ -162,8 +198,63 @@ class Node:
             open_stores=self._open_stores,
             on_switch=self._use_version,
             write_lock=self._write_lock if writes else None,
+            refusal=self._refusal,
+            on_leave=self._leave,
         ).start()
         return self
+
+    async def _serve_derived_log_of(self, version: ProjectionVersion) -> None:
+        """Write (and read history from) the derived log ``version`` continues, under its
+        consumer group; refuse a version reprocessed with another configuration."""
+        settings = self.settings
+        self.summariser = summariser_from_url(
+            settings.summariser_url,
+            settings.summariser_model,
+            settings.summariser_api_key.get_secret_value() if settings.summariser_api_key else None,
+            settings.summariser_timeout,
+        )
+        config_version = (
+            processing_config(settings).version(self.embedder.id, self.summariser.id)
+            if self.run_processors
+            else ""
+        )
+        derived = await self.versions.derived_log(version.name)
+        self.serving = Serving(
+            derived,
+            config_version,
+            self.embedder.id,
+            derives=self.run_processors,
+            applies_log=self.run_processors or self.run_projector,
+        )
+        reason = self.serving.refusal(version, derived)
+        if reason is not None:
+            with contextlib.suppress(Exception):
+                await self.versions.close()
+            if self.keyring is not None:
+                with contextlib.suppress(Exception):
+                    await self.keyring.close()
+            raise WrongConfigurationError(reason)
+        self.topics = self._topics_of(derived)
+
+    def _topics_of(self, derived: DerivedLog | None) -> Topics:
+        prefix = self.settings.topic_prefix
+        return Topics(prefix, None if derived is None else derived.topic_prefix)
+
+    @property
+    def _group(self) -> str:
+        """The processors' consumer group (Faust app id): the live one or the version's."""
+        derived = self.serving.derived_log
+        settings = self.settings
+        return derived.group if derived else f"{settings.topic_prefix}{settings.app_id}"
+
+    async def _refusal(self, version: ProjectionVersion) -> str | None:
+        derived = await self.versions.derived_log(version.name)
+        self._logs[version.name] = derived
+        return self.serving.refusal(version, derived)
+
+    def _leave(self, version: ProjectionVersion, reason: str) -> None:
+        self.left_reason = reason
+        self.left.set()
 
     async def _open_stores(
         self, version: ProjectionVersion
@@ -205,6 +296,9 @@ class Node:
         """Every role of this process on the new version at once (no await in between)."""
         working, episodic = stores
         self.version, self.working, self.episodic = version, working, episodic
+        if version.name in self._logs:
+            # Only a process that writes no derived log switches between two of them.
+            self.topics = self._topics_of(self._logs.pop(version.name))
         if self.pipeline is not None:
             self.pipeline.working = working
             if self.settings.episodic_writer == "worker":
@@ -216,8 +310,10 @@ class Node:
 
     async def _start_processors(self) -> None:
         settings = self.settings
-        topics = Topics(settings.topic_prefix)
-        self.processor = create_processor_app(settings, self.endpoints.kafka_bootstrap)
+        topics = self.topics
+        self.processor = create_processor_app(
+            settings, self.endpoints.kafka_bootstrap, topics=topics, app_id=self._group
+        )
         config = processing_config(settings)
 
         def make_pipeline(**shell: Any) -> IngestPipeline:
@@ -227,16 +323,8 @@ class Node:
                 topics=topics,
                 working=self.working,
                 episodic=self.episodic if settings.episodic_writer == "worker" else None,
-                summariser=summariser_from_url(
-                    settings.summariser_url,
-                    settings.summariser_model,
-                    (
-                        settings.summariser_api_key.get_secret_value()
-                        if settings.summariser_api_key
-                        else None
-                    ),
-                    settings.summariser_timeout,
-                ),
+                summariser=self.summariser,
+                sealer=RecordSealer(self.keyring),
                 **shell,
             )
 
@@ -247,7 +335,7 @@ class Node:
 
     async def _start_service(self) -> None:
         assert self.episodic is not None
-        topics = Topics(self.settings.topic_prefix)
+        topics = self.topics
         engine = self.engine = RetrievalEngine(
             self.working,
             self.episodic,
@@ -290,22 +378,26 @@ class Node:
                 "and the history route answers 503"
             )
             return None, None
-        topics = Topics(settings.topic_prefix)
         if not (self.run_processors or self.run_projector):
             # Otherwise a first retrieval could auto-create memory.access with another count.
-            await ensure_topics(bootstrap, topics, settings.partitions)
+            await ensure_topics(bootstrap, self.topics, settings.partitions)
         self.recorder = await RetrievalRecorder(
-            bootstrap, topics.access, linger=settings.producer_linger
+            bootstrap,
+            self.topics.access,
+            linger=settings.producer_linger,
+            sealer=RecordSealer(self.keyring),
         ).start()
 
         async def history(agent_id: str, limit: int) -> AgentHistory:
+            # The active version's derived log, read when asked: it follows the pointer.
             return await read_agent_history(
                 bootstrap,
-                topics,
+                self.topics,
                 agent_id,
                 settings.partitions,
                 limit=limit,
                 timeout=HISTORY_TIMEOUT_S,
+                sealer=RecordSealer(self.keyring),
             )
 
         return self.recorder, history
@@ -352,3 +444,6 @@ class Node:
                 await store.close()
         with contextlib.suppress(Exception):
             await self.versions.close()
+        if self.keyring is not None:
+            with contextlib.suppress(Exception):
+                await self.keyring.close()

@@ -78,6 +78,14 @@ class EngramSettings(BaseSettings):
         default=6.0, gt=0.0, description="Short: Tansu's group join waits half of it."
     )
 
+    keyring: str | None = Field(
+        default=None,
+        description="Where each agent's sealing key lives: 'redis' (ENGRAM_REDIS_URL), a "
+        "redis:// URL, 'file:PATH', or 'off' (nothing sealed, so forget-agent cannot make the "
+        "log unreadable). Unset: what the Redis records (the dev stack's directory), else "
+        "'redis'; without a Redis, DATA_DIR/keyring.",
+    )
+
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=8000, ge=0, le=65535)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -85,3 +93,6 @@ class EngramSettings(BaseSettings):
 
     def edge_path(self) -> Path:
         return self.qdrant_path or self.data_dir / "qdrant-edge"
+
+    def keyring_dir(self) -> Path:
+        return self.data_dir / "keyring"

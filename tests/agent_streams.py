@@ -10,9 +10,11 @@ values around every threshold, event-table entries, and emotion x source scores.
 
 :class:`Worker` is :meth:`streams.ingest.IngestPipeline.handle` without the I/O: skip what the
 log says was derived, run :func:`processors.batch.process_batch` with the state carried between
-batches, and write the batch's triggered events ahead of its recordings, each to its source's
-partition of ``memory.items`` or ``memory.lifecycle``. :meth:`Worker.take_over` is
-:func:`streams.derived_log.recover_state`: it folds the state back from that log.
+batches, write the batch's derived events in emission order, each to its source's partition of
+``memory.items`` or ``memory.lifecycle``, then the batch's markers
+(:func:`streams.ingest.batch_markers`) to ``memory.lifecycle``. :meth:`Worker.take_over` is
+:func:`streams.derived_log.recover_state`: it folds the state back from that log, leaving out
+batches whose marker is missing.
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ from processors.config import LifecycleRules, PruningRules, SummaryRules, load_p
 from processors.embedding import HashingEmbedder
 from processors.lifecycle import Deriving
 from processors.recording import AgentMemoryState
-from processors.state_fold import FoldedState, causal_order
+from processors.state_fold import FoldedState, Logged, causal_order, logged_batches
 from processors.summarising import ExtractiveSummariser
 from schemas.agent_events import Decision, Observation
 from schemas.codec import decode_retrieval, encode_event
 from schemas.memory_events import (
     DerivedEvent,
+    DerivedRecord,
+    DerivedUpTo,
+    LogRange,
     MemoryForgotten,
     MemoryPromoted,
     MemoryRecorded,
@@ -46,7 +51,7 @@ from schemas.memory_events import (
     SourcePosition,
 )
 from schemas.topics import Topics
-from streams.ingest import split_triggered
+from streams.ingest import batch_markers, logged_ranges
 
 CONFIG = load_processing_config(
     working_capacity=4,
@@ -119,19 +124,38 @@ class Worker:
     partition_of: dict[str, int] = field(default_factory=dict)
     applied: list[list[DerivedEvent]] = field(default_factory=list)
     """What the worker applied to its projections, batch by batch (``result.derived``)."""
-    log: dict[tuple[str, int], list[DerivedEvent]] = field(default_factory=dict)
-    """The derived log, by topic and partition, in the order it was written."""
+    log: dict[tuple[str, int], list[DerivedRecord]] = field(default_factory=dict)
+    """The derived log, by topic and partition, in the order it was written, markers included."""
+    opened: set[int] = field(default_factory=set)
+    """Partition numbers this worker has processed (``IngestPipeline._recovered``)."""
 
     def handle(self, records: Sequence[RawRecord]) -> list[DerivedEvent]:
         derived = self.derive(records)
-        triggered, following = split_triggered(derived)
-        self.write([*triggered, *following])
+        self.mark(records, self.write(derived))
         return derived
 
     def derive(self, records: Sequence[RawRecord]) -> list[DerivedEvent]:
         """Process a batch without writing its derived events (the caller decides what the
         broker took)."""
         upto = self.folded.derived_upto
+        for partition in sorted({r.partition for r in records} - self.opened):
+            # IngestPipeline._open_to_markers: a first marker where the log has none.
+            if partition not in self.folded.marked:
+                first = DerivedUpTo(
+                    event_id=f"opened-{partition}",
+                    occurred_at=FAILED_AT,
+                    partition=partition,
+                    upto=tuple(
+                        SourcePosition(topic=t, partition=p, offset=o)
+                        for (t, p), o in sorted(upto.items())
+                        if p == partition
+                    ),
+                    items=self._held(TOPICS.items, partition),
+                    lifecycle=self._held(TOPICS.lifecycle, partition),
+                )
+                self.log.setdefault((TOPICS.lifecycle, partition), []).append(first)
+                self.folded.marked.add(partition)
+            self.opened.add(partition)
         fresh = [r for r in records if r.offset > upto.get((r.topic, r.partition), -1)]
         result = process_batch(
             fresh,
@@ -150,22 +174,49 @@ class Worker:
             )
         return result.derived
 
-    def write(self, events: Iterable[DerivedEvent]) -> None:
+    def _held(self, topic: str, partition: int) -> LogRange | None:
+        """All that one partition of the log holds, as a range (None: nothing)."""
+        held = self.log.get((topic, partition), [])
+        return LogRange(first=0, last=len(held) - 1) if held else None
+
+    def write(self, events: Iterable[DerivedEvent]) -> list[SourcePosition]:
+        """Log ``events``; returns where each landed (what the producer's metadata says)."""
+        landed: list[SourcePosition] = []
         for event in events:
             topic = TOPICS.items if isinstance(event, MemoryRecorded) else TOPICS.lifecycle
-            self.log.setdefault((topic, partition_of(event)), []).append(event)
+            logged = self.log.setdefault((topic, partition_of(event)), [])
+            logged.append(event)
+            landed.append(
+                SourcePosition(topic=topic, partition=partition_of(event), offset=len(logged) - 1)
+            )
+        return landed
+
+    def mark(self, records: Sequence[RawRecord], landed: list[SourcePosition]) -> None:
+        """Log the batch's markers, once everything it derived is in the log."""
+        derived = self.applied[-1]
+        items, lifecycle = logged_ranges(derived, landed)
+        for marker in batch_markers(records, items, lifecycle, FAILED_AT):
+            self.log.setdefault((TOPICS.lifecycle, marker.partition), []).append(marker)
 
     @property
     def emitted(self) -> list[DerivedEvent]:
         return [e for batch in self.applied for e in batch]
 
-    def read_back(self, seed: int = 0) -> list[DerivedEvent]:
-        """The log as :func:`streams.derived_log.read_partitions` returns it: topic by topic,
-        each topic's partitions interleaved in an arbitrary way, each partition in log order."""
+    def read_back(self, seed: int = 0) -> list[Logged]:
+        """The log as :func:`streams.derived_log.read_records` returns it, with where each
+        record is: topic by topic, each topic's partitions interleaved in an arbitrary way,
+        each partition in log order."""
         rng = random.Random(seed)
-        out: list[DerivedEvent] = []
+        out: list[Logged] = []
         for topic in (TOPICS.items, TOPICS.lifecycle):
-            pending = [list(events) for (t, _), events in sorted(self.log.items()) if t == topic]
+            pending = [
+                [
+                    (SourcePosition(topic=t, partition=p, offset=o), record)
+                    for o, record in enumerate(records)
+                ]
+                for (t, p), records in sorted(self.log.items())
+                if t == topic
+            ]
             while pending:
                 source = rng.choice(pending)
                 taken = rng.randint(1, 3)
@@ -175,13 +226,14 @@ class Worker:
         return out
 
     def replayed(self, seed: int = 0) -> list[DerivedEvent]:
-        """The derived log in the order a rebuild applies it (:mod:`streams.rebuild`)."""
-        return causal_order(self.read_back(seed))
+        """The derived log in the order a rebuild applies it (:mod:`streams.rebuild`): the
+        wholly logged batches, in causal order."""
+        return causal_order(logged_batches(self.read_back(seed), TOPICS.schedule).events)
 
     @classmethod
     def take_over(
         cls,
-        log: dict[tuple[str, int], list[DerivedEvent]],
+        log: dict[tuple[str, int], list[DerivedRecord]],
         retrievals: Iterable[RawRecord],
         seed: int = 0,
     ) -> Worker:
@@ -189,8 +241,7 @@ class Worker:
         ``memory.access`` (as :func:`streams.derived_log.recover_state` does); it goes on
         writing to the same log."""
         worker = cls(log={key: list(events) for key, events in log.items()})
-        logged = worker.replayed(seed)
-        worker.folded = FoldedState(TOPICS.schedule).apply_all(logged)
+        worker.folded, logged = FoldedState.from_log(worker.read_back(seed), TOPICS.schedule)
         for raw in retrievals:
             assert raw.value is not None
             position = SourcePosition(topic=raw.topic, partition=raw.partition, offset=raw.offset)

@@ -10,8 +10,9 @@ The positions live outside the shard directory so that nothing Edge manages (sna
 
 Checkpoint order, kept by every :meth:`EdgeEpisodicMemory.apply`:
 
-1. one upsert of the batch's surviving memories (recorded, promoted, summarised) and one
-   delete of its forgettings;
+1. one delete of every point of the agents the batch forgets (:class:`AgentForgotten`), one
+   upsert of the batch's surviving memories (recorded, promoted, summarised) and one delete of
+   its forgettings;
 2. ``flush()``, so the shard is durable;
 3. the positions written to a temporary file, fsynced, renamed over the old file.
 
@@ -52,7 +53,7 @@ import qdrant_edge as qe
 
 from projections.interfaces import ProjectionError, latest_positions
 from projections.memory import StoredMemory, memory_from_point, point_payload
-from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryWritten
+from schemas.memory_events import AgentForgotten, DerivedEvent, MemoryForgotten, MemoryWritten
 
 __all__ = [
     "EdgeEpisodicMemory",
@@ -78,15 +79,22 @@ class EpisodicChanges:
     Folding first lets a store send one upsert and one delete per batch: the two touch disjoint
     ids, so their relative order no longer matters, and a memory recorded then forgotten in the
     same batch is never written at all.
+
+    ``erased`` are the agents the batch forgets whole; a store erases them *before* the upserts
+    and deletes. That equals the log order: the fold drops an erased agent's upserts that came
+    before its :class:`AgentForgotten`, so what remains of the agent in ``upserts`` came after
+    it (a new life) and must survive it. A delete kept from before the erasure deletes a point
+    already gone, unless a later upsert of the same id removed it from ``deletes``.
     """
 
     upserts: dict[str, MemoryWritten]
     deletes: frozenset[str]
     positions: Positions
+    erased: frozenset[str] = frozenset()
 
     @property
     def touches_data(self) -> bool:
-        return bool(self.upserts or self.deletes)
+        return bool(self.upserts or self.deletes or self.erased)
 
 
 def episodic_changes(events: Sequence[DerivedEvent], dim: int) -> EpisodicChanges:
@@ -95,17 +103,23 @@ def episodic_changes(events: Sequence[DerivedEvent], dim: int) -> EpisodicChange
     no-op) and a read-your-writes wait must see the store move past it."""
     upserts: dict[str, MemoryWritten] = {}
     deletes: set[str] = set()
+    erased: set[str] = set()
     for event in events:
         if isinstance(event, MemoryWritten):
             if event.destination == "episodic":
                 upserts[event.memory_id] = event
                 deletes.discard(event.memory_id)
-        elif isinstance(event, MemoryForgotten) and event.destination == "episodic":
-            upserts.pop(event.memory_id, None)
-            deletes.add(event.memory_id)
+        elif isinstance(event, MemoryForgotten):
+            if event.destination == "episodic":
+                upserts.pop(event.memory_id, None)
+                deletes.add(event.memory_id)
+        elif isinstance(event, AgentForgotten):
+            agent = event.agent_id
+            upserts = {k: m for k, m in upserts.items() if m.agent_id != agent}
+            erased.add(agent)
     for memory in upserts.values():
         checked_vector(memory.vector(), dim, f"the embedding of {memory.memory_id}")
-    return EpisodicChanges(upserts, frozenset(deletes), latest_positions(events))
+    return EpisodicChanges(upserts, frozenset(deletes), latest_positions(events), frozenset(erased))
 
 
 def advance_positions(current: Mapping[tuple[str, int], int], batch: Positions) -> Positions | None:
@@ -161,6 +175,10 @@ def checked_levels(levels: Sequence[int] | None) -> list[int] | None:
     if not levels:
         raise ValueError("levels must name at least one level (None means every level)")
     return sorted(set(levels))
+
+
+def _agents_filter(agent_ids: frozenset[str]) -> qe.Filter:
+    return qe.Filter(must=[qe.FieldCondition(key="agent_id", match=qe.MatchAny(sorted(agent_ids)))])
 
 
 def _agent_filter(agent_id: str, levels: list[int] | None = None) -> qe.Filter:
@@ -283,6 +301,10 @@ class EdgeEpisodicMemory:
     def _write(self, changes: EpisodicChanges, positions: Positions | None) -> None:
         """Steps 1-3 of the checkpoint order in the module docstring."""
         with _edge_errors(f"applying a batch to {self._path}"):
+            if changes.erased:
+                self._shard.update(
+                    qe.UpdateOperation.delete_points_by_filter(_agents_filter(changes.erased))
+                )
             if changes.upserts:
                 points = [
                     qe.Point(m.memory_id, m.vector().tolist(), point_payload(m))

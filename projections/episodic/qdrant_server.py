@@ -8,10 +8,12 @@ double, never a deployment.
 Applied positions live in a companion collection, ``<collection>_applied``: one vector-less
 point per topic and partition, its id derived from both. A companion collection rather than a
 special point among the memories, so that counts, searches and scrolls of memories never have
-to step around it. Checkpoint order per apply: upsert the batch's surviving memories, delete
-its forgettings, then advance the positions, each request with ``wait=True``. The server cannot
-write two collections atomically; this order leaves the positions at or behind the data after
-a crash, and the idempotent upserts and deletes absorb the replay.
+to step around it. Checkpoint order per apply: delete every point of the agents the batch
+forgets whole (before the rest, as :class:`~projections.episodic.edge.EpisodicChanges` says),
+upsert the batch's surviving memories, delete its forgettings, then advance the positions, each
+request with ``wait=True``. The server cannot write two collections atomically; this order
+leaves the positions at or behind the data after a crash, and the idempotent upserts and
+deletes absorb the replay.
 """
 
 from __future__ import annotations
@@ -186,6 +188,16 @@ class QdrantServerEpisodicMemory:
         changes = episodic_changes(events, self._dim)
         async with self._write_lock:
             self._check_open()
+            if changes.erased:
+                agents = models.FieldCondition(
+                    key="agent_id", match=models.MatchAny(any=sorted(changes.erased))
+                )
+                with _client_errors(self._where, f"erasing {len(changes.erased)} agents"):
+                    await self._client.delete(
+                        self._collection,
+                        points_selector=models.FilterSelector(filter=models.Filter(must=[agents])),
+                        wait=True,
+                    )
             if changes.upserts:
                 points = [_point(memory) for memory in changes.upserts.values()]
                 with _client_errors(self._where, f"upserting {len(points)} memories"):

@@ -9,6 +9,10 @@ Layout under ``{namespace}``:
   in ``KEYS`` and read an agent's memories with one ``HMGET``;
 * ``{ns}:applied:{topic}:{partition}``: the highest source offset applied for that partition.
 
+The two per-agent keys are everything the namespace holds about an agent, so an
+:class:`AgentForgotten` deletes both (in the same script as the other events, with its
+position): the agent's working memory is gone, and a later event of the agent starts a new one.
+
 Every event is one ``EVALSHA`` that writes the data and advances the applied offset together
 (STYLE.md, point 6), so a crash between the two cannot happen. A batch is one pipeline without
 ``MULTI``: atomicity per event is enough because every event is idempotent on its own.
@@ -17,8 +21,8 @@ Redelivery: an event whose source offset is *below* the applied offset is skippe
 an old prefix cannot resurrect a memory evicted later. An event *at* the applied offset is
 applied again, because one source event yields several derived events (the memory and the ones
 it pushed out) that share its position: after a crash between them, only re-applying that offset
-completes it. Those writes are idempotent (ZADD/HSET of the same values, ZREM/HDEL), and nothing
-from that partition was applied after them, so doing them again changes nothing.
+completes it. Those writes are idempotent (ZADD/HSET of the same values, ZREM/HDEL, DEL), and
+nothing from that partition was applied after them, so doing them again changes nothing.
 """
 
 from __future__ import annotations
@@ -37,7 +41,12 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from projections.interfaces import ProjectionError, SourceOffsets, latest_positions
 from projections.memory import StoredMemory, memory_json
-from schemas.memory_events import ConsolidationCompleted, DerivedEvent, MemoryForgotten
+from schemas.memory_events import (
+    AgentForgotten,
+    ConsolidationCompleted,
+    DerivedEvent,
+    MemoryForgotten,
+)
 
 __all__ = ["RedisWorkingMemory"]
 
@@ -52,9 +61,11 @@ end
 if ARGV[1] == 'r' then
   redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])
   redis.call('HSET', KEYS[2], ARGV[3], ARGV[5])
-else
+elseif ARGV[1] == 'f' then
   redis.call('ZREM', KEYS[1], ARGV[3])
   redis.call('HDEL', KEYS[2], ARGV[3])
+else
+  redis.call('DEL', KEYS[1], KEYS[2])
 end
 if position then
   redis.call('SET', position, ARGV[2])
@@ -62,7 +73,8 @@ end
 return 1
 """
 """KEYS: ids zset, memories hash, applied-offset key (absent for events without a position).
-ARGV: 'r'ecord or 'f'orget, source offset ('' without a position), memory id, seq, payload."""
+ARGV: 'r'ecord, 'f'orget a memory or forget the whole 'a'gent, source offset ('' without a
+position), then for 'r' and 'f' the memory id, and for 'r' its seq and payload."""
 
 _APPLY_SHA = hashlib.sha1(_APPLY).hexdigest().encode()
 
@@ -183,7 +195,9 @@ class RedisWorkingMemory:
         Framed here rather than by redis-py, whose generic packing costs ~15 µs per command,
         more than everything else the client does per event.
         """
-        if isinstance(event, ConsolidationCompleted) or event.destination != "working":
+        if isinstance(event, ConsolidationCompleted) or (
+            not isinstance(event, AgentForgotten) and event.destination != "working"
+        ):
             return None
         agent = event.agent_id
         position = event.source_position
@@ -193,12 +207,13 @@ class RedisWorkingMemory:
         else:
             keys.append(self._applied_key(position.topic, position.partition))
             offset = b"%d" % position.offset
-        memory_id = event.memory_id.encode()
         argv: tuple[bytes, ...]
-        if isinstance(event, MemoryForgotten):
-            argv = (b"f", offset, memory_id)
+        if isinstance(event, AgentForgotten):
+            argv = (b"a", offset)
+        elif isinstance(event, MemoryForgotten):
+            argv = (b"f", offset, event.memory_id.encode())
         else:
-            argv = (b"r", offset, memory_id, b"%d" % event.seq, memory_json(event))
+            argv = (b"r", offset, event.memory_id.encode(), b"%d" % event.seq, memory_json(event))
         return _resp(b"EVALSHA", _APPLY_SHA, b"%d" % len(keys), *keys, *argv)
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:

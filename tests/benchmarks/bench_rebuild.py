@@ -2,6 +2,9 @@
 worker, then rebuild both projections from the derived log into fresh stores.
 
     python -m tests.benchmarks.bench_rebuild [--events 60000] [--agents 1000] [--batch-size 20000]
+                                             [--keyring redis|off]
+
+``--keyring off`` runs without sealing (the derived log in clear), to measure what sealing costs.
 
 The rebuild is the bulk path of ``engram replay`` (:func:`streams.replay.replay_pass`): one
 partition number at a time, the next one read while this one is applied.
@@ -20,17 +23,22 @@ from projections.episodic.edge import EdgeEpisodicMemory
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.topics import Topics
 from streams.devstack.stack import DevStack
+from streams.keyring import RedisKeyring
 from streams.rebuild import rebuild_projections
 from streams.replay import DerivedLogCursor
 from streams.runtime import Node
+from streams.sealing import RecordSealer
 from streams.settings import EngramSettings
 from tests.benchmarks.bench_ingest import applied_everywhere, publish_backlog
 
 
-async def read_only(bootstrap: str, topics: Topics, partitions: int) -> tuple[int, float]:
-    """Reading and decoding the derived log alone, partition by partition: the rebuild's floor."""
+async def read_only(
+    bootstrap: str, topics: Topics, partitions: int, sealer: RecordSealer
+) -> tuple[int, float]:
+    """Reading, opening and decoding the derived log alone, partition by partition: the
+    rebuild's floor."""
     started = time.perf_counter()
-    cursor = DerivedLogCursor(bootstrap, topics, range(partitions))
+    cursor = DerivedLogCursor(bootstrap, topics, range(partitions), sealer=sealer)
     await cursor.start_at(None)
     count = 0
     for partition in range(partitions):
@@ -38,7 +46,7 @@ async def read_only(bootstrap: str, topics: Topics, partitions: int) -> tuple[in
     return count, time.perf_counter() - started
 
 
-async def main(events: int, agents: int, batch_size: int) -> None:
+async def main(events: int, agents: int, batch_size: int, keyring: str) -> None:
     data = Path(tempfile.mkdtemp(prefix="engram-bench-rebuild-"))
     stack = DevStack(data)
     endpoints = stack.start()
@@ -50,6 +58,7 @@ async def main(events: int, agents: int, batch_size: int) -> None:
         qdrant_path=data / "live",
         data_dir=data,
         partitions=4,
+        keyring=keyring,
     )
     try:
         node = await Node(settings, endpoints, run_service=False).start()
@@ -78,7 +87,13 @@ async def main(events: int, agents: int, batch_size: int) -> None:
         finally:
             await node.stop()
 
-        read_count, read_s = await read_only(endpoints.kafka_bootstrap, topics, 4)
+        keys = (
+            RedisKeyring.from_url(endpoints.redis_url, settings.redis_namespace)
+            if keyring == "redis"
+            else None
+        )
+        sealer = RecordSealer(keys)
+        read_count, read_s = await read_only(endpoints.kafka_bootstrap, topics, 4, sealer)
         working = RedisWorkingMemory.from_url(endpoints.redis_url, "rebuilt")
         episodic = EdgeEpisodicMemory.open(data / "rebuilt", node.embedder.dim)
         try:
@@ -89,15 +104,21 @@ async def main(events: int, agents: int, batch_size: int) -> None:
                 range(4),
                 [working, episodic],
                 batch_size=batch_size,
+                sealer=RecordSealer(keys),
             )
             rebuild_s = time.perf_counter() - started
         finally:
             await working.close()
             await episodic.close()
+            if keys is not None:
+                await keys.close()
     finally:
         stack.stop()
     source = events + 800
-    print(f"events={events} (+800 warm-up) agents={agents}, derived events in the log: {applied}")
+    print(
+        f"events={events} (+800 warm-up) agents={agents} keyring={keyring}, "
+        f"derived events in the log: {applied}"
+    )
     print(f"live ingest (1 worker, both projections): {live:,.0f} agent events/s")
     print(
         f"rebuild (read + apply, batches of {batch_size:,}): {rebuild_s:.1f}s = "
@@ -112,5 +133,8 @@ if __name__ == "__main__":
     parser.add_argument("--events", type=int, default=60_000)
     parser.add_argument("--agents", type=int, default=1_000)
     parser.add_argument("--batch-size", type=int, default=20_000)
+    parser.add_argument(
+        "--keyring", choices=["redis", "off"], default="redis", help="off: nothing sealed"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.events, args.agents, args.batch_size))
+    asyncio.run(main(args.events, args.agents, args.batch_size, args.keyring))

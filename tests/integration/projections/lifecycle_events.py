@@ -8,10 +8,12 @@ on when the rules (year ends, ticks, thresholds) decide to emit one.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Literal
 
 from processors.embedding import HashingEmbedder
 from schemas.memory_events import (
+    AgentForgotten,
     ConsolidationCompleted,
     ConsolidationOutcome,
     MemoryForgotten,
@@ -152,4 +154,18 @@ def forgotten_by_utility(
             age_unit="steps",
         ),
         config_version="test",
+    )
+
+
+def agent_forgotten(agent_id: str, *, position: SourcePosition | None = None) -> AgentForgotten:
+    """The erasure of every memory of ``agent_id``, derived from a forget-agent command at
+    ``position`` (on ``memory.schedule`` in production)."""
+    command_id = derived_event_id(agent_id, "forget-agent")
+    return AgentForgotten(
+        event_id=derived_event_id(command_id, "agent_forgotten"),
+        agent_id=agent_id,
+        key_ids=(f"{agent_id}-key-1",),
+        requested_at=datetime(2026, 1, 5, 4, 30, tzinfo=UTC),
+        caused_by=command_id,
+        source_position=position,
     )

@@ -41,6 +41,7 @@ from schemas.memory_events import (
 from schemas.topics import Topics
 from tests.integration.fixtures.qdrant import EMBEDDING_DIM
 from tests.integration.projections.lifecycle_events import (
+    agent_forgotten,
     consolidated,
     forgotten_by_utility,
     promoted,
@@ -405,6 +406,102 @@ async def test_consolidation_record_changes_no_data_but_is_applied(
     await episodic_store.apply([later])
 
     assert await state_of(episodic_store, "alice") == (count, memories, 9)
+
+
+SCHEDULE = Topics().schedule
+
+
+def forget_at(agent_id: str, offset: int) -> DerivedEvent:
+    return agent_forgotten(
+        agent_id, position=SourcePosition(topic=SCHEDULE, partition=0, offset=offset)
+    )
+
+
+@dataclass(frozen=True)
+class Forgetting:
+    """Alice's year (memories and summaries, offsets 0-6) and Bob's two memories on another
+    partition, then alice forgotten and, after that, alice's new life (offset 7)."""
+
+    before: list[DerivedEvent]
+    forget: DerivedEvent
+    new_life: list[DerivedEvent]
+    bob: list[DerivedEvent]
+
+    @property
+    def log(self) -> list[DerivedEvent]:
+        return [*self.before, *self.bob, self.forget, *self.new_life]
+
+
+def forgetting() -> Forgetting:
+    return Forgetting(
+        before=year_of("alice").log,
+        forget=forget_at("alice", 9),
+        new_life=log_of("alice", [("alice came back to town", EPISODIC)], first_offset=7),
+        bob=log_of("bob", numbered("bob", 2), partition=1),
+    )
+
+
+@pytest.mark.parametrize("one_call", [True, False], ids=["one-apply", "apply-per-event"])
+async def test_agent_forgotten_erases_that_agent_only_in_log_order(
+    episodic_store: EpisodicMemoryStore, one_call: bool
+) -> None:
+    """Alice's memories and summaries before the forget go, Bob's stay, and what alice records
+    after it (a new life) stays, in the same apply call or a later one."""
+    case = forgetting()
+    bob_before = [StoredMemory.from_event(e) for e in reversed(recorded(case.bob))]
+
+    if one_call:
+        await episodic_store.apply(case.log)
+    else:
+        for event in case.log:
+            await episodic_store.apply([event])
+
+    alice = await episodic_store.memories("alice")
+    assert [(m.content, m.level) for m in alice] == [("alice came back to town", 0)]
+    assert await episodic_store.count("alice") == 1
+    found = await episodic_store.search("alice", year_of("alice").l2.vector(), limit=10)
+    assert [m.content for m in found] == ["alice came back to town"]
+    assert await episodic_store.memories("bob") == bob_before
+    assert await episodic_store.count() == 3
+    assert await episodic_store.applied_offset(TOPIC, 0) == 7
+    assert await episodic_store.applied_offset(TOPIC, 1) == 1
+    assert await episodic_store.applied_offset(SCHEDULE, 0) == 9
+
+
+async def test_agent_forgotten_alone_empties_the_agent(
+    episodic_store: EpisodicMemoryStore,
+) -> None:
+    case = forgetting()
+    await episodic_store.apply([*case.before, *case.bob])
+    assert await episodic_store.count("alice") == 5
+
+    await episodic_store.apply([case.forget])
+
+    assert await episodic_store.memories("alice") == []
+    assert await episodic_store.count("alice") == 0
+    assert await episodic_store.count("bob") == 2
+    assert await episodic_store.applied_offset(SCHEDULE, 0) == 9
+    assert await episodic_store.applied_offset(TOPIC, 0) == 6
+
+
+async def test_replaying_the_log_after_agent_forgotten_converges(
+    episodic_store: EpisodicMemoryStore,
+) -> None:
+    """Episodic stores apply an old prefix again (see the replay test above): an old event of
+    alice brings its memory back only until the rest of the log, her forget included, is
+    applied again; the whole log twice equals once."""
+    case = forgetting()
+    await episodic_store.apply(case.log)
+    once = await state_of(episodic_store, "alice", "bob")
+
+    await episodic_store.apply(case.log)
+    assert await state_of(episodic_store, "alice", "bob") == once
+    await episodic_store.apply(case.before[:3])
+    assert await episodic_store.count("alice") == 2
+    await episodic_store.apply([*case.before[3:], *case.bob, case.forget, *case.new_life])
+
+    assert await state_of(episodic_store, "alice", "bob") == once
+    assert await episodic_store.applied_offset(SCHEDULE, 0) == 9
 
 
 async def test_memories_and_search_filter_by_level(episodic_store: EpisodicMemoryStore) -> None:

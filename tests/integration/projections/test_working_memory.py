@@ -28,6 +28,7 @@ from schemas.agent_events import Observation
 from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded, SourcePosition
 from streams.devstack.redis_server import RedisServer, RedisServerError
 from tests.integration.projections.lifecycle_events import (
+    agent_forgotten,
     consolidated,
     forgotten_by_utility,
     promoted,
@@ -219,6 +220,93 @@ async def test_consolidation_and_episodic_lifecycle_events_are_ignored_but_appli
     await working_store.apply([forgotten_by_utility(summary, position=at(6))])
     assert await working_store.memories("agent-1") == before
     assert await working_store.applied_offset(TOPIC, 0) == 6
+
+
+SCHEDULE = "memory-schedule"
+
+
+@pytest.mark.parametrize("one_call", [True, False], ids=["one-apply", "apply-per-event"])
+async def test_agent_forgotten_erases_that_agent_only_in_log_order(
+    working_store: RedisWorkingMemory, redis_server_url: str, one_call: bool
+) -> None:
+    """A's memories before the forget go, B's stay, and A's recording after it (a new life,
+    published after the command) stays whether it arrives in the same apply call or later."""
+    processor = Processor()
+    before = [
+        *processor.observe_many("agent-a", ["A saw the flood", "A moved out"]),
+        *processor.observe_many("agent-b", ["B stayed", "B bought insurance"]),
+    ]
+    forget = agent_forgotten(
+        "agent-a", position=SourcePosition(topic=SCHEDULE, partition=0, offset=7)
+    )
+    processor.states.pop("agent-a")
+    after = processor.observe("agent-a", "A came back")
+    log = [*before, forget, *after]
+
+    if one_call:
+        await working_store.apply(log)
+    else:
+        for event in log:
+            await working_store.apply([event])
+
+    assert [m.content for m in await working_store.memories("agent-a")] == ["A came back"]
+    assert [m.content for m in await working_store.memories("agent-b")] == [
+        "B bought insurance",
+        "B stayed",
+    ]
+    assert await working_store.applied_offset(TOPIC, 0) == 4
+    assert await working_store.applied_offset(SCHEDULE, 0) == 7
+
+
+async def test_agent_forgotten_leaves_no_key_of_the_agent(
+    working_store: RedisWorkingMemory, redis_server_url: str
+) -> None:
+    processor = Processor()
+    await working_store.apply(processor.observe_many("agent-a", ["A saw the flood"]))
+    await working_store.apply(processor.observe_many("agent-b", ["B stayed"]))
+    admin = aioredis.Redis.from_url(redis_server_url)
+    try:
+        pattern = f"{working_store.namespace}:*agent-a*"
+        assert [k async for k in admin.scan_iter(match=pattern)], "the agent had keys"
+
+        await working_store.apply(
+            [
+                agent_forgotten(
+                    "agent-a", position=SourcePosition(topic=SCHEDULE, partition=0, offset=0)
+                )
+            ]
+        )
+
+        assert [k async for k in admin.scan_iter(match=pattern)] == []
+    finally:
+        await admin.aclose()
+    assert await working_store.memories("agent-a") == []
+    assert [m.content for m in await working_store.memories("agent-b")] == ["B stayed"]
+    assert await working_store.applied_offset(SCHEDULE, 0) == 0
+
+
+async def test_an_old_event_replayed_after_agent_forgotten_does_not_bring_it_back(
+    working_store: RedisWorkingMemory,
+) -> None:
+    """Below the applied offset an event is a replay and is skipped; the whole batch delivered
+    again (the forget and the new life at their applied offsets, in order) ends where it was."""
+    processor = Processor()
+    old = processor.observe_many("agent-a", ["A saw the flood", "A moved out"])
+    later = processor.observe_many("agent-b", ["B stayed"])
+    forget = agent_forgotten(
+        "agent-a", position=SourcePosition(topic=SCHEDULE, partition=0, offset=3)
+    )
+    processor.states.pop("agent-a")
+    new_life = processor.observe("agent-a", "A came back")
+    batch = [*old, *later, forget, *new_life]
+    await working_store.apply(batch)
+    once = await snapshot(working_store, ["agent-a", "agent-b"], [0])
+    assert [m.content for m in once[0][0]] == ["A came back"]
+
+    await working_store.apply(old)
+    assert await snapshot(working_store, ["agent-a", "agent-b"], [0]) == once
+    await working_store.apply(batch)
+    assert await snapshot(working_store, ["agent-a", "agent-b"], [0]) == once
 
 
 async def test_applying_a_batch_twice_equals_once(working_store: RedisWorkingMemory) -> None:

@@ -26,6 +26,7 @@ from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded,
 from schemas.topics import Topics
 from streams.derived_log import read_partitions, read_records
 from streams.runtime import processing_config
+from streams.sealing import RecordSealer
 from streams.settings import EngramSettings
 
 
@@ -118,6 +119,7 @@ async def assert_exactly_once(
     published: Sequence[Observation],
     working: dict[str, list[StoredMemory]],
     *,
+    sealer: RecordSealer | None = None,
     retried_copies_allowed: bool = False,
 ) -> Outcome:
     """Every published event is remembered once, the derived log is the faultless one, a
@@ -131,7 +133,7 @@ async def assert_exactly_once(
     """
     expected = await expected_derived(bootstrap, topics, settings)
     logged = await read_partitions(
-        bootstrap, [topics.items, topics.lifecycle], range(settings.partitions)
+        bootstrap, [topics.items, topics.lifecycle], range(settings.partitions), sealer=sealer
     )
     counts = Counter(e.event_id for e in logged)
     copies = sum(n - 1 for n in counts.values())

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from streams.keyring import RedisKeyring
+from streams.sealing import RecordSealer
 from streams.settings import EngramSettings
 
 
@@ -20,3 +24,14 @@ def isolated_settings(prefix: str, data_dir: Path, **overrides: Any) -> EngramSe
         "batch_within": 0.02,
     }
     return EngramSettings(**(values | overrides))
+
+
+@asynccontextmanager
+async def log_sealer(redis_url: str, namespace: str) -> AsyncIterator[RecordSealer]:
+    """Opens what the nodes of these settings sealed: their keyring is the default, the
+    session's Redis under the settings' namespace."""
+    keyring = RedisKeyring.from_url(redis_url, namespace)
+    try:
+        yield RecordSealer(keyring)
+    finally:
+        await keyring.close()

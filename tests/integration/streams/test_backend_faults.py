@@ -31,7 +31,7 @@ from streams.publisher import AsyncPublisher, Position
 from streams.runtime import Endpoints, Node
 from streams.topic_admin import ensure_topics
 from tests.integration.streams.exactly_once import assert_exactly_once, workload
-from tests.integration.streams.isolated import isolated_settings
+from tests.integration.streams.isolated import isolated_settings, log_sealer
 from tests.integration.streams.supervised_worker import SupervisedWorker, worker_env
 from tests.integration.streams.tcp_proxy import TcpProxy
 
@@ -106,12 +106,16 @@ async def test_redis_down_mid_stream_pauses_processing_and_nothing_is_lost_or_do
             working = {agent: await node.working.memories(agent) for agent in agent_ids()}
         finally:
             await node.stop()
+        # The keys are in the Redis that went down (the default keyring), so read it now.
+        async with log_sealer(redis.url, settings.redis_namespace) as sealer:
+            outcome = await assert_exactly_once(
+                kafka_bootstrap, topics, settings, events, working, sealer=sealer
+            )
     assert restarted_pid != first_pid, "Redis was not restarted"
     assert events_at_kill < len(events), "Redis went down after the stream was processed"
     # No batch finishes without Redis; only the one past its writes when Redis died may.
     assert finished_in_outage <= 1, f"{finished_in_outage} batches finished without Redis"
     assert retries_in_outage > 0, "the pipeline did not retry the unavailable projection"
-    outcome = await assert_exactly_once(kafka_bootstrap, topics, settings, events, working)
     assert outcome.recorded == len(events)
 
 
@@ -205,9 +209,16 @@ async def test_broker_connections_cut_mid_stream_processing_resumes_exactly_once
                 finally:
                     await worker.stop()
                 working = {agent: await store.memories(agent) for agent in agent_ids()}
-                outcome = await assert_exactly_once(
-                    bootstrap, topics, settings, events, working, retried_copies_allowed=True
-                )
+                async with log_sealer(redis_server_url, settings.redis_namespace) as sealer:
+                    outcome = await assert_exactly_once(
+                        bootstrap,
+                        topics,
+                        settings,
+                        events,
+                        working,
+                        sealer=sealer,
+                        retried_copies_allowed=True,
+                    )
     finally:
         await store.clear()
         await store.close()

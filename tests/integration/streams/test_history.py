@@ -40,7 +40,7 @@ from streams.history import partition_for, read_agent_history
 from streams.publisher import AsyncPublisher
 from streams.runtime import Endpoints, Node
 from streams.topic_admin import ensure_topics
-from tests.integration.streams.isolated import isolated_settings
+from tests.integration.streams.isolated import isolated_settings, log_sealer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -229,6 +229,7 @@ async def test_the_history_is_the_agents_records_from_its_partition_in_order(
         "summarised": 1,
         "forgotten": 1,
         "consolidated": 1,
+        "agent_forgotten": 0,
         "retrieved": 1,
     }
 
@@ -356,7 +357,11 @@ async def test_the_service_puts_each_retrieval_on_the_access_topic(
             await client.retrieve(agent, top_k=1, mode="weighted", current_year=5)
             partition = partition_for(agent, settings.partitions)
             records = await read_access(kafka_bootstrap, topics.access, partition, 2)
-            events = [decode_retrieval(r.value) for r in records]
+            # Sealed with the agent's key: a query says what the agent asked.
+            assert not [r for r in records if b"two_phase" in r.value]
+            async with log_sealer(redis_server_url, settings.redis_namespace) as sealer:
+                opened = await sealer.open_all([r.value for r in records])
+            events = [decode_retrieval(o) for o in opened if isinstance(o, bytes)]
             assert [r.key for r in records] == [agent.encode()] * 2
             assert [(e.agent_id, e.mode, e.year) for e in events] == [
                 (agent, "two_phase", 4),

@@ -37,6 +37,7 @@ from streams.derived_log import read_partitions, read_records
 from streams.publisher import AsyncPublisher
 from streams.rebuild import rebuild_projections
 from streams.runtime import Endpoints, Node, processing_config
+from streams.sealing import RecordSealer
 from tests.integration.streams.isolated import isolated_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -125,7 +126,11 @@ async def run(
         retrievals = [
             r
             for _, r in await read_records(
-                kafka_bootstrap, [topics.access], range(settings.partitions), decode_retrieval
+                kafka_bootstrap,
+                [topics.access],
+                range(settings.partitions),
+                decode_retrieval,
+                sealer=RecordSealer(node.keyring),
             )
         ]
         yield node, topics, retrievals
@@ -193,7 +198,10 @@ async def test_ten_years_of_households_follow_the_pure_model(
     assert len(retrievals) == len(RETRIEVING)
     expected = expected_run(node, retrievals)
     logged = await read_partitions(
-        kafka_bootstrap, [topics.items, topics.lifecycle], range(node.settings.partitions)
+        kafka_bootstrap,
+        [topics.items, topics.lifecycle],
+        range(node.settings.partitions),
+        sealer=RecordSealer(node.keyring),
     )
     per_agent: dict[str, list[DerivedEvent]] = defaultdict(list)
     for event in logged:
@@ -257,6 +265,7 @@ async def test_rebuilding_the_projections_from_the_log_gives_the_live_memories(
             range(node.settings.partitions),
             [working, episodic],
             batch_size=3000,
+            sealer=RecordSealer(node.keyring),
         )
         assert applied > len(AGENTS) * 41
         for agent in AGENTS:

@@ -50,7 +50,7 @@ from streams.runtime import processing_config
 from streams.settings import EngramSettings
 from streams.topic_admin import ensure_topics
 from tests.benchmarks.workload import make_events
-from tests.integration.streams.isolated import isolated_settings
+from tests.integration.streams.isolated import isolated_settings, log_sealer
 from tests.integration.streams.worker_process import WorkerProcess, worker_environment
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -74,6 +74,7 @@ class Stream:
     topics: Topics
     worker: WorkerProcess
     working: RedisWorkingMemory
+    redis_url: str
     events: list[AgentEvent]
     positions: list[Position]
 
@@ -117,6 +118,7 @@ async def make_stream(
             topics=Topics(prefix),
             worker=WorkerProcess(env, tmp_path / f"{name}-worker.log"),
             working=RedisWorkingMemory.from_url(redis_server_url, settings.redis_namespace),
+            redis_url=redis_server_url,
             events=[],
             positions=[],
         )
@@ -255,9 +257,13 @@ async def assert_exactly_once(bootstrap: str, stream: Stream) -> Counter[str]:
     Redis and Qdrant Edge hold exactly what that log implies. Needs the worker stopped (the
     Edge shard is the worker's while it runs)."""
     assert not stream.worker.running
-    logged = await read_partitions(
-        bootstrap, [stream.topics.items, stream.topics.lifecycle], range(PARTITIONS)
-    )
+    async with log_sealer(stream.redis_url, stream.settings.redis_namespace) as sealer:
+        logged = await read_partitions(
+            bootstrap,
+            [stream.topics.items, stream.topics.lifecycle],
+            range(PARTITIONS),
+            sealer=sealer,
+        )
     doubled = {i: n for i, n in Counter(e.event_id for e in logged).items() if n > 1}
     assert not doubled, f"{len(doubled)} derived events are on the log more than once"
     recorded = [e for e in logged if isinstance(e, MemoryRecorded)]

@@ -20,7 +20,7 @@ from streams.cli import app as cli
 from streams.publisher import AsyncPublisher, Position
 from streams.rebuild import rebuild_projections
 from streams.runtime import Endpoints, Node
-from tests.integration.streams.isolated import isolated_settings
+from tests.integration.streams.isolated import isolated_settings, log_sealer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -124,10 +124,16 @@ async def test_replay_switches_a_running_node_to_a_new_version_and_drops_the_old
     assert sum(len(m) for m in live.values()) > 0
     working = RedisWorkingMemory.from_url(redis_server_url, f"check{uuid.uuid4().hex[:8]}")
     episodic = EdgeEpisodicMemory.open(tmp_path / "check", node.embedder.dim)
+    sealing = log_sealer(redis_server_url, settings.redis_namespace)
     try:
-        await rebuild_projections(
-            kafka_bootstrap, topics, range(settings.partitions), [working, episodic]
-        )
+        async with sealing as sealer:
+            await rebuild_projections(
+                kafka_bootstrap,
+                topics,
+                range(settings.partitions),
+                [working, episodic],
+                sealer=sealer,
+            )
         for agent in AGENTS:
             rebuilt = [
                 *await working.memories(agent),

@@ -16,13 +16,14 @@ from streams.derived_log import read_partitions
 from streams.publisher import AsyncPublisher
 from streams.runtime import Endpoints, Node
 from streams.settings import EngramSettings
-from tests.integration.streams.isolated import isolated_settings
+from tests.integration.streams.isolated import isolated_settings, log_sealer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
-async def count_records(bootstrap: str, topic: str, partitions: int) -> int:
-    return len(await read_partitions(bootstrap, [topic], range(partitions)))
+async def count_records(bootstrap: str, topic: str, partitions: int, redis_url: str) -> int:
+    async with log_sealer(redis_url, topic.split(".")[0]) as sealer:
+        return len(await read_partitions(bootstrap, [topic], range(partitions), sealer=sealer))
 
 
 async def test_a_new_worker_continues_the_state_and_derives_nothing_twice(
@@ -56,7 +57,7 @@ async def test_a_new_worker_continues_the_state_and_derives_nothing_twice(
         # Without the folded state the second worker would not evict: 13 memories, not 10.
         assert [m.content for m in working] == [f"Event {i}" for i in range(14, 4, -1)]
 
-        items_before = await count_records(kafka_bootstrap, topics.items, 2)
+        items_before = await count_records(kafka_bootstrap, topics.items, 2, redis_server_url)
         assert items_before == 15
         # A new consumer group reads every agent record again from the start.
         fresh = await Node(settings("engram-fresh-group"), endpoints, run_service=False).start()
@@ -71,4 +72,6 @@ async def test_a_new_worker_continues_the_state_and_derives_nothing_twice(
             assert stats.memories == 0
         finally:
             await fresh.stop()
-        assert await count_records(kafka_bootstrap, topics.items, 2) == items_before
+        assert (
+            await count_records(kafka_bootstrap, topics.items, 2, redis_server_url) == items_before
+        )

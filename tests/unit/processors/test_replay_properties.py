@@ -3,25 +3,24 @@
 ``test_state_fold.py`` checks that folding the log gives the live state, on streams processed
 one record per batch. These properties add what the worker does around it
 (:class:`tests.agent_streams.Worker` models :meth:`streams.ingest.IngestPipeline.handle`):
-batches of any size with the state carried between them, the log written triggered-first per
-batch and read back with its partitions interleaved, and a crash after which a new worker folds
-the log and gets the uncommitted batches again.
+batches of any size with the state carried between them, the log written batch by batch with
+a marker after each and read back with its partitions interleaved, and a crash (between
+batches, or with any part of a batch logged) after which a new worker folds the log and gets
+the uncommitted batches again.
 
-The ``xfail`` tests at the end are the smallest crashes found (by these properties) after which
-the new worker does *not* continue as the old one would have: real gaps, kept as failing
-examples until the processors close them.
+The tests at the end are the smallest crashes these properties once found, from before the
+markers: kept as examples of what a partial batch must not do.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processors.batch import RawRecord
-from processors.state_fold import FoldedState
+from processors.state_fold import FoldedState, logged_batches
 from schemas.codec import decode_retrieval
 from schemas.memory_events import (
     ConsolidationCompleted,
@@ -32,14 +31,23 @@ from schemas.memory_events import (
     MemorySummarised,
     SourcePosition,
 )
-from streams.ingest import split_triggered
-from tests.agent_streams import TOPICS, Action, Worker, action, build_stream, projected, run, split
+from tests.agent_streams import (
+    TOPICS,
+    Action,
+    Worker,
+    action,
+    build_stream,
+    partition_of,
+    projected,
+    run,
+    split,
+)
 
 actions = st.lists(action, min_size=30, max_size=120)
 cuts = st.lists(st.integers(1, 150), max_size=30)
 
-InFlight = Callable[[list[DerivedEvent], list[DerivedEvent]], list[DerivedEvent]]
-"""(triggered, following) of the batch in flight -> what of it the broker took."""
+InFlight = Callable[[list[DerivedEvent]], list[DerivedEvent]]
+"""What the batch in flight derived (emission order) -> what of it the broker took."""
 
 
 def folded_from(worker: Worker, records: list[RawRecord], seed: int) -> FoldedState:
@@ -74,31 +82,17 @@ def take_over_after(
     batches: list[list[RawRecord]], crashed: int, in_flight: InFlight | None, seed: int
 ) -> Worker:
     """A worker that logged ``batches[:crashed]`` (and what ``in_flight`` lets through of the
-    next one) crashed; the new one folds the log and the retrievals of the logged batches.
+    next one, without its marker) crashed; the new one folds the log and the retrievals of the
+    logged batches.
 
     Retrievals that reach ``memory.access`` later are later arrivals, which may legitimately
     count before or after agent events they raced with (README, "Memory over time").
     """
     first = run(batches[:crashed])
     if in_flight is not None:
-        triggered, following = split_triggered(first.derive(batches[crashed]))
-        first.write(in_flight(triggered, following))
+        first.write(in_flight(first.derive(batches[crashed])))
     retrievals = [r for batch in batches[:crashed] for r in batch if r.kind == "retrieval"]
     return Worker.take_over(first.log, retrievals, seed)
-
-
-def first_redeliverable(batches: list[list[RawRecord]], crashed: int, worker: Worker) -> int:
-    """The first batch a redelivery may start at without bringing back a tick the log does not
-    mark as done (a tick that derived nothing: the known gap of
-    ``test_a_redelivered_tick_that_derived_nothing_derives_nothing_again``)."""
-    done = worker.folded.derived_upto
-    start = crashed
-    while start > 0 and all(
-        r.kind != "tick" or r.offset <= done.get((r.topic, r.partition), -1)
-        for r in batches[start - 1]
-    ):
-        start -= 1
-    return start
 
 
 def continue_and_check(
@@ -108,16 +102,15 @@ def continue_and_check(
     committed: int,
     seed: int = 0,
 ) -> None:
-    """Redeliver ``batches[committed:]`` to ``second``; the log it leaves behind must hold what
-    an uninterrupted worker wrote (some events twice, identically), so projections and state
+    """Redeliver ``batches[committed:]`` to ``second``; the log it leaves behind must count
+    (markers) what an uninterrupted worker wrote, each event once, so projections and state
     are those of the uninterrupted run."""
     for batch in batches[committed:]:
         second.handle(batch)
     uninterrupted = run(batches)
-    logged: dict[str, DerivedEvent] = {}
-    for event in (e for events in second.log.values() for e in events):
-        first_copy = logged.setdefault(event.event_id, event)
-        assert first_copy == event, f"two different events with one id: {first_copy} {event}"
+    counted = logged_batches(second.read_back(seed), TOPICS.schedule).events
+    logged = {e.event_id: e for e in counted}
+    assert len(logged) == len(counted), "an event counts twice"
     assert logged == {e.event_id: e for e in uninterrupted.emitted}
     assert projected(second.replayed(seed)) == projected(uninterrupted.emitted)
     assert second.folded.states == uninterrupted.folded.states
@@ -134,26 +127,36 @@ def test_a_worker_that_takes_over_after_a_crash_between_batches_continues_exactl
     batches = split(records, cuts)
     crashed = data.draw(st.integers(0, len(batches)), label="batches logged")
     second = take_over_after(batches, crashed, None, seed)
-    earliest = first_redeliverable(batches, crashed, second)
-    committed = data.draw(st.integers(earliest, crashed), label="batches committed")
+    committed = data.draw(st.integers(0, crashed), label="batches committed")
     continue_and_check(records, batches, second, committed, seed)
 
 
 @settings(max_examples=100, deadline=None)
 @given(actions=actions, cuts=cuts, seed=st.integers(0, 2**16), data=st.data())
-def test_a_worker_that_crashed_before_a_recording_reached_the_log_continues_exactly(
+def test_a_worker_that_crashed_while_logging_a_batch_continues_exactly(
     actions: list[Action], cuts: list[int], seed: int, data: st.DataObject
 ) -> None:
-    """The worker crashed after what a record triggered was logged, before its recording: the
-    fold's rule (a record is done once its recording is logged) makes the new worker derive
-    it again, and what it triggered must come out the same, not twice."""
+    """The worker crashed while the broker was taking a batch: each partition of the derived
+    topics got some prefix of what was sent to it, and no marker. Those events must count for
+    nothing; the new worker derives the whole batch again, identically."""
     records, _ = build_stream(actions)
-    at = data.draw(st.integers(0, len(records) - 1), label="record in flight")
-    batches = split(records, [*cuts, at, at + 1])
-    crashed = next(i for i, batch in enumerate(batches) if batch[0] is records[at])
-    second = take_over_after(batches, crashed, lambda triggered, _: triggered, seed)
-    earliest = first_redeliverable(batches, crashed, second)
-    committed = data.draw(st.integers(earliest, crashed), label="batches committed")
+    batches = split(records, cuts)
+    crashed = data.draw(st.integers(0, len(batches) - 1), label="batch in flight")
+
+    def some_of_each_partition(derived: list[DerivedEvent]) -> list[DerivedEvent]:
+        sent: dict[tuple[bool, int], list[DerivedEvent]] = {}
+        for event in derived:
+            sent.setdefault((isinstance(event, MemoryRecorded), partition_of(event)), []).append(
+                event
+            )
+        taken: list[DerivedEvent] = []
+        for key, events in sorted(sent.items()):
+            n = data.draw(st.integers(0, len(events)), label=f"logged of {key}")
+            taken.extend(events[:n])
+        return taken
+
+    second = take_over_after(batches, crashed, some_of_each_partition, seed)
+    committed = data.draw(st.integers(0, crashed), label="batches committed")
     continue_and_check(records, batches, second, committed, seed)
 
 
@@ -206,76 +209,66 @@ def test_the_generated_streams_exercise_every_rule() -> None:
     assert any(s.retrievals for s in summaries), "retrievals reach the state"
 
 
-# --- Known gaps: the smallest failing crashes, until the processors close them. -----------
+# --- The smallest crashes found before the markers: a partial batch must count for nothing. ---
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a tick is marked done only by what it derived, so one that derived nothing is "
-    "derived again on redelivery, against the state of every record logged after it",
-)
 def test_a_redelivered_tick_that_derived_nothing_derives_nothing_again() -> None:
-    """A tick, then two memories of a wall-clock agent, logged but not committed: the
-    redelivered tick summarises the two memories it preceded (an L1 the uninterrupted worker
-    never made)."""
+    """A tick, then two memories of a wall-clock agent, logged but not committed: the marker
+    says the tick is done, so the redelivered tick does not summarise the two memories it
+    preceded (an L1 the uninterrupted worker never made)."""
     records, _ = build_stream([("0", "tick", 1), ("W1", "observe", 1), ("W1", "observe", 1)])
     batches = [records]
     continue_and_check(records, batches, take_over_after(batches, 1, None, 0), committed=0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the fold adds a promoted copy without marking its original considered, so the "
-    "re-derived year end promotes it again and counts the copy twice against capacity",
-)
-def test_a_promotion_logged_without_its_consolidation_record_is_kept() -> None:
+def test_a_promotion_logged_without_its_consolidation_record_is_left_out() -> None:
     """Four episodic memories, a working one of 0.75, then a record of the next year: the
     year end promotes the copy (5 of 5). The crash logs the promotion, not the consolidation
-    record; the new worker promotes again and forgets the copy for capacity."""
+    record; folded, the promotion would make the new worker promote again and forget the copy
+    for capacity."""
     fill: list[Action] = [("S1", "observe", 7)] * 4
     records, _ = build_stream(
         [*fill, ("S1", "observe", 5), ("S1", "advance", 4), ("S1", "observe", 1)]
     )
     batches = split(records, range(len(records)))
-    second = take_over_after(batches, len(batches) - 1, lambda t, _: t[:1], 0)
+    second = take_over_after(
+        batches,
+        len(batches) - 1,
+        lambda derived: [e for e in derived if isinstance(e, MemoryPromoted)][:1],
+        0,
+    )
+    assert second.folded.states == run(batches[:-1]).folded.states
     continue_and_check(records, batches, second, committed=len(batches) - 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="split_triggered sends the triggered events of the whole batch before any of its "
-    "recordings, so a later record's summary can be logged without the recordings it covers",
-)
-def test_a_batch_whose_triggered_events_were_logged_is_derived_again_identically() -> None:
+def test_a_batch_whose_lifecycle_events_were_logged_is_derived_again_identically() -> None:
     """One batch: two working memories at step 0, a third at step 1, whose session end
-    summarises the first two. The crash logs the summary, not the recordings: the new worker
-    gives the memories other seqs and summarises them again under the same id."""
+    summarises the first two. The crash logs the summary, not the recordings: folded, the
+    summary would make the new worker give the memories other seqs and summarise them again
+    under the same id."""
     records, _ = build_stream(
         [("S1", "observe", 1), ("S1", "observe", 1), ("S1", "advance", 1), ("S1", "observe", 1)]
     )
     batches = [records]
-    second = take_over_after(batches, 0, lambda triggered, _: triggered, 0)
+    second = take_over_after(
+        batches, 0, lambda derived: [e for e in derived if not isinstance(e, MemoryRecorded)], 0
+    )
+    assert second.folded.states == {}
     continue_and_check(records, batches, second, committed=0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the fold never applies capacity, so a recording logged without the capacity "
-    "forgetting it caused (another topic) leaves the evicted memory in the folded state",
-)
 def test_a_recording_logged_without_its_capacity_forgetting_changes_nothing() -> None:
     """Five working memories of 0.75 in year 0 (capacity 4), then a record of year 1. The
-    crash logs the fifth recording but not the forgetting of the first: the new worker
-    promotes the first memory at year end, which the uninterrupted worker had forgotten."""
+    crash logs the fifth recording but not the forgetting of the first: folded, the recording
+    would make the new worker promote the first memory at year end, which the uninterrupted
+    worker had forgotten."""
     records, _ = build_stream(
         [("S1", "observe", 5)] * 5 + [("S1", "advance", 4), ("S1", "observe", 1)]
     )
     batches = split(records, range(len(records)))
 
-    def recording_only(
-        triggered: list[DerivedEvent], following: list[DerivedEvent]
-    ) -> list[DerivedEvent]:
-        return [*triggered, *(e for e in following if isinstance(e, MemoryRecorded))]
+    def recording_only(derived: list[DerivedEvent]) -> list[DerivedEvent]:
+        return [e for e in derived if not isinstance(e, MemoryForgotten)]
 
     second = take_over_after(batches, len(batches) - 2, recording_only, 0)
     continue_and_check(records, batches, second, committed=len(batches) - 2)

@@ -15,6 +15,7 @@ from projections.history import (
     build_timeline,
 )
 from schemas.memory_events import (
+    AgentForgotten,
     ConsolidationCompleted,
     ConsolidationOutcome,
     ImportanceInputs,
@@ -233,9 +234,31 @@ def test_every_kind_is_rendered_with_what_matters() -> None:
         "summarised": 1,
         "forgotten": 2,
         "consolidated": 1,
+        "agent_forgotten": 0,
         "retrieved": 2,
     }
     assert entries[4].position == LogPosition(topic="memory.lifecycle", partition=1, offset=3)
+
+
+def test_a_forgotten_agent_has_an_entry_without_content() -> None:
+    """The erasure is on the timeline, after what it erased, and names no memory or content."""
+    flood = recorded("m-flood", "Year 3: A major flood", at(0))
+    erased = AgentForgotten(
+        agent_id=AGENT,
+        occurred_at=at(1),
+        key_ids=("k1", "k2"),
+        requested_at=at(1),
+        caused_by="forget-command",
+    )
+    timeline = build_timeline(AGENT, [on("lifecycle", 4, erased), on("items", 2, flood)])
+    assert [e.kind for e in timeline.entries] == ["recorded", "agent_forgotten"]
+    entry = timeline.entries[1]
+    assert (entry.memory_id, entry.related_ids) == (None, ())
+    assert (
+        entry.text == "agent forgotten: every memory left the projections, 2 sealing keys deleted"
+    )
+    assert entry.event_id == erased.event_id
+    assert timeline.counts["agent_forgotten"] == 1
 
 
 def test_long_content_is_previewed_on_one_line() -> None:

@@ -13,7 +13,7 @@ from processors.batch import RawRecord
 from schemas.topics import Topics
 from streams.cli import app
 from streams.devstack.ports import free_port
-from streams.reprocess import TimedRecord, derived_topics_of, merge_in_time_order
+from streams.reprocess import TimedRecord, derived_topics_of, group_of, merge_in_time_order
 
 
 def timed(topic: str, offset: int, timestamp: int) -> TimedRecord:
@@ -74,6 +74,11 @@ def test_the_derived_log_of_a_version_sits_beside_the_live_topics() -> None:
         "tenant.v3.memory.lifecycle",
         "tenant.v3.memory.deadletter",
     )
+    # The raw topics stay the live ones: a tick's derived events are recognised as a tick's
+    # when the state is folded back, and workers continuing the version read these.
+    assert derived.schedule == "tenant.memory.schedule"
+    assert derived.observations == "tenant.agent.observations"
+    assert group_of(Topics("tenant."), "engram", "v3") == "tenant.engram.v3"
 
 
 @pytest.mark.parametrize(
@@ -122,6 +127,8 @@ def test_an_unreachable_broker_is_one_readable_error(tmp_path: Path) -> None:
         "ENGRAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}",
         "ENGRAM_REDIS_URL": f"redis://127.0.0.1:{free_port()}",
         "ENGRAM_QDRANT_PATH": str(tmp_path),
+        # Otherwise the keyring's location is read from the (unreachable) Redis first.
+        "ENGRAM_KEYRING": "off",
     }
     result = CliRunner().invoke(app, ["reprocess"], env=env)
     assert result.exit_code == 2, result.output

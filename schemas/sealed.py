@@ -1,0 +1,121 @@
+"""Sealed records: an event's JSON encrypted with its agent's key, so deleting the key makes every
+copy of the event unreadable (on the topics, in exports, in backups of the broker).
+
+The log is immutable; Kafka cannot delete one agent's records from a partition. Crypto-shredding
+is how an event-sourced store forgets: each agent's content is encrypted with a key of its own,
+and ``engram forget-agent`` deletes the key (README, "Forgetting an agent").
+
+Wire form, a JSON object whose first key tells it apart from an event without parsing it::
+
+    {"sealed": 1, "agent_id": "...", "key_id": "...", "nonce": "<b64>", "data": "<b64>"}
+
+``data`` is AES-256-GCM of the event's JSON bytes, with ``agent_id`` and ``key_id`` as
+associated data: a sealed record moved to another agent or key does not open. The agent id
+stays readable: it keys the partition and names the key, and it is the one thing a forgotten
+agent leaves behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from dataclasses import dataclass
+
+import orjson
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+SEALED_PREFIX = b'{"sealed":1,'
+"""orjson keeps key order, so every sealed record starts with these bytes; an event never does
+(its first key is ``schema_version`` or ``event_type``)."""
+
+KEY_BYTES = 32
+NONCE_BYTES = 12
+
+
+class SealError(ValueError):
+    """A record claims to be sealed but its header, or its ciphertext under the key, is broken."""
+
+
+@dataclass(frozen=True)
+class AgentKey:
+    agent_id: str
+    key_id: str
+    secret: bytes
+
+    def __post_init__(self) -> None:
+        if len(self.secret) != KEY_BYTES:
+            raise ValueError(f"an agent key has {KEY_BYTES} bytes, not {len(self.secret)}")
+
+    def __repr__(self) -> str:
+        return f"AgentKey(agent_id={self.agent_id!r}, key_id={self.key_id!r}, secret=<hidden>)"
+
+
+def new_agent_key(agent_id: str) -> AgentKey:
+    return AgentKey(agent_id, os.urandom(8).hex(), AESGCM.generate_key(bit_length=256))
+
+
+@dataclass(frozen=True)
+class SealedHeader:
+    agent_id: str
+    key_id: str
+
+
+def _associated(agent_id: str, key_id: str) -> bytes:
+    return f"engram/sealed/v1\x00{agent_id}\x00{key_id}".encode()
+
+
+def is_sealed(raw: bytes) -> bool:
+    return raw.startswith(SEALED_PREFIX)
+
+
+def seal(key: AgentKey, plaintext: bytes) -> bytes:
+    nonce = os.urandom(NONCE_BYTES)
+    data = AESGCM(key.secret).encrypt(nonce, plaintext, _associated(key.agent_id, key.key_id))
+    return orjson.dumps(
+        {
+            "sealed": 1,
+            "agent_id": key.agent_id,
+            "key_id": key.key_id,
+            "nonce": base64.b64encode(nonce).decode("ascii"),
+            "data": base64.b64encode(data).decode("ascii"),
+        }
+    )
+
+
+def _fields(raw: bytes) -> dict[str, object]:
+    try:
+        fields = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise SealError(f"a sealed record that is not JSON: {exc}") from None
+    if not isinstance(fields, dict) or fields.get("sealed") != 1:
+        raise SealError("not a sealed record of version 1")
+    return fields
+
+
+def sealed_header(raw: bytes) -> SealedHeader:
+    """Who a sealed record belongs to and which key opens it, read without the key."""
+    fields = _fields(raw)
+    agent_id, key_id = fields.get("agent_id"), fields.get("key_id")
+    if not isinstance(agent_id, str) or not isinstance(key_id, str) or not agent_id or not key_id:
+        raise SealError("a sealed record without agent_id and key_id")
+    return SealedHeader(agent_id, key_id)
+
+
+def unseal(raw: bytes, key: AgentKey) -> bytes:
+    """The event's JSON bytes; :class:`SealError` if the record was not sealed with ``key``."""
+    fields = _fields(raw)
+    if fields.get("agent_id") != key.agent_id or fields.get("key_id") != key.key_id:
+        raise SealError(
+            f"sealed for {fields.get('agent_id')!r}/{fields.get('key_id')!r}, "
+            f"not {key.agent_id!r}/{key.key_id!r}"
+        )
+    nonce, data = fields.get("nonce"), fields.get("data")
+    if not isinstance(nonce, str) or not isinstance(data, str):
+        raise SealError("a sealed record without nonce and data")
+    try:
+        return AESGCM(key.secret).decrypt(
+            base64.b64decode(nonce), base64.b64decode(data), _associated(key.agent_id, key.key_id)
+        )
+    except (InvalidTag, ValueError) as exc:
+        raise SealError(f"the sealed data does not open with its key ({exc!r})") from None
