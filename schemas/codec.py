@@ -6,7 +6,7 @@ record reports, so a poison record is always classified and never crashes a proc
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import orjson
@@ -161,11 +161,16 @@ def decode_derived_event(raw: bytes) -> DerivedEvent:
 
 
 def _decode_as(raw: bytes, model: type[_M], event_type: str) -> _M:
+    return _decode_one_of(raw, {event_type: model}, f"{event_type} events")
+
+
+def _decode_one_of(raw: bytes, models: Mapping[str, type[_M]], where: str) -> _M:
+    """The record as the model of its ``event_type`` among ``models``; any other type is on
+    the wrong topic (``where`` names what the topic holds)."""
     payload = upcast(_load_object(raw))
-    if payload["event_type"] != event_type:
-        raise DecodeError(
-            "wrong_topic", f"a {payload['event_type']} event where {event_type} events go"
-        )
+    model = models.get(payload["event_type"])
+    if model is None:
+        raise DecodeError("wrong_topic", f"a {payload['event_type']} event where {where} go")
     try:
         return model.model_validate(payload)
     except ValidationError as exc:
@@ -179,20 +184,11 @@ def decode_tick(raw: bytes) -> ScheduleTick:
 
 def decode_schedule(raw: bytes) -> ScheduleTick | ForgetAgent:
     """Bytes from ``memory.schedule`` (ticks and forget-agent commands), or :class:`DecodeError`."""
-    payload = upcast(_load_object(raw))
-    model: type[ScheduleTick] | type[ForgetAgent]
-    if payload["event_type"] == "agent.forget":
-        model = ForgetAgent
-    elif payload["event_type"] == "schedule.tick":
-        model = ScheduleTick
-    else:
-        raise DecodeError(
-            "wrong_topic", f"a {payload['event_type']} event where ticks and commands go"
-        )
-    try:
-        return model.model_validate(payload)
-    except ValidationError as exc:
-        raise DecodeError("invalid", _validation_message(exc)) from None
+    models: dict[str, type[ScheduleTick | ForgetAgent]] = {
+        "schedule.tick": ScheduleTick,
+        "agent.forget": ForgetAgent,
+    }
+    return _decode_one_of(raw, models, "ticks and commands")
 
 
 def decode_retrieval(raw: bytes) -> MemoryRetrieved:

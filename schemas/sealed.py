@@ -57,8 +57,12 @@ def new_agent_key(agent_id: str) -> AgentKey:
 
 @dataclass(frozen=True)
 class SealedHeader:
+    """A sealed record parsed once: whose it is, which key opens it, and what to open."""
+
     agent_id: str
     key_id: str
+    nonce: str = ""
+    data: str = ""
 
 
 def _associated(agent_id: str, key_id: str) -> bytes:
@@ -99,23 +103,25 @@ def sealed_header(raw: bytes) -> SealedHeader:
     agent_id, key_id = fields.get("agent_id"), fields.get("key_id")
     if not isinstance(agent_id, str) or not isinstance(key_id, str) or not agent_id or not key_id:
         raise SealError("a sealed record without agent_id and key_id")
-    return SealedHeader(agent_id, key_id)
-
-
-def unseal(raw: bytes, key: AgentKey) -> bytes:
-    """The event's JSON bytes; :class:`SealError` if the record was not sealed with ``key``."""
-    fields = _fields(raw)
-    if fields.get("agent_id") != key.agent_id or fields.get("key_id") != key.key_id:
-        raise SealError(
-            f"sealed for {fields.get('agent_id')!r}/{fields.get('key_id')!r}, "
-            f"not {key.agent_id!r}/{key.key_id!r}"
-        )
     nonce, data = fields.get("nonce"), fields.get("data")
     if not isinstance(nonce, str) or not isinstance(data, str):
         raise SealError("a sealed record without nonce and data")
+    return SealedHeader(agent_id, key_id, nonce, data)
+
+
+def unseal(raw: bytes | SealedHeader, key: AgentKey) -> bytes:
+    """The event's JSON bytes; :class:`SealError` if the record was not sealed with ``key``.
+    Takes the record's bytes, or its :func:`sealed_header` (not parsed twice)."""
+    sealed = raw if isinstance(raw, SealedHeader) else sealed_header(raw)
+    if sealed.agent_id != key.agent_id or sealed.key_id != key.key_id:
+        raise SealError(
+            f"sealed for {sealed.agent_id!r}/{sealed.key_id!r}, not {key.agent_id!r}/{key.key_id!r}"
+        )
     try:
         return AESGCM(key.secret).decrypt(
-            base64.b64decode(nonce), base64.b64decode(data), _associated(key.agent_id, key.key_id)
+            base64.b64decode(sealed.nonce),
+            base64.b64decode(sealed.data),
+            _associated(key.agent_id, key.key_id),
         )
     except (InvalidTag, ValueError) as exc:
         raise SealError(f"the sealed data does not open with its key ({exc!r})") from None

@@ -921,12 +921,7 @@ def versions_activate(
 
     async def main() -> None:
         try:
-            known = {i.version.name: i for i in await versions.versions()}
-            info = known.get(name)
-            if info is None:
-                fail(f"no projection version {name!r} (engram versions lists them)")
-            if info.active:
-                fail(f"version {name!r} is active already")
+            info = await _inactive_version(versions, name, "is active already")
             derived = info.derived_log
             if derived is None:
                 fail(
@@ -949,6 +944,16 @@ def versions_activate(
     run(main)
 
 
+async def _inactive_version(versions: Any, name: str, if_active: str) -> Any:
+    """The registered version ``name``, or one line saying why not."""
+    info = {i.version.name: i for i in await versions.versions()}.get(name)
+    if info is None:
+        fail(f"no projection version {name!r} (engram versions lists them)")
+    if info.active:
+        fail(f"version {name!r} {if_active}")
+    return info
+
+
 @versions_app.command("drop")
 def versions_drop(
     name: Annotated[str, typer.Argument(help="The version to delete (not the active one).")],
@@ -964,12 +969,9 @@ def versions_drop(
         from streams.replay import wait_until_unused
 
         try:
-            known = {i.version.name: i for i in await versions.versions()}
-            info = known.get(name)
-            if info is None:
-                fail(f"no projection version {name!r} (engram versions lists them)")
-            if info.active:
-                fail(f"version {name!r} is active; replay into another one first")
+            info = await _inactive_version(
+                versions, name, "is active; replay into another one first"
+            )
             await wait_until_unused(versions, info.version, timeout=timeout)
             await drop(info.version)
             console.print(f"dropped version {name}")

@@ -379,15 +379,20 @@ class IngestPipeline:
     async def _with_keyring(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
         """A keyring that is down (by default it lives in the projections' Redis) pauses the
         batch like a projection that is down: retried with backoff, never skipped."""
+        return await self._retrying("keyring", lambda: call(*args))
+
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``call`` until a backend that is down is back (backoff up to ``max_backoff``),
+        instead of losing the batch, unless the worker is stopping."""
         delay = 0.1
         while True:
             try:
-                return await call(*args)
-            except KeyringError as exc:
+                return await call()
+            except (ProjectionError, KeyringError) as exc:
                 if self.should_stop():
                     raise
                 self.stats.projection_retries += 1
-                log.warning("keyring unavailable, retrying in %.1fs: %s", delay, exc)
+                log.warning("%s unavailable, retrying in %.1fs: %s", what, delay, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.max_backoff)
 
@@ -447,20 +452,12 @@ class IngestPipeline:
     async def _on_every_store(
         self, write: Callable[[WorkingMemoryStore | EpisodicMemoryStore], Awaitable[None]]
     ) -> None:
-        """Run ``write`` on both projections; retry while a backend is down (with backoff up
-        to ``max_backoff``) instead of losing the batch, unless the worker is stopping."""
-        delay = 0.1
-        while True:
-            try:
-                await asyncio.gather(*(write(store) for store in self.stores))
-                return
-            except ProjectionError as exc:
-                if self.should_stop():
-                    raise
-                self.stats.projection_retries += 1
-                log.warning("projection unavailable, retrying in %.1fs: %s", delay, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.max_backoff)
+        """Run ``write`` on both projections, retried while a backend is down."""
+
+        async def on_both() -> None:
+            await asyncio.gather(*(write(store) for store in self.stores))
+
+        await self._retrying("projection", on_both)
 
     async def advance_past(
         self, records: Sequence[RawRecord], derived: Sequence[DerivedEvent]

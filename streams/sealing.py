@@ -113,7 +113,7 @@ class RecordSealer:
                 f"sealed with key {header.key_id} of {header.agent_id}, and {where}",
             )
         try:
-            return unseal(raw, key)
+            return unseal(header, key)
         except SealError as exc:
             raise DecodeError("invalid", str(exc)) from None
 

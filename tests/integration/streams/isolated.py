@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from typer.testing import CliRunner, Result
+
+from streams.cli import app as cli
 from streams.keyring import RedisKeyring
 from streams.sealing import RecordSealer
 from streams.settings import EngramSettings
@@ -35,3 +39,24 @@ async def log_sealer(redis_url: str, namespace: str) -> AsyncIterator[RecordSeal
         yield RecordSealer(keyring)
     finally:
         await keyring.close()
+
+
+def cli_env(
+    settings: EngramSettings, kafka_bootstrap: str, redis_url: str, **extra: str
+) -> dict[str, str]:
+    """The ``ENGRAM_*`` variables that point the command line at the same topics and stores
+    as a node of ``settings``; ``extra`` adds or overrides (``ENGRAM_EMBEDDER="hashing-64"``)."""
+    return {
+        "ENGRAM_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "ENGRAM_REDIS_URL": redis_url,
+        "ENGRAM_TOPIC_PREFIX": settings.topic_prefix,
+        "ENGRAM_REDIS_NAMESPACE": settings.redis_namespace,
+        "ENGRAM_QDRANT_PATH": str(settings.edge_path()),
+        "ENGRAM_PARTITIONS": str(settings.partitions),
+        **extra,
+    }
+
+
+async def invoke(args: list[str], env: dict[str, str]) -> Result:
+    """``engram ARGS`` in a thread (the command runs its own event loop)."""
+    return await asyncio.to_thread(CliRunner().invoke, cli, args, env=env)

@@ -4,7 +4,6 @@ a new life. Real broker, Redis (projections and keyring) and Qdrant Edge."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,6 @@ from typing import Any
 import orjson
 import pytest
 from aiokafka import ConsumerRecord, TopicPartition
-from typer.testing import CliRunner, Result
 
 from projections.episodic.edge import EdgeEpisodicMemory
 from projections.memory import StoredMemory
@@ -20,14 +18,13 @@ from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import Observation
 from schemas.codec import DecodeError
 from schemas.topics import Topics
-from streams.cli import app as cli
 from streams.derived_log import read_to_end
 from streams.keyring import RedisKeyring
 from streams.publisher import AsyncPublisher
 from streams.rebuild import rebuild_projections
 from streams.runtime import Endpoints, Node
 from streams.sealing import FORGOTTEN, RecordSealer
-from tests.integration.streams.isolated import isolated_settings
+from tests.integration.streams.isolated import cli_env, invoke, isolated_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -68,24 +65,13 @@ async def every_record(bootstrap: str, topics: Topics, partitions: int) -> list[
     return values
 
 
-async def invoke(args: list[str], env: dict[str, str]) -> Result:
-    return await asyncio.to_thread(CliRunner().invoke, cli, args, env=env)
-
-
 async def test_a_forgotten_agent_leaves_the_projections_and_the_readable_log(
     kafka_bootstrap: str, redis_server_url: str, tmp_path: Path
 ) -> None:
     prefix = f"forget{uuid.uuid4().hex[:8]}."
     settings = isolated_settings(prefix, tmp_path / "live", schedule_interval=0)
     topics = Topics(prefix)
-    env = {
-        "ENGRAM_KAFKA_BOOTSTRAP": kafka_bootstrap,
-        "ENGRAM_REDIS_URL": redis_server_url,
-        "ENGRAM_TOPIC_PREFIX": prefix,
-        "ENGRAM_REDIS_NAMESPACE": settings.redis_namespace,
-        "ENGRAM_QDRANT_PATH": str(settings.edge_path()),
-        "ENGRAM_PARTITIONS": str(settings.partitions),
-    }
+    env = cli_env(settings, kafka_bootstrap, redis_server_url)
     node = await Node(settings, Endpoints(kafka_bootstrap, redis_server_url)).start()
     try:
         assert node.pipeline is not None

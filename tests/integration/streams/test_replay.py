@@ -9,18 +9,16 @@ from pathlib import Path
 
 import httpx
 import pytest
-from typer.testing import CliRunner, Result
 
 from projections.episodic.edge import EdgeEpisodicMemory
 from projections.memory import StoredMemory
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import Observation
 from schemas.topics import Topics
-from streams.cli import app as cli
 from streams.publisher import AsyncPublisher, Position
 from streams.rebuild import rebuild_projections
 from streams.runtime import Endpoints, Node
-from tests.integration.streams.isolated import isolated_settings, log_sealer
+from tests.integration.streams.isolated import cli_env, invoke, isolated_settings, log_sealer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -51,24 +49,13 @@ async def contents(node: Node) -> dict[str, list[StoredMemory]]:
     }
 
 
-async def invoke(args: list[str], env: dict[str, str]) -> Result:
-    return await asyncio.to_thread(CliRunner().invoke, cli, args, env=env)
-
-
 async def test_replay_switches_a_running_node_to_a_new_version_and_drops_the_old(
     kafka_bootstrap: str, redis_server_url: str, tmp_path: Path
 ) -> None:
     prefix = f"replay{uuid.uuid4().hex[:8]}."
     settings = isolated_settings(prefix, tmp_path / "live", schedule_interval=0)
     topics = Topics(prefix)
-    env = {
-        "ENGRAM_KAFKA_BOOTSTRAP": kafka_bootstrap,
-        "ENGRAM_REDIS_URL": redis_server_url,
-        "ENGRAM_TOPIC_PREFIX": prefix,
-        "ENGRAM_REDIS_NAMESPACE": settings.redis_namespace,
-        "ENGRAM_QDRANT_PATH": str(settings.edge_path()),
-        "ENGRAM_PARTITIONS": str(settings.partitions),
-    }
+    env = cli_env(settings, kafka_bootstrap, redis_server_url)
     node = await Node(settings, Endpoints(kafka_bootstrap, redis_server_url)).start()
     try:
         assert node.pipeline is not None

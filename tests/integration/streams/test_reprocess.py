@@ -5,12 +5,10 @@ left exactly as they were."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner, Result
 
 from projections.episodic.edge import EdgeEpisodicMemory
 from projections.interfaces import ProjectionError
@@ -26,12 +24,13 @@ from schemas.memory_events import (
     MemoryWritten,
 )
 from schemas.topics import Topics
-from streams.cli import app as cli
 from streams.derived_log import read_partitions
+from streams.keyring import RedisKeyring
 from streams.publisher import AsyncPublisher
 from streams.rebuild import rebuild_projections
 from streams.runtime import Endpoints, Node
-from tests.integration.streams.isolated import isolated_settings
+from streams.sealing import RecordSealer
+from tests.integration.streams.isolated import cli_env, invoke, isolated_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -65,10 +64,6 @@ async def snapshot(
     }
 
 
-async def invoke(args: list[str], env: dict[str, str]) -> Result:
-    return await asyncio.to_thread(CliRunner().invoke, cli, args, env=env)
-
-
 async def opens_with(path: Path, dim: int) -> bool:
     """Whether the Edge shard at ``path`` holds vectors of ``dim`` (another dimension fails)."""
     try:
@@ -97,8 +92,7 @@ async def test_reprocess_derives_a_new_version_with_the_new_rules_and_embedder(
     kafka_bootstrap: str, redis_server_url: str, tmp_path: Path
 ) -> None:
     prefix = f"reproc{uuid.uuid4().hex[:8]}."
-    # Per-agent sealing is beside the point here, and both logs are read back.
-    settings = isolated_settings(prefix, tmp_path / "live", schedule_interval=0, keyring="off")
+    settings = isolated_settings(prefix, tmp_path / "live", schedule_interval=0)
     topics = Topics(prefix)
     parts = range(settings.partitions)
     old_edge = settings.edge_path() / settings.qdrant_collection
@@ -118,26 +112,31 @@ async def test_reprocess_derives_a_new_version_with_the_new_rules_and_embedder(
         before = await snapshot(old_working, old_episodic)
     finally:
         await old_episodic.close()
-    old_log = await read_partitions(kafka_bootstrap, (topics.items, topics.lifecycle), parts)
+    # Sealed with the agents' keys (the default keyring, in the session's Redis), as is the log
+    # the reprocess writes: it opens the raw records and seals what it derives.
+    keyring = RedisKeyring.from_url(redis_server_url, settings.redis_namespace)
+    sealer = RecordSealer(keyring)
+    old_log = await read_partitions(
+        kafka_bootstrap, (topics.items, topics.lifecycle), parts, sealer=sealer
+    )
 
-    env = {
-        "ENGRAM_KAFKA_BOOTSTRAP": kafka_bootstrap,
-        "ENGRAM_REDIS_URL": redis_server_url,
-        "ENGRAM_TOPIC_PREFIX": prefix,
-        "ENGRAM_REDIS_NAMESPACE": settings.redis_namespace,
-        "ENGRAM_QDRANT_PATH": str(settings.edge_path()),
-        "ENGRAM_PARTITIONS": str(settings.partitions),
-        "ENGRAM_EPISODIC_THRESHOLD": "0.5",
-        "ENGRAM_EMBEDDER": "hashing-64",
-        "ENGRAM_KEYRING": "off",
-    }
+    env = cli_env(
+        settings,
+        kafka_bootstrap,
+        redis_server_url,
+        ENGRAM_EPISODIC_THRESHOLD="0.5",
+        ENGRAM_EMBEDDER="hashing-64",
+    )
     result = await invoke(["reprocess", "--batch-size", "50"], env)
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output
 
     new_topics = Topics(f"{prefix}v1.")
     new_log = await read_partitions(
-        kafka_bootstrap, (new_topics.items, new_topics.lifecycle), parts
+        kafka_bootstrap, (new_topics.items, new_topics.lifecycle), parts, sealer=sealer
+    )
+    assert not await read_partitions(kafka_bootstrap, (new_topics.items,), parts), (
+        "without the keys, none of the new log's recordings opens"
     )
     # Every derived event carries the new configuration version, which the CLI names.
     new_versions = configurations(new_log)
@@ -201,7 +200,7 @@ async def test_reprocess_derives_a_new_version_with_the_new_rules_and_embedder(
     check_episodic = EdgeEpisodicMemory.open(tmp_path / "check", 64)
     try:
         await rebuild_projections(
-            kafka_bootstrap, new_topics, parts, [check_working, check_episodic]
+            kafka_bootstrap, new_topics, parts, [check_working, check_episodic], sealer=sealer
         )
         assert await snapshot(check_working, check_episodic) == after_new
     finally:
@@ -216,7 +215,10 @@ async def test_reprocess_derives_a_new_version_with_the_new_rules_and_embedder(
     finally:
         await old_episodic.close()
         await old_working.close()
-    again = await read_partitions(kafka_bootstrap, (topics.items, topics.lifecycle), parts)
+    again = await read_partitions(
+        kafka_bootstrap, (topics.items, topics.lifecycle), parts, sealer=sealer
+    )
+    await keyring.close()
     # (partitions are read together, so compare in one order)
     assert sorted(again, key=by_id) == sorted(old_log, key=by_id)
 

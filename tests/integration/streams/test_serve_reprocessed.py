@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner, Result
 
 from processors.embedding import embedder_from_name
 from processors.summarising import ExtractiveSummariser
@@ -24,7 +23,6 @@ from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import Observation
 from schemas.memory_events import DerivedEvent, MemoryRecorded
 from schemas.topics import Topics
-from streams.cli import app as cli
 from streams.derived_log import read_partitions
 from streams.projection_switch import (
     ProjectionFollower,
@@ -36,7 +34,7 @@ from streams.publisher import AsyncPublisher, Position
 from streams.rebuild import rebuild_projections
 from streams.runtime import Endpoints, Node, processing_config
 from streams.settings import EngramSettings
-from tests.integration.streams.isolated import isolated_settings
+from tests.integration.streams.isolated import invoke, isolated_settings
 from tests.integration.streams.test_reprocess import configurations
 from tests.integration.streams.worker_process import WorkerProcess, worker_environment
 
@@ -74,10 +72,6 @@ def env_of(settings: EngramSettings, bootstrap: str, redis_url: str) -> dict[str
         "ENGRAM_SCHEDULE_INTERVAL": "0",
         "ENGRAM_KEYRING": UNSEALED,
     }
-
-
-async def invoke(args: list[str], env: dict[str, str]) -> Result:
-    return await asyncio.to_thread(CliRunner().invoke, cli, args, env=env)
 
 
 def config_version_of(settings: EngramSettings) -> str:
