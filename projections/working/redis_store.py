@@ -17,8 +17,10 @@ Every event is one ``EVALSHA`` that writes the data and advances the applied off
 (STYLE.md, point 6), so a crash between the two cannot happen. A batch is one pipeline without
 ``MULTI``: atomicity per event is enough because every event is idempotent on its own.
 
-Redelivery: an event whose source offset is *below* the applied offset is skipped, so replaying
-an old prefix cannot resurrect a memory evicted later. An event *at* the applied offset is
+Redelivery: an event whose source offset is *below* the applied offset is skipped, and a
+recording whose seq a capacity eviction has passed (``#evicted``, see ``_APPLY``) is skipped
+too, so replaying an old prefix cannot resurrect a memory evicted later, whichever source topic
+the eviction came from. An event *at* the applied offset is
 applied again, because one source event yields several derived events (the memory and the ones
 it pushed out) that share its position: after a crash between them, only re-applying that offset
 completes it. Those writes are idempotent (ZADD/HSET of the same values, ZREM/HDEL, DEL), and
@@ -59,9 +61,19 @@ if position then
   end
 end
 if ARGV[1] == 'r' then
-  redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])
-  redis.call('HSET', KEYS[2], ARGV[3], ARGV[5])
+  local evicted = redis.call('HGET', KEYS[2], '#evicted')
+  if not evicted or tonumber(ARGV[4]) > tonumber(evicted) then
+    redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])
+    redis.call('HSET', KEYS[2], ARGV[3], ARGV[5])
+  end
 elseif ARGV[1] == 'f' then
+  local seq = redis.call('ZSCORE', KEYS[1], ARGV[3])
+  if seq and ARGV[4] == 'fifo' then
+    local evicted = redis.call('HGET', KEYS[2], '#evicted')
+    if not evicted or tonumber(seq) > tonumber(evicted) then
+      redis.call('HSET', KEYS[2], '#evicted', seq)
+    end
+  end
   redis.call('ZREM', KEYS[1], ARGV[3])
   redis.call('HDEL', KEYS[2], ARGV[3])
 else
@@ -74,7 +86,14 @@ return 1
 """
 """KEYS: ids zset, memories hash, applied-offset key (absent for events without a position).
 ARGV: 'r'ecord, 'f'orget a memory or forget the whole 'a'gent, source offset ('' without a
-position), then for 'r' and 'f' the memory id, and for 'r' its seq and payload."""
+position), then for 'r' and 'f' the memory id, for 'r' its seq and payload, for 'f' whether it
+was a capacity ('fifo') eviction.
+
+``#evicted`` in the memories hash (never a memory id, and never read as one: reads follow the
+ZSET) is the highest seq a capacity eviction removed. Working memory is FIFO by seq
+(``processors.recording.record`` evicts the oldest), so every seq up to it has left, and a
+recording at or below it is an old one applied again: skipped. The applied offset alone cannot
+tell, since the eviction may come from a record of another source topic."""
 
 _APPLY_SHA = hashlib.sha1(_APPLY).hexdigest().encode()
 
@@ -211,7 +230,8 @@ class RedisWorkingMemory:
         if isinstance(event, AgentForgotten):
             argv = (b"a", offset)
         elif isinstance(event, MemoryForgotten):
-            argv = (b"f", offset, event.memory_id.encode())
+            fifo = b"fifo" if event.reason == "capacity" else b""
+            argv = (b"f", offset, event.memory_id.encode(), fifo)
         else:
             argv = (b"r", offset, event.memory_id.encode(), b"%d" % event.seq, memory_json(event))
         return _resp(b"EVALSHA", _APPLY_SHA, b"%d" % len(keys), *keys, *argv)

@@ -216,12 +216,6 @@ async def test_rebuilding_from_the_log_gives_the_live_memories(
         assert await rebuilt.snapshot() == await live.snapshot()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Redis skips an event below the applied offset of its own source partition, but a "
-    "working memory can be evicted by a record of another source topic: an old prefix then "
-    "re-applies the recording at its (unmoved) offset and the memory comes back",
-)
 async def test_an_old_prefix_does_not_bring_back_a_working_memory_forgotten_later(
     redis_server_url: str,
 ) -> None:
