@@ -9,15 +9,122 @@ from __future__ import annotations
 import hashlib
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import orjson
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+Symbol = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
+"""A sensor name or level: no ``:`` or ``|``, which join them into a signature."""
+
+ArousalThreshold = Annotated[float, Field(ge=0.0, le=1.0)]
+MaxEntries = Annotated[int, Field(ge=2, le=4096)]
+"""Bound of a frequency table: a surprise state never grows beyond it (seed 003 keeps every
+signature; a log-carried state must not, see ``processors.surprise``)."""
+
+
+class EmaSurprise(BaseModel):
+    """Scalar prediction error against an exponential moving average (seed 003, section 3.1).
+
+    ``alpha`` 0.3: the expectation's half-life is about two observations (0.7^2 ~ 0.5), so a
+    stimulus repeated every simulated year stops being surprising after four or five years,
+    about as slowly as the symbolic "boiling frog" trace of section 4.3 habituates, while one
+    outlier does not move the expectation most of the way. ``initial_expectation`` None: the
+    first stimulus sets the expectation and surprises nothing (there was no prediction to err);
+    a number is the expectation before any stimulus (section 3.1's 0.1 m of water).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    strategy: Literal["ema"] = "ema"
+    stimulus_key: str = Field(min_length=1, max_length=128)
+    alpha: float = Field(default=0.3, gt=0.0, le=1.0)
+    scale: float = Field(default=1.0, gt=0.0)
+    initial_expectation: float | None = None
+    arousal_threshold: ArousalThreshold = 0.5
+
+
+class Sensor(BaseModel):
+    """One symbolic sensor (seed 003, section 4.2: ``FLOOD:HIGH``): it reads a level from the
+    event, or stays silent.
+
+    The level comes from the first source that gives one, in this order: the metadata value at
+    ``key`` (a number falls in the ``bands`` level with the highest lower bound at or below
+    it, silent below every bound; a string or a boolean, as ``true``/``false``, is looked up
+    in ``values``), then the event's ``kind`` in ``kinds``, then the first of ``tags`` (in the
+    order configured) that the event carries.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: Symbol
+    key: str | None = Field(default=None, min_length=1, max_length=128)
+    bands: dict[Symbol, float] = Field(default_factory=dict)
+    values: dict[str, Symbol] = Field(default_factory=dict)
+    kinds: dict[str, Symbol] = Field(default_factory=dict)
+    tags: dict[str, Symbol] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _reads_something(self) -> Sensor:
+        if self.key is None and (self.bands or self.values):
+            raise ValueError(f"sensor {self.name}: bands and values need a metadata key")
+        if self.key is not None and not (self.bands or self.values):
+            raise ValueError(f"sensor {self.name}: a metadata key needs bands or values")
+        if self.key is None and not (self.kinds or self.tags):
+            raise ValueError(f"sensor {self.name}: give a metadata key, kinds or tags")
+        return self
+
+
+class SymbolicSurprise(BaseModel):
+    """Surprise as 1 - P(signature) over the agent's own history (seed 003, section 4)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    strategy: Literal["symbolic"] = "symbolic"
+    sensors: tuple[Sensor, ...] = Field(min_length=1)
+    arousal_threshold: ArousalThreshold = 0.5
+    max_signatures: MaxEntries = 256
+
+    @field_validator("sensors")
+    @classmethod
+    def _distinct_names(cls, value: tuple[Sensor, ...]) -> tuple[Sensor, ...]:
+        names = [s.name for s in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"sensor names must be distinct: {names}")
+        return value
+
+
+class DecisionConsistencySurprise(BaseModel):
+    """Surprise at the agent's own action (seed 003, section 2b, DCS): zero domain
+    configuration, so it is the default of every agent type."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    strategy: Literal["decision_consistency"] = "decision_consistency"
+    mode: Literal["unigram", "bigram"] = "unigram"
+    arousal_threshold: ArousalThreshold = 0.5
+    max_actions: MaxEntries = 256
+
+
+SurpriseConfig = Annotated[
+    EmaSurprise | SymbolicSurprise | DecisionConsistencySurprise,
+    Field(discriminator="strategy"),
+]
 
 
 class AgentTypeProfile(BaseModel):
-    """How one kind of agent weighs what happens to it (seed 003, ``agent_types.yaml``)."""
+    """How one kind of agent weighs what happens to it (seed 003, ``agent_types.yaml``).
+
+    ``surprise`` is its surprise strategy (``null`` in YAML: none, no arousal is recorded).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -28,6 +135,7 @@ class AgentTypeProfile(BaseModel):
     event_importance: dict[str, float] = Field(default_factory=dict)
     default_emotion: str = "routine"
     default_source: str = "abstract"
+    surprise: SurpriseConfig | None = Field(default_factory=DecisionConsistencySurprise)
 
     @field_validator("emotional_weights", "source_weights", "event_importance")
     @classmethod

@@ -146,4 +146,8 @@ def embedder_from_name(name: str) -> Embedder:
     match = re.fullmatch(r"hashing(?:-(\d+))?", name)
     if match:
         return HashingEmbedder(int(match.group(1) or 384))
-    raise ValueError(f"unknown embedder {name!r}; known: hashing, hashing-<dim>")
+    if name in ("minilm", "minilm-l6-v2", "minilm-l6-v2-384"):
+        from processors.semantic_embedding import MiniLMEmbedder
+
+        return MiniLMEmbedder()
+    raise ValueError(f"unknown embedder {name!r}; known: hashing, hashing-<dim>, minilm")

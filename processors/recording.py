@@ -1,8 +1,9 @@
 """From an agent event to the derived events that change memory: the processor's pure core.
 
-``record`` is ``(event, state) -> (events, new state)``: it scores importance, routes, embeds
-and applies the capacities of seed 004_b17958cd3fbe918a.txt (working memory 10 items, FIFO;
-episodic 50 items, the least important evicted first, as ``max_longterm`` of seed 003). Every
+``record`` is ``(event, state) -> (events, new state)``: it scores importance, routes, embeds,
+reads surprise (:mod:`processors.surprise`, carried on the recording) and applies the
+capacities of seed 004_b17958cd3fbe918a.txt (working memory 10 items, FIFO; episodic 50
+items, the least important evicted first, as ``max_longterm`` of seed 003). Every
 eviction is a :class:`MemoryForgotten` event, so projections only apply what the log says.
 """
 
@@ -15,6 +16,7 @@ from processors.config import ProcessingConfig
 from processors.embedding import Embedder
 from processors.importance import importance_of
 from processors.routing import destination_for
+from processors.surprise import assess
 from schemas.agent_events import AgentEvent, agent_event_fields
 from schemas.memory_events import (
     Destination,
@@ -23,6 +25,7 @@ from schemas.memory_events import (
     MemoryRecorded,
     MemorySummarised,
     SourcePosition,
+    SurpriseReading,
     derived_event_id,
     encode_vector,
     memory_id_for,
@@ -127,6 +130,10 @@ class AgentMemoryState:
     """L1 summaries not yet in an L2 chapter summary."""
     summaries: tuple[SummaryEntry, ...] = ()
     """Summaries still in the projections, with their use."""
+    surprise: SurpriseReading | None = None
+    """The agent's latest surprise reading (its arousal, and the strategy's state to go on
+    from), as carried by the recording of seq ``surprise_seq``."""
+    surprise_seq: int = -1
 
     @property
     def working_ids(self) -> tuple[str, ...]:
@@ -196,8 +203,10 @@ def record(
     config_version: str,
     position: SourcePosition | None = None,
 ) -> Recorded:
-    importance, inputs = importance_of(event, config.profile_for(event.agent_type))
+    profile = config.profile_for(event.agent_type)
+    importance, inputs = importance_of(event, profile)
     destination = destination_for(importance, config.episodic_threshold)
+    reading = assess(profile.surprise, state.surprise, event)
     memory = MemoryRecorded(
         event_id=derived_event_id(event.event_id, "recorded"),
         memory_id=memory_id_for(event.event_id),
@@ -211,6 +220,7 @@ def record(
         embedding=encode_vector(embedder.embed(event.content)),
         embedder=embedder.id,
         config_version=config_version,
+        surprise=reading,
         **agent_event_fields(event),
     )
     forgotten: list[MemoryForgotten] = []
@@ -240,6 +250,8 @@ def record(
         l1_upto_seq=state.l1_upto_seq,
         pending_l1=state.pending_l1,
         summaries=state.summaries,
+        surprise=state.surprise if reading is None else reading,
+        surprise_seq=state.surprise_seq if reading is None else memory.seq,
     )
     return Recorded(memory=memory, forgotten=tuple(forgotten), state=new_state)
 

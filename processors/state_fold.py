@@ -264,6 +264,11 @@ def fold(state: AgentMemoryState, event: DerivedEvent) -> AgentMemoryState:
                 working = (*working, WorkingEntry.of(event))
         elif all(e.memory_id != event.memory_id for e in episodic):
             episodic = (*episodic, EpisodicEntry(event.importance, event.seq, event.memory_id))
+        # The latest reading by seq carries the agent's arousal and its strategy's state; an
+        # older recording folded again never takes it back.
+        surprise, surprise_seq = state.surprise, state.surprise_seq
+        if event.surprise is not None and event.seq >= surprise_seq:
+            surprise, surprise_seq = event.surprise, event.seq
         return with_clock(
             replace(
                 state,
@@ -271,6 +276,8 @@ def fold(state: AgentMemoryState, event: DerivedEvent) -> AgentMemoryState:
                 agent_type=event.agent_type,
                 working=working,
                 episodic=episodic,
+                surprise=surprise,
+                surprise_seq=surprise_seq,
             ),
             event.year,
             event.step,

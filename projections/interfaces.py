@@ -20,8 +20,10 @@ from typing import Protocol
 
 import numpy as np
 
+from processors.lexical import SparseQuery
 from projections.memory import StoredMemory
-from schemas.memory_events import DerivedEvent, SourcePosition
+from projections.retrieval.filters import MemoryFilter
+from schemas.memory_events import DerivedEvent, SourcePosition, SurpriseReading
 
 
 class ProjectionError(RuntimeError):
@@ -47,6 +49,10 @@ class WorkingMemoryStore(Protocol):
     async def memories(self, agent_id: str) -> list[StoredMemory]:
         """The agent's working memories, newest (highest seq) first."""
 
+    async def arousal(self, agent_id: str) -> SurpriseReading | None:
+        """The agent's latest surprise reading (arousal, System 1/2), from the recording with
+        the highest seq that carried one, of either destination; None before any."""
+
     async def applied_offset(self, topic: str, partition: int) -> int | None:
         """The highest source offset applied for that partition, if any."""
 
@@ -64,12 +70,19 @@ class EpisodicMemoryStore(Protocol):
         """As :meth:`WorkingMemoryStore.advance`."""
 
     async def memories(
-        self, agent_id: str, limit: int = 1000, levels: Sequence[int] | None = None
+        self,
+        agent_id: str,
+        limit: int = 1000,
+        levels: Sequence[int] | None = None,
+        *,
+        filter: MemoryFilter | None = None,
     ) -> list[StoredMemory]:
         """The agent's episodic memories, newest (highest seq) first.
 
-        ``levels`` keeps only memories of those levels (0 events, 1 and 2 summaries), filtered
-        in the store so a limit counts only what was asked for; None means every level.
+        ``levels`` keeps only memories of those levels (0 events, 1 and 2 summaries), and
+        ``filter`` only those it admits, both filtered in the store so a limit counts only what
+        was asked for; None means every level, no filter. Kinds an episodic store cannot hold
+        (working, fact, procedure) match nothing.
         """
 
     async def search(
@@ -78,9 +91,21 @@ class EpisodicMemoryStore(Protocol):
         vector: np.ndarray,
         limit: int,
         levels: Sequence[int] | None = None,
+        *,
+        lexical: SparseQuery | None = None,
+        filter: MemoryFilter | None = None,
     ) -> list[StoredMemory]:
-        """The agent's memories nearest to ``vector`` (cosine), ``similarity`` filled in;
-        ``levels`` as in :meth:`memories`."""
+        """The agent's memories most relevant to a query, ``levels`` and ``filter`` as in
+        :meth:`memories`.
+
+        Without ``lexical``: nearest to ``vector`` (cosine), ``similarity`` filled in. With it
+        (``processors.lexical.query_vector`` of the query text): hybrid, the dense and the
+        lexical ranking fused by Reciprocal Rank Fusion, every result carrying ``similarity``
+        and ``lexical`` (None when the lexical ranking did not find it); with both sides empty
+        (a query vector of zeros, a query text of stopwords) nothing is relevant and the answer
+        is empty. A store built before hybrid search answers dense-only and logs a warning to
+        rebuild it.
+        """
 
     async def count(self, agent_id: str | None = None) -> int: ...
 

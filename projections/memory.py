@@ -34,6 +34,10 @@ class StoredMemory(BaseModel):
     )
     similarity: float | None = None
     """Cosine similarity to the query vector, when the store was searched with one."""
+    lexical: float | None = None
+    """The keyword score of a hybrid search (``processors/lexical.py``: the sum over the stems
+    the memory shares with the query of IDF x BM25 term weight); None when the memory was not
+    among the lexical matches or no query text was given."""
 
     @classmethod
     def from_event(cls, event: MemoryWritten) -> StoredMemory:
@@ -58,11 +62,13 @@ class StoredMemory(BaseModel):
         )
 
     def payload(self) -> dict[str, Any]:
-        """JSON-ready fields, without the query-time similarity."""
-        return self.model_dump(mode="json", exclude={"similarity"})
+        """JSON-ready fields, without the query-time scores."""
+        return self.model_dump(mode="json", exclude=set(QUERY_FIELDS))
 
 
-PAYLOAD_FIELDS = tuple(name for name in StoredMemory.model_fields if name != "similarity")
+QUERY_FIELDS = frozenset({"similarity", "lexical"})
+"""What a search adds to a memory; never stored."""
+PAYLOAD_FIELDS = tuple(name for name in StoredMemory.model_fields if name not in QUERY_FIELDS)
 _missing = [name for name in PAYLOAD_FIELDS if name not in MemoryWritten.model_fields]
 if _missing:
     raise ImportError(f"StoredMemory fields that MemoryWritten lacks: {_missing}")
@@ -83,6 +89,8 @@ def memory_json(event: MemoryWritten) -> bytes:
 def point_payload(event: MemoryWritten) -> dict[str, Any]:
     """The payload of a Qdrant point: the fields filters need, and the memory as one JSON string.
 
+    ``tags_lc`` holds the tags casefolded, for the case-insensitive tag filter of a search.
+
     Qdrant Edge converts a payload field by field across the Rust boundary (~3 us a field), so
     one string for the whole memory is several times cheaper than the 15 fields of a memory.
     """
@@ -95,12 +103,15 @@ def point_payload(event: MemoryWritten) -> dict[str, Any]:
         "step": event.step,
         "kind": event.kind,
         "tags": list(event.tags),
+        "tags_lc": sorted({tag.casefold() for tag in event.tags}),
         "memory": memory_json(event).decode(),
     }
 
 
-def memory_from_point(payload: Any, similarity: float | None = None) -> StoredMemory:
+def memory_from_point(
+    payload: Any, similarity: float | None = None, lexical: float | None = None
+) -> StoredMemory:
     memory = StoredMemory.model_validate_json(payload["memory"])
-    if similarity is None:
+    if similarity is None and lexical is None:
         return memory
-    return memory.model_copy(update={"similarity": similarity})
+    return memory.model_copy(update={"similarity": similarity, "lexical": lexical})

@@ -75,6 +75,82 @@ class ImportanceInputs(BaseModel):
     source_weight: float | None = None
 
 
+CognitiveSystem = Literal["SYSTEM_1", "SYSTEM_2"]
+"""Habit (low arousal) or deliberation (high arousal): seed 003, sections 2b (P1) and 3.1."""
+
+SymbolCount = tuple[str, int]
+"""A symbol (a signature, an action) and how many times it was seen."""
+
+TransitionCount = tuple[str, str, int]
+"""A previous action, the action that followed it, and how many times it did."""
+
+
+class EmaState(BaseModel):
+    """The expectation of the EMA strategy (seed 003, section 3.1); None before any stimulus."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    strategy: Literal["ema"] = "ema"
+    expectation: float | None = None
+    observations: int = Field(default=0, ge=0)
+
+
+class SymbolicState(BaseModel):
+    """How often each signature was seen (seed 003, section 4). ``seen`` is ordered from the
+    least recently seen to the most recently seen, which breaks ties when the table is full."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    strategy: Literal["symbolic"] = "symbolic"
+    observations: int = Field(default=0, ge=0)
+    seen: tuple[SymbolCount, ...] = ()
+
+
+class ConsistencyState(BaseModel):
+    """The agent's action history for decision-consistency surprise (seed 003, section 2b):
+    how often each action was taken and (bigram mode) how often each followed another, both
+    ordered from the least to the most recently seen."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    strategy: Literal["decision_consistency"] = "decision_consistency"
+    observations: int = Field(default=0, ge=0)
+    actions: tuple[SymbolCount, ...] = ()
+    previous: str | None = None
+    transitions: tuple[TransitionCount, ...] = ()
+
+
+SurpriseState = Annotated[
+    EmaState | SymbolicState | ConsistencyState, Field(discriminator="strategy")
+]
+"""What a surprise strategy needs to continue: a worker that folds the log back restores it
+from the agent's latest reading."""
+
+
+class SurpriseReading(BaseModel):
+    """How surprising one agent event was, the arousal it left, and the state after it.
+
+    Computed by the processor from the agent's own stream (``processors.surprise``) and carried
+    on the event's :class:`MemoryRecorded`, so the log alone rebuilds it. ``observed`` is what
+    the strategy looked at (the stimulus, the signature or the action); ``expectation`` the EMA
+    expectation it was compared with (None for the very first stimulus), ``probability`` the
+    probability the frequency strategies gave it: together the trace of seed 003's P1
+    ``get_surprise_trace()``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    strategy: Literal["ema", "symbolic", "decision_consistency"]
+    observed: str | float
+    expectation: float | None = None
+    probability: float | None = Field(default=None, ge=0.0, le=1.0)
+    surprise: float = Field(ge=0.0, le=1.0)
+    arousal: float = Field(ge=0.0, le=1.0)
+    threshold: float = Field(ge=0.0, le=1.0)
+    system: CognitiveSystem
+    state: SurpriseState
+
+
 Level = Literal[0, 1, 2]
 """0: a memory of one event; 1: an L1 session summary; 2: an L2 chapter summary (seed 001)."""
 
@@ -113,6 +189,11 @@ class MemoryRecorded(MemoryWritten):
 
     event_type: Literal["memory.recorded"] = "memory.recorded"
     scoring: ImportanceInputs
+    surprise: SurpriseReading | None = Field(
+        default=None,
+        description="Set when the agent type's surprise strategy read this event; absent in "
+        "events from before surprise, and for events the strategy does not read.",
+    )
 
 
 class PromotionDecision(BaseModel):
@@ -383,12 +464,15 @@ class MemoryRetrieved(Event):
 __all__ = [
     "AgentForgotten",
     "AwareDatetime",
+    "CognitiveSystem",
+    "ConsistencyState",
     "ConsolidationCompleted",
     "ConsolidationOutcome",
     "DerivedEvent",
     "DerivedRecord",
     "DerivedUpTo",
     "Destination",
+    "EmaState",
     "Embedding",
     "ForgetAgent",
     "ImportanceInputs",
@@ -406,6 +490,9 @@ __all__ = [
     "RetrievedItem",
     "ScheduleTick",
     "SourcePosition",
+    "SurpriseReading",
+    "SurpriseState",
+    "SymbolicState",
     "decode_vector",
     "derived_event_id",
     "encode_vector",

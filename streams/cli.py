@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -518,6 +520,68 @@ def retrieve(
                 fail(f"cannot reach the query service at {url}: {exc}")
             raise
     console.print_json(response.model_dump_json())
+
+
+@app.command(
+    "mcp",
+    help=(
+        "Serve the memory tools to LLM agents over MCP: retrieve_memory, "
+        "recall_similar_experience and publish_observation. Reads go to the query service "
+        "(ENGRAM_QUERY_URL, else ENGRAM_URL; default http://127.0.0.1:8000), observations to "
+        "the log (ENGRAM_KAFKA_BOOTSTRAP; unset: publishing is refused). stdio serves the one "
+        "client that launched it; http serves streamable HTTP at /mcp."
+    ),
+)
+def mcp_command(
+    transport: Annotated[
+        str, typer.Option(help="stdio (a client launches this command) or http.")
+    ] = "stdio",
+    host: Annotated[
+        str | None, typer.Option(help="HTTP: address to listen on (env ENGRAM_MCP_HOST).")
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            min=0, max=65535, help="HTTP: port, 0 for any free (env ENGRAM_MCP_PORT; 8765)."
+        ),
+    ] = None,
+    query_url: Annotated[
+        str | None, typer.Option(help="The query service (env ENGRAM_QUERY_URL).")
+    ] = None,
+) -> None:
+    from streams.tool_server import ToolServerSettings, run_tool_server
+
+    if transport not in ("stdio", "http"):
+        fail(f"--transport must be stdio or http, not {transport!r}")
+    overrides: dict[str, Any] = {"mcp_host": host, "mcp_port": port, "query_url": query_url}
+    try:
+        settings = ToolServerSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        fail(f"invalid configuration:\n{validation_lines(exc)}")
+    configure(settings)
+
+    def announce(url: str) -> None:
+        print(f"MCP server on {url}", flush=True)  # stdout: a launcher reads it
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run_tool_server(
+            settings,
+            "http" if transport == "http" else "stdio",
+            stop=stop,
+            on_started=announce,
+        )
+        if stop.is_set() and transport == "stdio":
+            # The SDK's stdin reader is blocked in a thread that only the client's next line
+            # or EOF would end; the tools are closed, so the process ends without it.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+
+    run(main)
 
 
 async def transfer(what: str, job: Awaitable[list[TopicSummary]]) -> list[TopicSummary]:

@@ -34,6 +34,13 @@ of which only the important share reaches episodic memory.
 Writes run in a worker thread (``asyncio.to_thread``) because the flush and the fsyncs would
 otherwise stall the event loop for milliseconds; reads stay inline, a filtered search taking
 ~0.2-0.3 ms (1,000 agents x 50 memories), most of it turning payloads into models.
+
+Every point carries, beside its embedding (the unnamed dense vector), the ``lexical`` sparse
+vector of its content (:mod:`processors.lexical`), which the shard scores with the IDF modifier;
+a search given a :class:`~processors.lexical.SparseQuery` is hybrid
+(:mod:`projections.episodic.hybrid`). A shard created before hybrid search has no sparse vector
+and cannot be given one in place (Edge refuses to load it with a config naming a vector its
+segments lack): it keeps working dense-only, with a warning to rebuild it.
 """
 
 from __future__ import annotations
@@ -51,8 +58,23 @@ from typing import Any
 import numpy as np
 import qdrant_edge as qe
 
+from processors.lexical import SparseQuery, document_vector
+from projections.episodic.hybrid import (
+    LEXICAL_VECTOR,
+    Selection,
+    ambiguous_cut,
+    checked_levels,
+    dense_of,
+    fetch_depth,
+    fuse,
+    missing_similarities,
+    selection,
+    similarities,
+    warn_dense_only,
+)
 from projections.interfaces import ProjectionError, latest_positions
 from projections.memory import StoredMemory, memory_from_point, point_payload
+from projections.retrieval.filters import MemoryFilter
 from schemas.memory_events import AgentForgotten, DerivedEvent, MemoryForgotten, MemoryWritten
 
 __all__ = [
@@ -143,8 +165,11 @@ def checked_vector(vector: np.ndarray, dim: int, what: str) -> np.ndarray:
     return array
 
 
-def stored_memory(payload: Mapping[str, Any] | None, score: float | None = None) -> StoredMemory:
-    """A memory read back from its payload; a score becomes the similarity.
+def stored_memory(
+    payload: Mapping[str, Any] | None, score: float | None = None, lexical: float | None = None
+) -> StoredMemory:
+    """A memory read back from its payload; a score becomes the similarity, ``lexical`` the
+    keyword score of a hybrid search.
 
     The score is clipped to [-1, 1]: cosine lies there by definition, and float32 rounding
     can put the score of a vector against itself a hair above 1.
@@ -152,7 +177,7 @@ def stored_memory(payload: Mapping[str, Any] | None, score: float | None = None)
     if payload is None:
         raise ProjectionError("a stored point came back without its payload")
     similarity = None if score is None else min(1.0, max(-1.0, float(score)))
-    return memory_from_point(payload, similarity)
+    return memory_from_point(payload, similarity, lexical)
 
 
 @contextmanager
@@ -167,35 +192,77 @@ def _edge_errors(doing: str) -> Iterator[None]:
         raise ProjectionError(f"Qdrant Edge: {doing} failed: {exc}") from exc
 
 
-def checked_levels(levels: Sequence[int] | None) -> list[int] | None:
-    """The levels to filter on, or None for all. An empty selection is refused rather than
-    answered with nothing: it is a caller's mistake, never a question worth asking a store."""
-    if levels is None:
-        return None
-    if not levels:
-        raise ValueError("levels must name at least one level (None means every level)")
-    return sorted(set(levels))
-
-
 def _agents_filter(agent_ids: frozenset[str]) -> qe.Filter:
     return qe.Filter(must=[qe.FieldCondition(key="agent_id", match=qe.MatchAny(sorted(agent_ids)))])
 
 
-def _agent_filter(agent_id: str, levels: list[int] | None = None) -> qe.Filter:
-    agent = qe.FieldCondition(key="agent_id", match=qe.MatchValue(agent_id))
-    if levels is None:
-        return qe.Filter(must=[agent])
-    return qe.Filter(must=[agent, qe.FieldCondition(key="level", match=qe.MatchAny(levels))])
+def _agent_filter(agent_id: str) -> qe.Filter:
+    return qe.Filter(must=[qe.FieldCondition(key="agent_id", match=qe.MatchValue(agent_id))])
+
+
+def _range(key: str, low: float | None, high: float | None) -> list[qe.FieldCondition]:
+    if low is None and high is None:
+        return []
+    return [qe.FieldCondition(key=key, range=qe.RangeFloat(gte=low, lte=high))]
+
+
+def _selection_filter(chosen: Selection, *, tags_field: str = "tags_lc") -> qe.Filter:
+    """The Edge filter of a selection; ``tags_field`` is "tags" on a pre-hybrid shard."""
+    must: list[qe.ConditionType] = [
+        qe.FieldCondition(key="agent_id", match=qe.MatchValue(chosen.agent_id))
+    ]
+    if chosen.levels is not None:
+        must.append(qe.FieldCondition(key="level", match=qe.MatchAny(list(chosen.levels))))
+    if chosen.tags:
+        tags = chosen.tags if tags_field == "tags_lc" else chosen.given_tags
+        must.append(qe.FieldCondition(key=tags_field, match=qe.MatchAny(list(tags))))
+    must += _range("importance", chosen.min_importance, None)
+    must += _range("year", chosen.year_from, chosen.year_to)
+    must += _range("step", chosen.step_from, chosen.step_to)
+    return qe.Filter(must=must)
+
+
+def _has_lexical(shard_path: Path) -> bool:
+    """Whether a shard was created with the ``lexical`` sparse vector and its IDF modifier.
+
+    Read from the shard's own ``edge_config.json``: Edge offers no call that returns a loaded
+    shard's vector configuration, and loading with a config that names the sparse vector fails
+    on a shard without it.
+    """
+    try:
+        config = json.loads((shard_path / "edge_config.json").read_bytes())
+        params = config.get("sparse_vectors", {}).get(LEXICAL_VECTOR)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(params, dict) and params.get("modifier") == "idf"
+
+
+def _point(memory: MemoryWritten, lexical: bool) -> qe.Point:
+    dense = memory.vector().tolist()
+    if not lexical:
+        return qe.Point(memory.memory_id, dense, point_payload(memory))
+    sparse = document_vector(memory.content)
+    vectors: dict[str, Any] = {
+        "": dense,
+        LEXICAL_VECTOR: qe.SparseVector(list(sparse.indices), list(sparse.values)),
+    }
+    return qe.Point(memory.memory_id, vectors, point_payload(memory))
 
 
 def _ensure_indexes(shard: qe.EdgeShard) -> None:
     """agent_id: every read filters on it (``is_tenant`` lets the optimizer group an agent's
     points). seq: ``order_by`` refuses to sort on a field without a range index. level: reads
-    that ask for some levels only match it by value."""
+    that ask for some levels only match it by value. The rest serve a search's
+    :class:`~projections.retrieval.filters.MemoryFilter` (see :mod:`projections.episodic.hybrid`
+    for what they save); a shard from before them gets them when it is opened."""
     wanted: dict[str, Any] = {
         "agent_id": qe.KeywordIndexParams(is_tenant=True),
         "seq": qe.IntegerIndexParams(lookup=False, range=True),
         "level": qe.IntegerIndexParams(lookup=True, range=False),
+        "tags_lc": qe.KeywordIndexParams(),
+        "importance": qe.FloatIndexParams(),
+        "year": qe.IntegerIndexParams(lookup=False, range=True),
+        "step": qe.IntegerIndexParams(lookup=False, range=True),
     }
     existing = shard.info().payload_schema
     for field_name, params in wanted.items():
@@ -247,23 +314,41 @@ def _write_positions(file: Path, positions: Positions) -> None:
 class EdgeEpisodicMemory:
     """One Edge shard of episodic memories, one point per memory (point id = memory id)."""
 
-    def __init__(self, shard: qe.EdgeShard, path: Path, dim: int, positions: Positions) -> None:
+    def __init__(
+        self,
+        shard: qe.EdgeShard,
+        path: Path,
+        dim: int,
+        positions: Positions,
+        *,
+        lexical: bool = True,
+    ) -> None:
         self._shard = shard
         self._path = path
         self._dim = dim
         self._positions = positions
+        self._lexical = lexical
+        self._warned = False
         self._write_lock = asyncio.Lock()
         self._closed = False
 
     @classmethod
     def open(cls, path: Path, dim: int) -> EdgeEpisodicMemory:
-        """Create the store at ``path``, or load it; a dimension other than the stored one fails."""
+        """Create the store at ``path``, or load it; a dimension other than the stored one fails.
+
+        A new shard gets the ``lexical`` sparse vector; an existing one is loaded with its own
+        sparse vectors (the config names none, so Edge keeps what the shard has).
+        """
         shard_path = path / SHARD_DIR
-        config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine))
+        dense = qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
+        lexical = True
         with _edge_errors(f"opening the shard at {shard_path}"):
             if (shard_path / "edge_config.json").exists():
-                shard = qe.EdgeShard.load(str(shard_path), config)
+                lexical = _has_lexical(shard_path)
+                shard = qe.EdgeShard.load(str(shard_path), qe.EdgeConfig(vectors=dense))
             else:
+                sparse = qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)
+                config = qe.EdgeConfig(vectors=dense, sparse_vectors={LEXICAL_VECTOR: sparse})
                 shard = qe.EdgeShard.create(str(shard_path), config)
             try:
                 _ensure_indexes(shard)
@@ -271,11 +356,24 @@ class EdgeEpisodicMemory:
             except Exception:
                 shard.close()
                 raise
-        return cls(shard, path, dim, _read_positions(path / POSITIONS_FILE))
+        store = cls(shard, path, dim, _read_positions(path / POSITIONS_FILE), lexical=lexical)
+        if not lexical:
+            store._warn_dense_only()
+        return store
 
     @property
     def path(self) -> Path:
         return self._path
+
+    @property
+    def lexical(self) -> bool:
+        """Whether the store holds sparse vectors (False: built before hybrid search)."""
+        return self._lexical
+
+    def _warn_dense_only(self) -> None:
+        if not self._warned:
+            self._warned = True
+            warn_dense_only(str(self._path))
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
         changes = episodic_changes(events, self._dim)
@@ -306,10 +404,7 @@ class EdgeEpisodicMemory:
                     qe.UpdateOperation.delete_points_by_filter(_agents_filter(changes.erased))
                 )
             if changes.upserts:
-                points = [
-                    qe.Point(m.memory_id, m.vector().tolist(), point_payload(m))
-                    for m in changes.upserts.values()
-                ]
+                points = [_point(m, self._lexical) for m in changes.upserts.values()]
                 self._shard.update(qe.UpdateOperation.upsert_points(points))
             if changes.deletes:
                 self._shard.update(qe.UpdateOperation.delete_points(sorted(changes.deletes)))
@@ -318,19 +413,30 @@ class EdgeEpisodicMemory:
         if positions is not None:
             _write_positions(self._path / POSITIONS_FILE, positions)
 
+    def _filter(self, chosen: Selection) -> qe.Filter:
+        return _selection_filter(chosen, tags_field="tags_lc" if self._lexical else "tags")
+
     async def memories(
-        self, agent_id: str, limit: int = 1000, levels: Sequence[int] | None = None
+        self,
+        agent_id: str,
+        limit: int = 1000,
+        levels: Sequence[int] | None = None,
+        *,
+        filter: MemoryFilter | None = None,
     ) -> list[StoredMemory]:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
+        chosen = selection(agent_id, levels, filter)
+        self._check_open()
+        if chosen is None:
+            return []
         request = qe.ScrollRequest(
             limit=limit,
-            filter=_agent_filter(agent_id, checked_levels(levels)),
+            filter=self._filter(chosen),
             with_payload=True,
             with_vector=False,
             order_by=qe.OrderBy("seq", qe.Direction.Desc),
         )
-        self._check_open()
         with _edge_errors(f"listing the memories of {agent_id!r}"):
             records, _ = self._shard.scroll(request)
         return [stored_memory(record.payload) for record in records]
@@ -341,21 +447,91 @@ class EdgeEpisodicMemory:
         vector: np.ndarray,
         limit: int,
         levels: Sequence[int] | None = None,
+        *,
+        lexical: SparseQuery | None = None,
+        filter: MemoryFilter | None = None,
     ) -> list[StoredMemory]:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         query = checked_vector(vector, self._dim, "the query vector")
-        request = qe.QueryRequest(
-            limit=limit,
-            query=qe.Query.Nearest(query.tolist()),
-            filter=_agent_filter(agent_id, checked_levels(levels)),
-            with_payload=True,
-            with_vector=False,
-        )
+        chosen = selection(agent_id, levels, filter)
         self._check_open()
+        if chosen is None:
+            return []
+        if lexical is not None and not self._lexical:
+            self._warn_dense_only()
         with _edge_errors(f"searching the memories of {agent_id!r}"):
+            if lexical is not None and self._lexical:
+                return self._hybrid_search(chosen, query, lexical, limit)
+            request = qe.QueryRequest(
+                limit=limit,
+                query=qe.Query.Nearest(query.tolist()),
+                filter=self._filter(chosen),
+                with_payload=True,
+                with_vector=False,
+            )
             points = self._shard.query(request)
         return [stored_memory(point.payload, point.score) for point in points]
+
+    def _hybrid_search(
+        self, chosen: Selection, query: np.ndarray, lexical: SparseQuery, limit: int
+    ) -> list[StoredMemory]:
+        """Both sub-queries in one batch, ids and scores only, deepened while a tie straddles
+        the cut; then the fused best ``limit`` read back with their payloads and embeddings (see
+        :mod:`projections.episodic.hybrid`). An empty side (a query vector of zeros, a query
+        text of stopwords only) is not asked, and the other ranks alone."""
+        flt = self._filter(chosen)
+        sparse = qe.Query.Nearest(
+            qe.SparseVector(list(lexical.indices), list(lexical.values)), using=LEXICAL_VECTOR
+        )
+        idf_corpus = qe.SearchParams(idf=qe.IdfParams(corpus=_agent_filter(chosen.agent_id)))
+        nearest = qe.Query.Nearest(query.tolist()) if np.any(query) else None
+        if nearest is None and not lexical:
+            return []
+        depth = fetch_depth(limit)
+        while True:
+            requests = []
+            if lexical:
+                requests.append(
+                    qe.QueryRequest(
+                        limit=depth, query=sparse, filter=flt, params=idf_corpus, with_payload=False
+                    )
+                )
+            if nearest is not None:
+                requests.append(
+                    qe.QueryRequest(limit=depth, query=nearest, filter=flt, with_payload=False)
+                )
+            found = iter(self._shard.query_batch(qe.QueryBatchRequest(requests)))
+            lexical_hits = [(str(p.id), float(p.score)) for p in next(found)] if lexical else []
+            dense_hits = [(str(p.id), float(p.score)) for p in next(found)] if nearest else []
+            if not ambiguous_cut(lexical_hits, limit, depth) and not ambiguous_cut(
+                dense_hits, limit, depth
+            ):
+                break
+            depth *= 4
+        hits = fuse(dense_hits, lexical_hits, limit)
+        if not hits:
+            return []
+        dense_scores = dict(dense_hits)
+        vectors = missing_similarities(query, hits, dense_scores)
+        records = self._shard.retrieve(
+            [hit.memory_id for hit in hits],
+            with_payload=True,
+            with_vector=[""] if vectors else False,
+        )
+        by_id = {str(record.id): record for record in records}
+        # A hit without its record was deleted meanwhile, by an apply in between.
+        kept = [hit for hit in hits if hit.memory_id in by_id]
+        stored = {
+            hit.memory_id: dense_of(by_id[hit.memory_id].vector)
+            for hit in kept
+            if vectors and hit.memory_id not in dense_scores
+        }
+        scores = similarities(query, [hit.memory_id for hit in kept], dense_scores, stored)
+        return [
+            stored_memory(by_id[hit.memory_id].payload, similarity, hit.lexical)
+            for hit, similarity in zip(kept, scores, strict=True)
+        ]
 
     async def count(self, agent_id: str | None = None) -> int:
         request = qe.CountRequest(

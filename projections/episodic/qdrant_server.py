@@ -14,6 +14,16 @@ upsert the batch's surviving memories, delete its forgettings, then advance the 
 request with ``wait=True``. The server cannot write two collections atomically; this order
 leaves the positions at or behind the data after a crash, and the idempotent upserts and
 deletes absorb the replay.
+
+As on Qdrant Edge, every point carries the ``lexical`` sparse vector (IDF modifier) beside its
+embedding, and a search given a :class:`~processors.lexical.SparseQuery` is hybrid
+(:mod:`projections.episodic.hybrid`): the two sub-queries go in one ``query_batch_points`` call,
+the fused best are read back with one ``retrieve``. The lexical sub-query asks for the IDF over
+the agent's points (``IdfCorpusParams``): the collection-wide default counts, on a server, the
+deleted points still in its sparse index, while a corpus filter counts live points on a server,
+on Edge and in local mode alike (checked by the contract tests on Edge and local mode; a server
+older than the ``idf`` search parameter does not have it). A collection created before hybrid
+search keeps working dense-only, with a warning to rebuild it.
 """
 
 from __future__ import annotations
@@ -27,16 +37,29 @@ from pathlib import Path
 import numpy as np
 from qdrant_client import AsyncQdrantClient, models
 
+from processors.lexical import SparseQuery, document_vector
 from projections.episodic.edge import (
     Positions,
     advance_positions,
-    checked_levels,
     checked_vector,
     episodic_changes,
     stored_memory,
 )
+from projections.episodic.hybrid import (
+    LEXICAL_VECTOR,
+    Selection,
+    ambiguous_cut,
+    dense_of,
+    fetch_depth,
+    fuse,
+    missing_similarities,
+    selection,
+    similarities,
+    warn_dense_only,
+)
 from projections.interfaces import ProjectionError
 from projections.memory import StoredMemory, point_payload
+from projections.retrieval.filters import MemoryFilter
 from schemas.memory_events import DerivedEvent, MemoryWritten
 
 __all__ = ["DEFAULT_COLLECTION", "QdrantServerEpisodicMemory"]
@@ -53,20 +76,48 @@ def _position_id(topic: str, partition: int) -> str:
     return str(uuid.uuid5(POSITIONS_NAMESPACE, f"{topic}/{partition}"))
 
 
-def _agent_filter(agent_id: str, levels: list[int] | None = None) -> models.Filter:
-    agent = models.FieldCondition(key="agent_id", match=models.MatchValue(value=agent_id))
-    if levels is None:
-        return models.Filter(must=[agent])
-    level = models.FieldCondition(key="level", match=models.MatchAny(any=levels))
-    return models.Filter(must=[agent, level])
-
-
-def _point(memory: MemoryWritten) -> models.PointStruct:
-    return models.PointStruct(
-        id=memory.memory_id,
-        vector=memory.vector().tolist(),
-        payload=point_payload(memory),
+def _agent_filter(agent_id: str) -> models.Filter:
+    return models.Filter(
+        must=[models.FieldCondition(key="agent_id", match=models.MatchValue(value=agent_id))]
     )
+
+
+def _range(key: str, low: float | None, high: float | None) -> list[models.Condition]:
+    if low is None and high is None:
+        return []
+    return [models.FieldCondition(key=key, range=models.Range(gte=low, lte=high))]
+
+
+def _selection_filter(chosen: Selection, *, tags_field: str = "tags_lc") -> models.Filter:
+    """The filter of a selection, condition for condition that of the Edge adapter."""
+    must: list[models.Condition] = [
+        models.FieldCondition(key="agent_id", match=models.MatchValue(value=chosen.agent_id))
+    ]
+    if chosen.levels is not None:
+        must.append(
+            models.FieldCondition(key="level", match=models.MatchAny(any=list(chosen.levels)))
+        )
+    if chosen.tags:
+        tags = chosen.tags if tags_field == "tags_lc" else chosen.given_tags
+        must.append(models.FieldCondition(key=tags_field, match=models.MatchAny(any=list(tags))))
+    must += _range("importance", chosen.min_importance, None)
+    must += _range("year", chosen.year_from, chosen.year_to)
+    must += _range("step", chosen.step_from, chosen.step_to)
+    return models.Filter(must=must)
+
+
+def _point(memory: MemoryWritten, lexical: bool) -> models.PointStruct:
+    dense = memory.vector().tolist()
+    if not lexical:
+        return models.PointStruct(id=memory.memory_id, vector=dense, payload=point_payload(memory))
+    sparse = document_vector(memory.content)
+    vectors: dict[str, models.Vector] = {
+        "": dense,
+        LEXICAL_VECTOR: models.SparseVector(
+            indices=list(sparse.indices), values=list(sparse.values)
+        ),
+    }
+    return models.PointStruct(id=memory.memory_id, vector=vectors, payload=point_payload(memory))
 
 
 def _client_for(
@@ -106,6 +157,8 @@ class QdrantServerEpisodicMemory:
         self._positions_collection = collection + POSITIONS_SUFFIX
         self._dim = dim
         self._where = where
+        self._lexical = True
+        self._warned = False
         self._write_lock = asyncio.Lock()
         self._closed = False
 
@@ -133,11 +186,24 @@ class QdrantServerEpisodicMemory:
         except BaseException:
             await client.close()
             raise
+        if not store._lexical:
+            store._warn_dense_only()
         return store
+
+    @property
+    def lexical(self) -> bool:
+        """Whether the collection holds sparse vectors (False: built before hybrid search)."""
+        return self._lexical
+
+    def _warn_dense_only(self) -> None:
+        if not self._warned:
+            self._warned = True
+            warn_dense_only(f"{self._collection} at {self._where}")
 
     async def _ensure_collections(self, *, indexes: bool) -> None:
         vectors = models.VectorParams(size=self._dim, distance=models.Distance.COSINE)
-        await self._ensure_collection(self._collection, vectors)
+        sparse = {LEXICAL_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)}
+        self._lexical = await self._ensure_collection(self._collection, vectors, sparse)
         await self._ensure_collection(self._positions_collection, {})
         if not indexes:
             return
@@ -151,6 +217,14 @@ class QdrantServerEpisodicMemory:
             "level": models.IntegerIndexParams(
                 type=models.IntegerIndexType.INTEGER, lookup=True, range=False
             ),
+            "tags_lc": models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD),
+            "importance": models.FloatIndexParams(type=models.FloatIndexType.FLOAT),
+            "year": models.IntegerIndexParams(
+                type=models.IntegerIndexType.INTEGER, lookup=False, range=True
+            ),
+            "step": models.IntegerIndexParams(
+                type=models.IntegerIndexType.INTEGER, lookup=False, range=True
+            ),
         }
         with _client_errors(self._where, f"creating the payload indexes of {self._collection}"):
             for field_name, schema in wanted.items():
@@ -159,30 +233,45 @@ class QdrantServerEpisodicMemory:
                 )
 
     async def _ensure_collection(
-        self, name: str, vectors: models.VectorParams | dict[str, models.VectorParams]
-    ) -> None:
+        self,
+        name: str,
+        vectors: models.VectorParams | dict[str, models.VectorParams],
+        sparse: dict[str, models.SparseVectorParams] | None = None,
+    ) -> bool:
+        """Create the collection if missing, else check its dense vectors; whether it has the
+        ``sparse`` vectors asked for (a collection from before hybrid search has none)."""
         with _client_errors(self._where, f"creating collection {name}"):
             if not await self._client.collection_exists(name):
                 try:
-                    await self._client.create_collection(name, vectors_config=vectors)
+                    await self._client.create_collection(
+                        name, vectors_config=vectors, sparse_vectors_config=sparse
+                    )
+                    return sparse is not None
                 except Exception:
                     # Another worker may have created it between the check and the create.
                     if not await self._client.collection_exists(name):
                         raise
-                return
-        if isinstance(vectors, models.VectorParams):
-            with _client_errors(self._where, f"reading collection {name}"):
-                info = await self._client.get_collection(name)
-            stored = info.config.params.vectors
-            if not isinstance(stored, models.VectorParams) or (
-                stored.size,
-                stored.distance,
-            ) != (vectors.size, vectors.distance):
-                raise ProjectionError(
-                    f"Qdrant at {self._where}: collection {name} holds {stored}, but this store "
-                    f"needs {vectors.size}-d {vectors.distance.value} vectors (was the embedder "
-                    "changed without rebuilding the projection?)"
-                )
+        if not isinstance(vectors, models.VectorParams):
+            return False
+        with _client_errors(self._where, f"reading collection {name}"):
+            info = await self._client.get_collection(name)
+        stored = info.config.params.vectors
+        if not isinstance(stored, models.VectorParams) or (
+            stored.size,
+            stored.distance,
+        ) != (vectors.size, vectors.distance):
+            raise ProjectionError(
+                f"Qdrant at {self._where}: collection {name} holds {stored}, but this store "
+                f"needs {vectors.size}-d {vectors.distance.value} vectors (was the embedder "
+                "changed without rebuilding the projection?)"
+            )
+        if sparse is None:
+            return False
+        stored_sparse = info.config.params.sparse_vectors or {}
+        return all(
+            name in stored_sparse and stored_sparse[name].modifier == params.modifier
+            for name, params in sparse.items()
+        )
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
         changes = episodic_changes(events, self._dim)
@@ -199,7 +288,7 @@ class QdrantServerEpisodicMemory:
                         wait=True,
                     )
             if changes.upserts:
-                points = [_point(memory) for memory in changes.upserts.values()]
+                points = [_point(memory, self._lexical) for memory in changes.upserts.values()]
                 with _client_errors(self._where, f"upserting {len(points)} memories"):
                     for start in range(0, len(points), UPSERT_CHUNK):
                         await self._client.upsert(
@@ -251,17 +340,27 @@ class QdrantServerEpisodicMemory:
             if moved:
                 await self._client.upsert(self._positions_collection, points=moved, wait=True)
 
+    def _filter(self, chosen: Selection) -> models.Filter:
+        return _selection_filter(chosen, tags_field="tags_lc" if self._lexical else "tags")
+
     async def memories(
-        self, agent_id: str, limit: int = 1000, levels: Sequence[int] | None = None
+        self,
+        agent_id: str,
+        limit: int = 1000,
+        levels: Sequence[int] | None = None,
+        *,
+        filter: MemoryFilter | None = None,
     ) -> list[StoredMemory]:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
-        query_filter = _agent_filter(agent_id, checked_levels(levels))
+        chosen = selection(agent_id, levels, filter)
         self._check_open()
+        if chosen is None:
+            return []
         with _client_errors(self._where, f"listing the memories of {agent_id!r}"):
             records, _ = await self._client.scroll(
                 self._collection,
-                scroll_filter=query_filter,
+                scroll_filter=self._filter(chosen),
                 limit=limit,
                 order_by=models.OrderBy(key="seq", direction=models.Direction.DESC),
                 with_payload=True,
@@ -275,22 +374,107 @@ class QdrantServerEpisodicMemory:
         vector: np.ndarray,
         limit: int,
         levels: Sequence[int] | None = None,
+        *,
+        lexical: SparseQuery | None = None,
+        filter: MemoryFilter | None = None,
     ) -> list[StoredMemory]:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         query = checked_vector(vector, self._dim, "the query vector")
-        query_filter = _agent_filter(agent_id, checked_levels(levels))
+        chosen = selection(agent_id, levels, filter)
         self._check_open()
+        if chosen is None:
+            return []
+        if lexical is not None and not self._lexical:
+            self._warn_dense_only()
         with _client_errors(self._where, f"searching the memories of {agent_id!r}"):
+            if lexical is not None and self._lexical:
+                return await self._hybrid_search(chosen, query, lexical, limit)
             response = await self._client.query_points(
                 self._collection,
                 query=query.tolist(),
-                query_filter=query_filter,
+                query_filter=self._filter(chosen),
                 limit=limit,
                 with_payload=True,
                 with_vectors=False,
             )
         return [stored_memory(point.payload, point.score) for point in response.points]
+
+    async def _hybrid_search(
+        self, chosen: Selection, query: np.ndarray, lexical: SparseQuery, limit: int
+    ) -> list[StoredMemory]:
+        """As :meth:`EdgeEpisodicMemory._hybrid_search
+        <projections.episodic.edge.EdgeEpisodicMemory._hybrid_search>`: batches of ids and
+        scores (deepened while a tie straddles the cut), the fusion, one ``retrieve`` of the
+        fused best."""
+        flt = self._filter(chosen)
+        sparse = models.SparseVector(indices=list(lexical.indices), values=list(lexical.values))
+        idf_corpus = models.IdfCorpusParams(corpus=_agent_filter(chosen.agent_id))
+        nearest = query.tolist() if np.any(query) else None
+        if nearest is None and not lexical:
+            return []
+        depth = fetch_depth(limit)
+        while True:
+            requests = []
+            if lexical:
+                requests.append(
+                    models.QueryRequest(
+                        query=sparse,
+                        using=LEXICAL_VECTOR,
+                        filter=flt,
+                        limit=depth,
+                        params=models.SearchParams(idf=idf_corpus),
+                        with_payload=False,
+                        with_vector=False,
+                    )
+                )
+            if nearest is not None:
+                requests.append(
+                    models.QueryRequest(
+                        query=nearest,
+                        filter=flt,
+                        limit=depth,
+                        with_payload=False,
+                        with_vector=False,
+                    )
+                )
+            batch = await self._client.query_batch_points(self._collection, requests=requests)
+            found = iter(batch)
+            lexical_hits = (
+                [(str(p.id), float(p.score)) for p in next(found).points] if lexical else []
+            )
+            dense_hits = (
+                [(str(p.id), float(p.score)) for p in next(found).points] if nearest else []
+            )
+            if not ambiguous_cut(lexical_hits, limit, depth) and not ambiguous_cut(
+                dense_hits, limit, depth
+            ):
+                break
+            depth *= 4
+        hits = fuse(dense_hits, lexical_hits, limit)
+        if not hits:
+            return []
+        dense_scores = dict(dense_hits)
+        vectors = missing_similarities(query, hits, dense_scores)
+        records = await self._client.retrieve(
+            self._collection,
+            ids=[hit.memory_id for hit in hits],
+            with_payload=True,
+            with_vectors=[""] if vectors else False,
+        )
+        by_id = {str(record.id): record for record in records}
+        # A hit without its record was deleted meanwhile, by an apply in between.
+        kept = [hit for hit in hits if hit.memory_id in by_id]
+        stored = {
+            hit.memory_id: dense_of(by_id[hit.memory_id].vector)
+            for hit in kept
+            if vectors and hit.memory_id not in dense_scores
+        }
+        scores = similarities(query, [hit.memory_id for hit in kept], dense_scores, stored)
+        return [
+            stored_memory(by_id[hit.memory_id].payload, similarity, hit.lexical)
+            for hit, similarity in zip(kept, scores, strict=True)
+        ]
 
     async def count(self, agent_id: str | None = None) -> int:
         self._check_open()

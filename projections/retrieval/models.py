@@ -14,11 +14,28 @@ from pydantic import (
 )
 
 from projections.memory import StoredMemory
-from projections.retrieval.scoring import Breakdown, Clock, Weights
+from projections.retrieval.breakdowns import Breakdown, ProfileName
+from projections.retrieval.filters import MemoryFilter
+from projections.retrieval.generative import GenerativeWeights
+from projections.retrieval.scoring import Clock, Weights
 from schemas.envelope import MAX_CONTENT_CHARS, AgentId, Tag
 from schemas.memory_events import Level
 
-Mode = Literal["two_phase", "weighted"]
+Mode = Literal[
+    "two_phase", "weighted", "saliency", "basic", "constrained", "generative", "relevance"
+]
+
+MODE_HELP = (
+    "``two_phase``: working memories first, then episodic ones by 0.95^age x importance "
+    "(seed 004). ``weighted``: S = Wr*R + Wi*I + Wc*C + Wrel*Rel - Wint*Int (seed 003). "
+    "``saliency``: v1, I x e^(-0.1 age) (seed 003). ``basic``: the 5 most recent memories plus "
+    "the 2 highest by I x e^(-0.1 age) (seed 003, WRR-validated). ``constrained``: basic "
+    "ranking whose recent window is sized by a cognitive-constraint ``profile`` and the "
+    "agent's arousal (seed 003, 5.1). ``generative``: recency + importance + relevance, each "
+    "min-max normalised (Generative Agents, Park et al. 2023). ``relevance``: relevance to "
+    "``query`` alone. ``basic`` and ``constrained`` return the count their configuration "
+    "decides; ``top_k`` does not apply to them."
+)
 
 MAX_TOP_K = 100
 """Above what both stores hold together (10 + 50, seed 004 section 5.1) with headroom for larger
@@ -93,14 +110,16 @@ class RetrievalRequest(BaseModel):
             ),
         )
     )
-    top_k: int = Field(default=5, ge=1, le=MAX_TOP_K, description="How many memories to return.")
-    mode: Mode = Field(
-        default="two_phase",
+    top_k: int = Field(
+        default=5,
+        ge=1,
+        le=MAX_TOP_K,
         description=(
-            "``two_phase``: working memories first, then episodic ones by 0.95^age x importance "
-            "(seed 004). ``weighted``: S = Wr*R + Wi*I + Wc*C + Wrel*Rel - Wint*Int (seed 003)."
+            "How many memories to return; not used by modes basic and constrained, whose "
+            "configuration decides the count."
         ),
     )
+    mode: Mode = Field(default="two_phase", description=MODE_HELP)
     current_year: int | None = Field(
         default=None, description="Simulation year of the retrieval; ages are then in years."
     )
@@ -116,6 +135,35 @@ class RetrievalRequest(BaseModel):
     )
     weights: Weights | None = Field(
         default=None, description="Weighted mode only: overrides of the seed 003 default weights."
+    )
+    profile: ProfileName | None = Field(
+        default=None,
+        description=(
+            "Constrained mode only: the cognitive-constraint profile (system 1 / system 2 / "
+            "working capacity: MILLER_STANDARD 5/7/10, COWAN_CONSERVATIVE 3/5/7, "
+            "EXTENDED_CONTEXT 7/9/15, MINIMAL 3/4/5); MILLER_STANDARD when omitted."
+        ),
+    )
+    arousal: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Constrained mode only: the arousal to size the recent window by, instead of the "
+            "agent's stored arousal."
+        ),
+    )
+    generative: GenerativeWeights | None = Field(
+        default=None,
+        description="Generative mode only: weights of recency, importance, relevance and decay.",
+    )
+    filter: MemoryFilter | None = Field(
+        default=None,
+        description=(
+            "Any mode: only memories meeting every condition are ranked (tags, kinds, minimum "
+            "importance, year and step ranges). Kinds, when given, decide which levels are "
+            "read instead of ``levels``."
+        ),
     )
     levels: Annotated[tuple[Level, ...], AfterValidator(_some_distinct)] = Field(
         default=(0,),
@@ -150,6 +198,14 @@ class RetrievalRequest(BaseModel):
             )
         if self.weights is not None and self.mode != "weighted":
             raise ValueError("weights apply only to mode 'weighted'")
+        if self.mode != "constrained":
+            for name in ("profile", "arousal"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} applies only to mode 'constrained'")
+        if self.generative is not None and self.mode != "generative":
+            raise ValueError("generative applies only to mode 'generative'")
+        if self.mode == "relevance" and self.query is None:
+            raise ValueError("mode 'relevance' ranks by relevance to query: give a query")
         return self
 
 
@@ -169,6 +225,9 @@ class RetrievalResponse(BaseModel):
     mode: Mode
     clock: Clock = Field(description="The time axis and the moment ages were measured from.")
     weights: Weights | None = Field(default=None, description="The weights used, in weighted mode.")
+    generative: GenerativeWeights | None = Field(
+        default=None, description="The weights used, in generative mode."
+    )
     working_count: int = Field(ge=0, description="Working memories considered.")
     episodic_count: int = Field(ge=0, description="Episodic memories considered.")
     results: tuple[RetrievedMemory, ...]

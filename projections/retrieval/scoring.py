@@ -1,11 +1,16 @@
 """Ranking an agent's memories for a prompt: pure functions over :class:`StoredMemory` values.
 
-Two modes, each after one seed:
+Two modes live here, each after one seed:
 
 * :func:`two_phase`, seed ``004_b17958cd3fbe918a.txt`` section 3.1: working memories first,
   then an episodic supplement ranked by ``0.95 ** years_passed * importance``.
 * :func:`weighted`, seed ``003_534f01cf6e2c2ecf.txt`` section 2 ("Model v2") and 2b (P2):
   ``S = Wr*R + Wi*I + Wc*C + Wrel*Rel - Wint*Int``.
+
+The other modes have a module each (:mod:`~projections.retrieval.saliency`,
+:mod:`~projections.retrieval.basic`, :mod:`~projections.retrieval.generative`,
+:mod:`~projections.retrieval.by_relevance`) and share the clock, time imputation and
+de-duplication below; their breakdowns are in :mod:`~projections.retrieval.breakdowns`.
 
 Time. The seeds count time in simulation years; our events may carry a ``year``, a ``step``,
 both or neither. A request picks one :data:`TimeAxis` (see :func:`resolve_clock`) and every
@@ -33,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from processors.embedding import keywords
 from projections.memory import StoredMemory
+from projections.retrieval.breakdowns import Breakdown, TwoPhaseBreakdown, WeightedBreakdown
 from schemas.memory_events import Destination
 
 TimeAxis = Literal["year", "step", "seq"]
@@ -84,37 +90,6 @@ class Clock:
 
     axis: TimeAxis
     now: int
-
-
-@dataclass(frozen=True, slots=True)
-class TwoPhaseBreakdown:
-    """Why a memory got its two-phase score (seed 004, section 3.1)."""
-
-    phase: Annotated[Literal[1, 2], Field(description="1: working memory, 2: episodic supplement.")]
-    time: Annotated[int, Field(description="The memory's time on the clock's axis.")]
-    time_imputed: Annotated[bool, Field(description="True when the memory had no time on it.")]
-    age: Annotated[int, Field(description="now - time, at least 0.")]
-    decay: Annotated[float, Field(description="0.95 ** age in phase 2; 1.0 in phase 1 (no decay).")]
-    importance: Annotated[float, Field(description="The stored importance.")]
-    mode: Literal["two_phase"] = "two_phase"
-
-
-@dataclass(frozen=True, slots=True)
-class WeightedBreakdown:
-    """The components of a v2 weighted score (seed 003, sections 1.B, 2 and 2b)."""
-
-    time: Annotated[int, Field(description="The memory's time on the clock's axis.")]
-    time_imputed: Annotated[bool, Field(description="True when the memory had no time on it.")]
-    age: Annotated[int, Field(description="now - time, at least 0.")]
-    recency: Annotated[float, Field(description="R = 1 - age / max_age.")]
-    importance: Annotated[float, Field(description="I = importance * exp(-0.1 * age).")]
-    context: Annotated[float, Field(description="C: 1.0 if a tag matches the context tags.")]
-    relevance: Annotated[float, Field(description="Rel: keyword overlap with the query.")]
-    interference: Annotated[float, Field(description="Int: overlap with newer memories x 0.8.")]
-    mode: Literal["weighted"] = "weighted"
-
-
-Breakdown = TwoPhaseBreakdown | WeightedBreakdown
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,14 +163,14 @@ def two_phase(
     once, in phase 1. The seed decays per year; on a step or seq clock a step or a recorded
     memory is the unit of age.
     """
-    _check_top_k(top_k)
+    check_top_k(top_k)
     seen: set[tuple[object, ...]] = set()
-    working = list(_unique(working, seen))
-    episodic = list(_unique(episodic, seen))
+    working = list(unique(working, seen))
+    episodic = list(unique(episodic, seen))
     clock = resolve_clock(
         [*working, *episodic], current_year=current_year, current_step=current_step
     )
-    times = _times([*working, *episodic], clock)
+    times = memory_times([*working, *episodic], clock)
 
     phase_one: list[tuple[tuple[int, float, int], ScoredMemory]] = []
     for memory in working:
@@ -259,16 +234,16 @@ def weighted(
     ``level``) are scored once, the first occurrence kept: pass working memories before
     episodic ones.
     """
-    _check_top_k(top_k)
+    check_top_k(top_k)
     weights = weights or Weights()
-    candidates = list(_unique(memories, set()))
+    candidates = list(unique(memories, set()))
     clock = resolve_clock(candidates, current_year=current_year, current_step=current_step)
-    times = _times(candidates, clock)
+    times = memory_times(candidates, clock)
     ages = {key: max(clock.now - time, 0) for key, (time, _) in times.items()}
     max_age = max(ages.values(), default=0)
     context = {tag.casefold() for tag in context_tags}
-    query = _keyword_set(query_text) if query_text else frozenset()
-    words = {m.memory_id: _keyword_set(m.content) for m in candidates}
+    query = keyword_set(query_text) if query_text else frozenset()
+    words = {m.memory_id: keyword_set(m.content) for m in candidates}
     interference = _interference(candidates, words)
 
     ranked: list[tuple[tuple[float, int, int], ScoredMemory]] = []
@@ -337,13 +312,13 @@ def _interference(
 
 
 @lru_cache(maxsize=8192)
-def _keyword_set(text: str) -> frozenset[str]:
+def keyword_set(text: str) -> frozenset[str]:
     """Memoised: an agent's memories are ranked again at every step, and tokenising them is
     the largest cost of :func:`weighted` after interference."""
     return frozenset(keywords(text))
 
 
-def _times(memories: Sequence[StoredMemory], clock: Clock) -> dict[str, tuple[int, bool]]:
+def memory_times(memories: Sequence[StoredMemory], clock: Clock) -> dict[str, tuple[int, bool]]:
     """Each memory's time on the clock's axis, by memory id, and whether it was imputed (see
     the module docstring). Expects memories already made unique."""
     in_order = sorted(memories, key=lambda m: m.seq)
@@ -360,7 +335,7 @@ def _times(memories: Sequence[StoredMemory], clock: Clock) -> dict[str, tuple[in
     return result
 
 
-def _unique(
+def unique(
     memories: Iterable[StoredMemory], seen: set[tuple[object, ...]]
 ) -> Iterator[StoredMemory]:
     """Skip memories already seen under their id or their source event and level: a memory
@@ -375,6 +350,6 @@ def _unique(
         yield memory
 
 
-def _check_top_k(top_k: int) -> None:
+def check_top_k(top_k: int) -> None:
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")

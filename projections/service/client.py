@@ -3,6 +3,9 @@
 ``retrieve(..., after=positions)`` reads your writes: it takes the positions publishing
 returned (``streams.publisher.Position`` or dicts of topic, partition and offset), and raises
 :class:`WaitTimeoutError` when the service answers that they were not applied in time.
+
+:func:`format_for_prompt` (also ``client.format_for_prompt``) renders what a retrieval returned
+as the memory block of an LLM prompt.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import httpx
 from pydantic import ValidationError
 
 from projections.history import AgentHistory
+from projections.memory import StoredMemory
 from projections.retrieval.models import (
     PendingPosition,
     RecordPosition,
@@ -23,7 +27,14 @@ from projections.retrieval.models import (
     WaitTimedOut,
 )
 
-__all__ = ["AsyncEngramClient", "EngramClient", "QueryError", "WaitTimeoutError"]
+__all__ = [
+    "PROMPT_HEADER",
+    "AsyncEngramClient",
+    "EngramClient",
+    "QueryError",
+    "WaitTimeoutError",
+    "format_for_prompt",
+]
 
 
 class QueryError(RuntimeError):
@@ -81,7 +92,15 @@ def _raise_for(response: httpx.Response) -> None:
             pass  # a proxy's 504, not the service's: the plain error below says so
         else:
             raise WaitTimeoutError(response.status_code, timed_out.detail, timed_out)
-    raise QueryError(response.status_code, str(detail))
+    raise QueryError(response.status_code, _detail_text(detail))
+
+
+def _detail_text(detail: Any) -> str:
+    """The service's 422 lists its errors, each ``msg`` naming the field: joined, they read as
+    one sentence, where the list's repr read as Python."""
+    if isinstance(detail, list) and detail and all(isinstance(e, dict) for e in detail):
+        return "; ".join(str(e.get("msg", e)) for e in detail)
+    return str(detail)
 
 
 def _position(position: PositionLike) -> RecordPosition:
@@ -124,6 +143,62 @@ def _history_params(limit: int | None) -> dict[str, int]:
     return {} if limit is None else {"limit": limit}
 
 
+PROMPT_HEADER = "=== YOUR MEMORY ==="
+"""The heading ``build_household_prompt`` gives memories (seed 004, section 6.1)."""
+
+NOTHING_REMEMBERED = "(nothing remembered yet)"
+
+
+def format_for_prompt(
+    memories: RetrievalResponse | Iterable[StoredMemory | str],
+    *,
+    header: str | None = PROMPT_HEADER,
+    with_time: bool = False,
+    with_store: bool = False,
+    empty: str = NOTHING_REMEMBERED,
+) -> str:
+    """The memory block of an LLM prompt: ``header``, then ``- {content}`` per memory in the
+    order given (rank order for a response), as ``build_household_prompt`` of seed
+    ``004_b17958cd3fbe918a.txt`` (section 6.1) writes it; plain strings are taken as contents.
+
+    ``with_time`` opens a line with the memory's time, ``Year 2: ...`` (or ``Step 14: ...``) as
+    the tool results of section 8.3 read, unless the content already opens with it (the seed's
+    contents do); ``with_store`` closes it with where the memory was kept, ``(episodic)`` or
+    ``(episodic, L1 summary)``, for a prompt that tells the model what each store means.
+    A content of several lines stays under its one bullet, indented, so the model reads one
+    memory as one item. Without memories the block says so (``empty``): a header followed by
+    nothing reads as a prompt cut short.
+    """
+    items = memories.results if isinstance(memories, RetrievalResponse) else memories
+    lines = [] if header is None else [header]
+    for item in items:
+        text = item if isinstance(item, str) else _memory_line(item, with_time, with_store)
+        lines.append("- " + "\n  ".join(text.splitlines() or [""]))
+    if len(lines) == (0 if header is None else 1):
+        lines.append(empty)
+    return "\n".join(lines)
+
+
+def _memory_line(memory: StoredMemory, with_time: bool, with_store: bool) -> str:
+    text = memory.content
+    if with_time:
+        when = (
+            f"Year {memory.year}"
+            if memory.year is not None
+            else None
+            if memory.step is None
+            else f"Step {memory.step}"
+        )
+        if when is not None and not text.startswith(f"{when}:"):
+            text = f"{when}: {text}"
+    if with_store:
+        store: str = getattr(memory, "store", memory.destination)
+        if memory.level:
+            store = f"{store}, L{memory.level} summary"
+        text = f"{text} ({store})"
+    return text
+
+
 class EngramClient:
     def __init__(
         self,
@@ -133,6 +208,8 @@ class EngramClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
+
+    format_for_prompt = staticmethod(format_for_prompt)
 
     def retrieve(
         self,
@@ -155,6 +232,11 @@ class EngramClient:
         )
         _raise_for(response)
         return RetrievalResponse.model_validate_json(response.content)
+
+    @property
+    def base_url(self) -> str:
+        """The query service this client calls."""
+        return str(self._http.base_url)
 
     def history(self, agent_id: str, *, limit: int | None = None) -> AgentHistory:
         """The agent's latest ``limit`` history entries (the service's default if None)."""
@@ -187,6 +269,13 @@ class AsyncEngramClient:
     ) -> None:
         """``transport``: another way to reach the service (an in-process ASGI app, say)."""
         self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout, transport=transport)
+
+    format_for_prompt = staticmethod(format_for_prompt)
+
+    @property
+    def base_url(self) -> str:
+        """The query service this client calls."""
+        return str(self._http.base_url)
 
     async def retrieve(
         self,

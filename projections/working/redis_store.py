@@ -9,6 +9,10 @@ Layout under ``{namespace}``:
   in ``KEYS`` and read an agent's memories with one ``HMGET``;
 * ``{ns}:applied:{topic}:{partition}``: the highest source offset applied for that partition.
 
+The memories hash also holds two fields that are never memory ids (reads follow the ZSET):
+``#evicted`` and ``#arousal``, the agent's latest surprise reading, which a recording of either
+destination carries (see ``_APPLY``).
+
 The two per-agent keys are everything the namespace holds about an agent, so an
 :class:`AgentForgotten` deletes both (in the same script as the other events, with its
 position): the agent's working memory is gone, and a later event of the agent starts a new one.
@@ -48,6 +52,8 @@ from schemas.memory_events import (
     ConsolidationCompleted,
     DerivedEvent,
     MemoryForgotten,
+    MemoryRecorded,
+    SurpriseReading,
 )
 
 __all__ = ["RedisWorkingMemory"]
@@ -60,11 +66,19 @@ if position then
     return 0
   end
 end
-if ARGV[1] == 'r' then
-  local evicted = redis.call('HGET', KEYS[2], '#evicted')
-  if not evicted or tonumber(ARGV[4]) > tonumber(evicted) then
-    redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])
-    redis.call('HSET', KEYS[2], ARGV[3], ARGV[5])
+if ARGV[1] == 'r' or ARGV[1] == 's' then
+  if ARGV[1] == 'r' then
+    local evicted = redis.call('HGET', KEYS[2], '#evicted')
+    if not evicted or tonumber(ARGV[4]) > tonumber(evicted) then
+      redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])
+      redis.call('HSET', KEYS[2], ARGV[3], ARGV[5])
+    end
+  end
+  if ARGV[6] then
+    local at = redis.call('HGET', KEYS[2], '#arousal_seq')
+    if not at or tonumber(ARGV[4]) >= tonumber(at) then
+      redis.call('HSET', KEYS[2], '#arousal', ARGV[6], '#arousal_seq', ARGV[4])
+    end
   end
 elseif ARGV[1] == 'f' then
   local seq = redis.call('ZSCORE', KEYS[1], ARGV[3])
@@ -85,9 +99,15 @@ end
 return 1
 """
 """KEYS: ids zset, memories hash, applied-offset key (absent for events without a position).
-ARGV: 'r'ecord, 'f'orget a memory or forget the whole 'a'gent, source offset ('' without a
-position), then for 'r' and 'f' the memory id, for 'r' its seq and payload, for 'f' whether it
-was a capacity ('fifo') eviction.
+ARGV: 'r'ecord, 's'urprise only (an episodic recording), 'f'orget a memory or forget the whole
+'a'gent, source offset ('' without a position), then for 'r', 's' and 'f' the memory id, for
+'r' and 's' its seq and payload ('' for 's') and, if the recording carries one, its surprise
+reading; for 'f' whether it was a capacity ('fifo') eviction.
+
+``#arousal`` in the memories hash is the agent's latest surprise reading and ``#arousal_seq``
+the seq of the recording that carried it: a reading replaces it only from a seq at least as
+high, so an old recording applied again never takes the arousal back, whatever its topic, and
+even when ``#evicted`` skips its memory.
 
 ``#evicted`` in the memories hash (never a memory id, and never read as one: reads follow the
 ZSET) is the highest seq a capacity eviction removed. Working memory is FIFO by seq
@@ -214,10 +234,13 @@ class RedisWorkingMemory:
         Framed here rather than by redis-py, whose generic packing costs ~15 µs per command,
         more than everything else the client does per event.
         """
-        if isinstance(event, ConsolidationCompleted) or (
-            not isinstance(event, AgentForgotten) and event.destination != "working"
-        ):
+        if isinstance(event, ConsolidationCompleted):
             return None
+        op = b"r"
+        if not isinstance(event, AgentForgotten) and event.destination != "working":
+            if not isinstance(event, MemoryRecorded) or event.surprise is None:
+                return None
+            op = b"s"
         agent = event.agent_id
         position = event.source_position
         keys = [self._ids_key(agent), self._memories_key(agent)]
@@ -233,7 +256,10 @@ class RedisWorkingMemory:
             fifo = b"fifo" if event.reason == "capacity" else b""
             argv = (b"f", offset, event.memory_id.encode(), fifo)
         else:
-            argv = (b"r", offset, event.memory_id.encode(), b"%d" % event.seq, memory_json(event))
+            payload = memory_json(event) if op == b"r" else b""
+            argv = (op, offset, event.memory_id.encode(), b"%d" % event.seq, payload)
+            if isinstance(event, MemoryRecorded) and event.surprise is not None:
+                argv = (*argv, event.surprise.model_dump_json().encode())
         return _resp(b"EVALSHA", _APPLY_SHA, b"%d" % len(keys), *keys, *argv)
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
@@ -305,6 +331,14 @@ class RedisWorkingMemory:
         except RedisError as exc:
             raise self._error(f"reading the memories of {agent_id!r}", exc) from exc
         return [StoredMemory.model_validate_json(p) for p in payloads if p is not None]
+
+    async def arousal(self, agent_id: str) -> SurpriseReading | None:
+        """The agent's latest surprise reading (``#arousal``), None before its first one."""
+        try:
+            value = await self._client.hget(self._memories_key(agent_id), "#arousal")
+        except RedisError as exc:
+            raise self._error(f"reading the arousal of {agent_id!r}", exc) from exc
+        return None if value is None else SurpriseReading.model_validate_json(value)
 
     async def applied_offset(self, topic: str, partition: int) -> int | None:
         try:

@@ -1,16 +1,20 @@
-"""Retrieval over HTTP: 1,000 agents x 60 memories (10 working + 50 episodic), one client.
+"""Retrieval over HTTP, every mode: agents x memories (10 working, the rest episodic).
 
-    python -m tests.benchmarks.bench_retrieval [--agents 1000] [--requests 2000]
+    python -m tests.benchmarks.bench_retrieval [--agents 1000] [--memories 100]
+        [--requests 2000] [--clients 1 8]
 
-Memories are made by the real processors (importance, routing, capacities) and applied to a
-real redis-server and Qdrant Edge; the query service then runs as ``engram serve`` in its own
-process, and one client sends requests one after another, for each mode.
+Memories are made by the real processors (importance, routing, capacities, the episodic capacity
+raised to hold them) and applied to a real redis-server and Qdrant Edge; the query service then
+runs as ``engram serve`` in its own process, recording every retrieval on ``memory.access``.
+For each mode and each client count, that many clients send requests one after another each:
+latency percentiles are per request, queries/s for all clients together.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import os
 import random
 import subprocess
@@ -57,8 +61,11 @@ WORDS = [
 ]
 
 
-async def load(redis_url: str, edge: Path, agents: int) -> None:
-    config = load_processing_config()
+WORKING = 10
+
+
+async def load(redis_url: str, edge: Path, agents: int, memories: int) -> None:
+    config = load_processing_config(episodic_capacity=max(memories - WORKING, 1))
     embedder = HashingEmbedder()
     version = config.version(embedder.id)
     working = RedisWorkingMemory.from_url(redis_url, namespace="bench")
@@ -72,14 +79,15 @@ async def load(redis_url: str, edge: Path, agents: int) -> None:
             batch: list[DerivedEvent] = []
             for a in range(first, min(first + 100, agents)):
                 state = AgentMemoryState()
-                # 50 important memories (episodic), then 10 routine ones (working).
-                for i in range(60):
+                # Important memories (episodic), then 10 routine ones (working).
+                episodic_count = memories - WORKING
+                for i in range(memories):
                     text = " ".join(rng.choices(WORDS, k=10))
                     event = Observation(
                         agent_id=f"A{a:05d}",
-                        year=1 + i // 6,
+                        year=1 + i * 10 // memories,
                         content=text,
-                        importance=0.75 + rng.random() / 4 if i < 50 else 0.3,
+                        importance=0.75 + rng.random() / 4 if i < episodic_count else 0.3,
                         tags=tuple(rng.sample(WORDS, 2)),
                     )
                     out = record(
@@ -100,7 +108,9 @@ async def load(redis_url: str, edge: Path, agents: int) -> None:
         await episodic.close()
 
 
-def serve(bootstrap: str, redis_url: str, data: Path, port: int) -> subprocess.Popen[bytes]:
+def serve(
+    bootstrap: str, redis_url: str, data: Path, port: int, memories: int
+) -> subprocess.Popen[bytes]:
     """The query service as deployed: every retrieval also goes to memory.access."""
     env = {
         **os.environ,
@@ -109,28 +119,44 @@ def serve(bootstrap: str, redis_url: str, data: Path, port: int) -> subprocess.P
         "ENGRAM_QDRANT_PATH": str(data),
         "ENGRAM_REDIS_NAMESPACE": "bench",
         "ENGRAM_LOG_LEVEL": "warning",
+        "ENGRAM_EPISODIC_CAPACITY": str(max(memories - WORKING, 1)),
     }
     return subprocess.Popen(
         [sys.executable, "-m", "streams.cli", "serve", "--port", str(port)], env=env
     )
 
 
-def measure(url: str, agents: int, requests: int, body: dict[str, object]) -> dict[str, float]:
-    rng = random.Random(5)
-    took: list[float] = []
-    with httpx.Client(base_url=url, timeout=10) as client:
-        for _ in range(50):  # warm-up
-            client.post(f"/v1/agents/A{rng.randrange(agents):05d}/retrieve", json=body)
-        start = time.perf_counter()
-        for _ in range(requests):
-            t = time.perf_counter()
-            response = client.post(f"/v1/agents/A{rng.randrange(agents):05d}/retrieve", json=body)
-            took.append((time.perf_counter() - t) * 1000)
-            response.raise_for_status()
-            assert response.json()["results"], "no memories came back"
-        elapsed = time.perf_counter() - start
-    return {"p50": percentile(took, 50), "p99": percentile(took, 99), "qps": requests / elapsed}
+def measure(
+    url: str, agents: int, requests: int, clients: int, body: dict[str, object]
+) -> dict[str, float]:
+    def run(seed: int, count: int) -> list[float]:
+        rng = random.Random(seed)
+        took: list[float] = []
+        with httpx.Client(base_url=url, timeout=30) as client:
+            for _ in range(count):
+                path = f"/v1/agents/A{rng.randrange(agents):05d}/retrieve"
+                t = time.perf_counter()
+                response = client.post(path, json=body)
+                took.append((time.perf_counter() - t) * 1000)
+                response.raise_for_status()
+                assert response.json()["results"], "no memories came back"
+        return took
 
+    run(1, 50)  # warm-up
+    per_client = max(requests // clients, 1)
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        start = time.perf_counter()
+        done = list(pool.map(run, range(5, 5 + clients), [per_client] * clients))
+        elapsed = time.perf_counter() - start
+    took = [t for part in done for t in part]
+    return {
+        "p50": percentile(took, 50),
+        "p99": percentile(took, 99),
+        "qps": len(took) / elapsed,
+    }
+
+
+QUERY = "the levee broke and the basement flooded"
 
 MODES: dict[str, dict[str, object]] = {
     "two_phase": {"top_k": 5, "mode": "two_phase", "current_year": 10},
@@ -139,29 +165,39 @@ MODES: dict[str, dict[str, object]] = {
         "top_k": 5,
         "mode": "weighted",
         "current_year": 10,
-        "query": "the levee broke and the basement flooded",
+        "query": QUERY,
         "weights": {"recency": 0.3, "importance": 0.5, "context": 0.2, "relevance": 0.5},
     },
+    "saliency": {"top_k": 5, "mode": "saliency", "current_year": 10},
+    "basic": {"mode": "basic", "current_year": 10},
+    "constrained": {"mode": "constrained", "current_year": 10, "profile": "MILLER_STANDARD"},
+    "generative": {"top_k": 5, "mode": "generative", "current_year": 10, "query": QUERY},
+    "relevance": {"top_k": 5, "mode": "relevance", "current_year": 10, "query": QUERY},
 }
 
 
-def main(agents: int, requests: int) -> None:
+def main(agents: int, memories: int, requests: int, clients: list[int], modes: list[str]) -> None:
     data = Path(tempfile.mkdtemp(prefix="engram-retrieval-"))
     with fresh_servers() as (bootstrap, redis_url):
         started = time.perf_counter()
-        asyncio.run(load(redis_url, data, agents))
-        print(f"loaded {agents} agents x 60 memories in {time.perf_counter() - started:.1f}s")
+        asyncio.run(load(redis_url, data, agents, memories))
+        print(
+            f"loaded {agents:,} agents x {memories} memories "
+            f"in {time.perf_counter() - started:.1f}s"
+        )
         port = free_port()
-        server = serve(bootstrap, redis_url, data, port)
+        server = serve(bootstrap, redis_url, data, port, memories)
         try:
-            if not wait_for_port(port, 60):
+            if not wait_for_port(port, 120):
                 raise RuntimeError("engram serve did not start")
-            for name, body in MODES.items():
-                r = measure(f"http://127.0.0.1:{port}", agents, requests, body)
-                print(
-                    f"{name:18} p50 {r['p50']:.2f} ms  p99 {r['p99']:.2f} ms  "
-                    f"{r['qps']:,.0f} queries/s"
-                )
+            print("| mode | clients | p50 ms | p99 ms | queries/s |\n|---|---|---|---|---|")
+            for name in modes:
+                for count in clients:
+                    r = measure(f"http://127.0.0.1:{port}", agents, requests, count, MODES[name])
+                    print(
+                        f"| {name} | {count} | {r['p50']:.2f} | {r['p99']:.2f} | {r['qps']:,.0f} |",
+                        flush=True,
+                    )
         finally:
             server.terminate()
             server.wait(20)
@@ -170,6 +206,13 @@ def main(agents: int, requests: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=1_000)
-    parser.add_argument("--requests", type=int, default=2_000)
+    parser.add_argument(
+        "--memories", type=int, default=100, help="per agent: 10 working, the rest episodic"
+    )
+    parser.add_argument("--requests", type=int, default=2_000, help="per mode and client count")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=list(MODES))
     args = parser.parse_args()
-    main(args.agents, args.requests)
+    if args.memories <= WORKING:
+        parser.error(f"--memories must be above {WORKING} (the working memories)")
+    main(args.agents, args.memories, args.requests, args.clients, args.modes)

@@ -7,26 +7,34 @@ exactly what the processors emit, capacity evictions included.
 
 from __future__ import annotations
 
+import logging
 import random
 import shutil
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+import qdrant_edge as qe
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from qdrant_client import AsyncQdrantClient
+from qdrant_client import models as qmodels
 
 from processors.config import ProcessingConfig, load_processing_config
 from processors.embedding import HashingEmbedder
+from processors.lexical import query_vector
 from processors.recording import AgentMemoryState, record
-from projections.episodic.edge import POSITIONS_FILE, EdgeEpisodicMemory
+from projections.episodic.edge import POSITIONS_FILE, SHARD_DIR, EdgeEpisodicMemory
 from projections.episodic.factory import open_episodic_store
+from projections.episodic.hybrid import fuse
 from projections.episodic.qdrant_server import QdrantServerEpisodicMemory
 from projections.interfaces import EpisodicMemoryStore, ProjectionError
 from projections.memory import StoredMemory
+from projections.retrieval.filters import MemoryFilter
+from projections.retrieval.relevance import lexical_scores
 from schemas.agent_events import Observation
 from schemas.memory_events import (
     ConsolidationCompleted,
@@ -673,3 +681,475 @@ async def test_client_store_refuses_a_collection_of_another_dimension(tmp_path: 
         await reopened.close()
     with pytest.raises(ValueError, match="neither"):
         await QdrantServerEpisodicMemory.open("qdrant:6333", dim=EMBEDDING_DIM)
+
+
+# Hybrid search and filters ---------------------------------------------------------------------
+
+Turn = tuple[str, tuple[str, ...], int]
+"""A remembered dialogue turn: its text, its tags (mixed case on purpose), its year."""
+
+CONVERSATIONS: dict[str, list[Turn]] = {
+    "caroline": [
+        ("I went to the LGBTQ support group yesterday and it was so powerful", ("LGBTQ",), 2023),
+        ("The transgender stories at the group made me feel less alone", ("lgbtq",), 2023),
+        ("I'm researching adoption agencies because I want to build a family", ("Family",), 2023),
+        ("My friend gave me a necklace from Sweden, my home country", ("gift",), 2022),
+        ("I'm thinking about a career in counseling and mental health", ("career",), 2023),
+        ("I painted a sunset over the lake last weekend", ("ART",), 2022),
+        ("The pride parade downtown was loud, colorful and joyful", ("LGBTQ", "event"), 2023),
+        ("I read 'Becoming Nicole' and it moved me to tears", ("books",), 2022),
+        ("My grandmother taught me to knit when I was little", ("family",), 2021),
+        ("I gave a talk at the school about being transgender", ("event", "lgbtq"), 2023),
+        ("Counseling courses start in the fall; I signed up for two", ("career",), 2023),
+        ("I ran my first 5k charity race for the youth center", ("sport",), 2022),
+        ("The adoption interview went well, they liked our home", ("family",), 2023),
+        ("I bought a new guitar and I'm learning chords", ("music",), 2022),
+        ("We had a picnic at the beach with the support group", ("lgbtq", "beach"), 2023),
+        ("I volunteered at the youth shelter on Saturday", ("volunteer",), 2023),
+        ("My mentor said counseling needs patience and empathy", ("career",), 2023),
+        ("A stranger was rude to me at the bus stop", (), 2022),
+    ],
+    "melanie": [
+        ("I signed up for a pottery class and made a bowl", ("ART",), 2023),
+        ("The kids and I went camping in the mountains", ("family", "camping"), 2023),
+        ("I painted a lake sunrise for the living room", ("art",), 2022),
+        ("I play clarinet in the community band", ("Music",), 2021),
+        ("We went to the beach and the kids built sandcastles", ("family", "beach"), 2023),
+        ("I ran a charity race for a local children's hospital", ("sport",), 2023),
+        ("My husband and I celebrated our anniversary at a vineyard", ("family",), 2022),
+        ("I'm reading 'Charlotte's Web' to the kids at bedtime", ("books", "family"), 2023),
+        ("The pottery kiln cracked my vase, I was disappointed", ("art",), 2023),
+        ("We saw the meteor shower while camping", ("camping",), 2022),
+        ("I took the kids to a museum about dinosaurs", ("family",), 2023),
+        ("My son broke his arm falling off his bike", ("family", "health"), 2023),
+        ("I volunteered at the animal shelter with my daughter", ("volunteer",), 2022),
+        ("The band played a concert in the park", ("music", "event"), 2023),
+        ("I finished a painting of horses for my mother", ("art", "family"), 2023),
+        ("We had a road trip to the Grand Canyon", ("travel",), 2022),
+    ],
+    "bob": [
+        ("I went to the support group for veterans", ("support",), 2023),
+        ("My painting of the harbor won a ribbon at the fair", ("art",), 2022),
+        ("I went camping by the river and caught a trout", ("camping",), 2023),
+        ("The bank approved my loan for the bakery", ("career",), 2023),
+        ("I adopted a dog from the shelter; his name is Max", ("family",), 2022),
+        ("Our bakery sells sourdough and rye", ("career",), 2023),
+        ("I ran the city marathon in four hours", ("sport",), 2023),
+        ("My daughter plays the violin at school concerts", ("music", "family"), 2022),
+        ("The flood ruined the bakery basement", ("disaster",), 2023),
+        ("I read a book about the history of bread", ("books",), 2021),
+    ],
+}
+
+QUERIES = [
+    "When did Caroline go to the LGBTQ support group?",
+    "What did Melanie paint?",
+    "Where did they go camping?",
+    "What instrument does she play?",
+    "Is Caroline looking into adoption agencies?",
+    "Who gave a talk at the school?",
+    "pottery class",
+    "What books were read?",
+    "charity race for the hospital",
+    "the kids at the beach",
+    "What career is Caroline pursuing? counseling",
+    "sunset painting of a lake",
+    "What happened in the flood?",
+    "volunteering at a shelter",
+    "What did they do?",
+    "transgender",
+]
+
+PARTITION_OF = {"caroline": 0, "melanie": 1, "bob": 2}
+
+
+def conversation_log() -> list[DerivedEvent]:
+    """Every agent's turns as episodic memories, an L1 summary each, and a few forgettings
+    (so IDF must count live memories only)."""
+    log: list[DerivedEvent] = []
+    for agent_id, turns in CONVERSATIONS.items():
+        state = AgentMemoryState()
+        partition = PARTITION_OF[agent_id]
+        memories: list[MemoryRecorded] = []
+        for i, (content, tags, year) in enumerate(turns):
+            importance = 0.7 + 0.3 * ((i * 7) % 11) / 10
+            recorded_turn = record(
+                Observation(
+                    agent_id=agent_id,
+                    content=content,
+                    importance=min(importance, 1.0),
+                    step=i,
+                    year=year,
+                    tags=tags,
+                ),
+                state,
+                config=CONFIG,
+                embedder=EMBEDDER,
+                config_version=CONFIG.version(EMBEDDER.id),
+                position=SourcePosition(topic=TOPIC, partition=partition, offset=i),
+            )
+            memories.append(recorded_turn.memory)
+            log.append(recorded_turn.memory)
+            state = recorded_turn.state
+        log.append(
+            summarised(
+                memories[:6],
+                level=1,
+                content=f"{agent_id} talked about family, art, support groups and camping",
+                seq=len(turns),
+                trigger_event_id=memories[5].source_event_id,
+                position=SourcePosition(topic=TOPIC, partition=partition, offset=len(turns)),
+            )
+        )
+        for gone in memories[3:5]:
+            log.append(
+                MemoryForgotten(
+                    agent_id=agent_id,
+                    memory_id=gone.memory_id,
+                    destination="episodic",
+                    reason="capacity",
+                    caused_by=memories[-1].event_id,
+                    config_version="test",
+                )
+            )
+    return log
+
+
+def vectors_of(log: Sequence[DerivedEvent]) -> dict[str, np.ndarray]:
+    return {e.memory_id: e.vector() for e in log if isinstance(e, MemoryWritten)}
+
+
+def approx_or_none(value: float | None) -> object:
+    """A lexical score as float32 arithmetic gives it, or None (no shared word) exactly."""
+    return None if value is None else pytest.approx(value, rel=1e-5)
+
+
+def cosine_of(a: np.ndarray, b: np.ndarray) -> float:
+    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return 0.0 if norms == 0.0 else float(a @ b) / norms
+
+
+async def expected_hybrid(
+    store: EpisodicMemoryStore,
+    vectors: dict[str, np.ndarray],
+    agent_id: str,
+    query_text: str,
+    limit: int,
+    memory_filter: MemoryFilter | None = None,
+) -> list[tuple[str, float | None]]:
+    """The hybrid result computed in process from the agent's memories: BM25 with the IDF of
+    all the agent's memories (Qdrant's formula), cosine, both rankings cut at ``limit``, RRF."""
+    everything = await store.memories(agent_id)
+    admitted = [m for m in everything if memory_filter is None or memory_filter.admits(m)]
+    query = EMBEDDER.embed(query_text)
+    lexical_all = lexical_scores(query_text, everything)
+    ids = {m.memory_id for m in admitted}
+    dense = [(i, cosine_of(query, vectors[i])) for i in ids] if np.any(query) else []
+    lexical = [(i, s) for i, s in lexical_all.items() if i in ids]
+    return [(hit.memory_id, hit.lexical) for hit in fuse(dense, lexical, limit)]
+
+
+async def test_hybrid_search_equals_the_in_process_reference(
+    episodic_store: EpisodicMemoryStore,
+) -> None:
+    """Each backend's hybrid result is exactly what the pure functions compute over the agent's
+    live memories: the same ids in the same order, the same lexical scores (so the store's IDF
+    is ``ln(1 + (N - n + 0.5) / (n + 0.5))`` over the agent's live memories, forgotten ones and
+    other agents' excluded), and cosine similarities."""
+    log = conversation_log()
+    vectors = vectors_of(log)
+    await episodic_store.apply(log)
+
+    for agent_id in CONVERSATIONS:
+        for query_text in QUERIES:
+            for limit in (3, 8):
+                found = await episodic_store.search(
+                    agent_id,
+                    EMBEDDER.embed(query_text),
+                    limit,
+                    lexical=query_vector(query_text),
+                )
+                expected = await expected_hybrid(
+                    episodic_store, vectors, agent_id, query_text, limit
+                )
+                where = f"{agent_id}: {query_text!r} (limit {limit})"
+                assert [m.memory_id for m in found] == [i for i, _ in expected], where
+                for memory, (_, lexical) in zip(found, expected, strict=True):
+                    assert memory.agent_id == agent_id
+                    assert memory.lexical == approx_or_none(lexical), where
+                    assert memory.similarity == pytest.approx(
+                        cosine_of(EMBEDDER.embed(query_text), vectors[memory.memory_id]),
+                        abs=1e-5,
+                    ), where
+
+
+async def test_hybrid_search_finds_words_the_embedding_misses(
+    episodic_store: EpisodicMemoryStore,
+) -> None:
+    """A question whose only content word is inflected differently in the memories: the hashing
+    embedding shares no feature with them, the stemmed lexical vector does."""
+    await episodic_store.apply(conversation_log())
+    query_text = "adopting"
+
+    hybrid = await episodic_store.search(
+        "caroline", EMBEDDER.embed(query_text), 3, lexical=query_vector(query_text)
+    )
+
+    adoption = [m for m in hybrid if "adoption" in m.content]
+    assert len(adoption) == 2
+    for memory in adoption:
+        assert memory.similarity == pytest.approx(0.0, abs=1e-6)
+        assert memory.lexical is not None
+        assert memory.lexical > 0.0
+
+
+async def test_backends_agree_on_hybrid_search(tmp_path: Path) -> None:
+    """Qdrant Edge and the qdrant-client adapter return the same memories in the same order
+    with the same scores, for every query, agent, limit and filter."""
+    log = conversation_log()
+    edge = EdgeEpisodicMemory.open(tmp_path / "edge", EMBEDDING_DIM)
+    client = await QdrantServerEpisodicMemory.open(":memory:", dim=EMBEDDING_DIM)
+    try:
+        await edge.apply(log)
+        await client.apply(log)
+        filters = [None, *FILTERS]
+        compared = 0
+        for agent_id in CONVERSATIONS:
+            for query_text in QUERIES:
+                for memory_filter in filters:
+                    args = (agent_id, EMBEDDER.embed(query_text), 5)
+                    lexical = query_vector(query_text)
+                    on_edge = await edge.search(*args, lexical=lexical, filter=memory_filter)
+                    on_client = await client.search(*args, lexical=lexical, filter=memory_filter)
+                    where = f"{agent_id}: {query_text!r} {memory_filter}"
+                    assert [m.memory_id for m in on_edge] == [m.memory_id for m in on_client], where
+                    for a, b in zip(on_edge, on_client, strict=True):
+                        assert a.similarity == pytest.approx(b.similarity, abs=1e-6), where
+                        assert a.lexical == approx_or_none(b.lexical), where
+                    compared += bool(on_edge)
+        assert compared > len(QUERIES) * len(CONVERSATIONS), "most searches found something"
+    finally:
+        await edge.close()
+        await client.close()
+
+
+FILTERS = [
+    MemoryFilter(tags=("lgbtq",)),
+    MemoryFilter(tags=("Art", "MUSIC")),
+    MemoryFilter(kinds=("episodic",)),
+    MemoryFilter(kinds=("summary_l1",)),
+    MemoryFilter(kinds=("summary_l1", "summary_l2", "episodic")),
+    MemoryFilter(min_importance=0.9),
+    MemoryFilter(year_from=2023),
+    MemoryFilter(year_from=2022, year_to=2022),
+    MemoryFilter(step_from=2, step_to=6),
+    MemoryFilter(step_to=3),
+    MemoryFilter(tags=("family",), year_from=2023, min_importance=0.75, step_from=1),
+]
+
+
+@pytest.mark.parametrize("memory_filter", FILTERS, ids=str)
+async def test_filters_select_what_the_filter_admits(
+    episodic_store: EpisodicMemoryStore, memory_filter: MemoryFilter
+) -> None:
+    """The store's native filter keeps exactly what ``MemoryFilter.admits`` keeps, in listing
+    and in search (dense and hybrid), and a limit counts only admitted memories."""
+    log = conversation_log()
+    await episodic_store.apply(log)
+
+    for agent_id in CONVERSATIONS:
+        everything = await episodic_store.memories(agent_id)
+        admitted = [m for m in everything if memory_filter.admits(m)]
+        listed = await episodic_store.memories(agent_id, filter=memory_filter)
+        assert listed == admitted, agent_id
+        if len(admitted) > 1:
+            first = await episodic_store.memories(agent_id, limit=1, filter=memory_filter)
+            assert first == admitted[:1]
+        query_text = "family art support camping"
+        query = EMBEDDER.embed(query_text)
+        for lexical in (None, query_vector(query_text)):
+            found = await episodic_store.search(
+                agent_id, query, 50, lexical=lexical, filter=memory_filter
+            )
+            assert {m.memory_id for m in found} <= {m.memory_id for m in admitted}
+            if lexical is None:
+                assert len(found) == len(admitted), "dense search ranks every admitted memory"
+    assert any([await episodic_store.memories(a, filter=memory_filter) for a in CONVERSATIONS])
+
+
+async def test_tags_match_whatever_their_case(episodic_store: EpisodicMemoryStore) -> None:
+    await episodic_store.apply(conversation_log())
+
+    upper = await episodic_store.memories("caroline", filter=MemoryFilter(tags=("LgBtQ",)))
+
+    assert len(upper) == 5
+    assert all("lgbtq" in {t.casefold() for t in m.tags} for m in upper)
+    assert {t for m in upper for t in m.tags} >= {"LGBTQ", "lgbtq"}, "stored as given"
+
+
+async def test_kinds_an_episodic_store_does_not_hold_match_nothing(
+    episodic_store: EpisodicMemoryStore,
+) -> None:
+    await episodic_store.apply(conversation_log())
+    query = EMBEDDER.embed("support group")
+
+    for kinds in (("working",), ("fact",), ("procedure",), ("working", "fact", "procedure")):
+        nothing = MemoryFilter(kinds=kinds)
+        assert await episodic_store.memories("caroline", filter=nothing) == []
+        assert await episodic_store.search("caroline", query, 5, filter=nothing) == []
+        assert (
+            await episodic_store.search(
+                "caroline", query, 5, lexical=query_vector("support group"), filter=nothing
+            )
+            == []
+        )
+    summaries = MemoryFilter(kinds=("summary_l1",))
+    assert await episodic_store.memories("caroline", levels=[0], filter=summaries) == []
+    assert [m.level for m in await episodic_store.memories("caroline", filter=summaries)] == [1]
+    mixed = MemoryFilter(kinds=("working", "summary_l1"))
+    assert [m.level for m in await episodic_store.memories("caroline", filter=mixed)] == [1]
+
+
+async def test_reapplying_keeps_one_sparse_vector_per_point(
+    episodic_store: EpisodicMemoryStore,
+) -> None:
+    """Applying the log again (a redelivery, a replay) replaces each point's sparse vector
+    rather than adding one: the IDF statistics, and so every lexical score, stay those of one
+    vector per live memory."""
+    log = conversation_log()
+    query_text = "support group camping painting"
+    query, lexical = EMBEDDER.embed(query_text), query_vector(query_text)
+    await episodic_store.apply(log)
+    once = await episodic_store.search("caroline", query, 10, lexical=lexical)
+
+    await episodic_store.apply(log)
+    await episodic_store.apply(log[: len(log) // 2])
+    await episodic_store.apply(log[len(log) // 2 :])
+
+    again = await episodic_store.search("caroline", query, 10, lexical=lexical)
+    assert [(m.memory_id, m.lexical) for m in again] == [(m.memory_id, m.lexical) for m in once]
+    memories = await episodic_store.memories("caroline")
+    assert await episodic_store.count("caroline") == len(memories) == 17
+    reference = lexical_scores(query_text, memories)
+    for memory in again:
+        assert memory.lexical == approx_or_none(reference.get(memory.memory_id))
+
+
+async def test_stopword_queries_and_zero_vectors_rank_by_the_other_signal(
+    episodic_store: EpisodicMemoryStore,
+) -> None:
+    await episodic_store.apply(conversation_log())
+
+    words_only = await episodic_store.search(
+        "melanie", np.zeros(EMBEDDING_DIM, dtype=np.float32), 3, lexical=query_vector("pottery")
+    )
+    assert {m.content for m in words_only} == {
+        "I signed up for a pottery class and made a bowl",
+        "The pottery kiln cracked my vase, I was disappointed",
+    }
+    assert len(words_only) == 2, "without a dense ranking only lexical matches rank"
+    assert all(m.similarity == 0.0 for m in words_only)
+
+    query = EMBEDDER.embed("pottery class")
+    stopwords = await episodic_store.search(
+        "melanie", query, 3, lexical=query_vector("what was it")
+    )
+    assert [m.memory_id for m in stopwords] == [
+        m.memory_id for m in await episodic_store.search("melanie", query, 3)
+    ]
+    assert all(m.lexical is None for m in stopwords)
+
+
+async def _legacy_edge(path: Path) -> EpisodicMemoryStore:
+    """An Edge store as created before hybrid search: a shard with the dense vector only."""
+    shard = qe.EdgeShard.create(
+        str(path / SHARD_DIR),
+        qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=EMBEDDING_DIM, distance=qe.Distance.Cosine)),
+    )
+    shard.close()
+    return EdgeEpisodicMemory.open(path, EMBEDDING_DIM)
+
+
+async def _legacy_client(path: Path) -> EpisodicMemoryStore:
+    """A local-mode collection as created before hybrid search: the dense vector only."""
+    client = AsyncQdrantClient(path=str(path))
+    await client.create_collection(
+        "engram_episodic",
+        vectors_config=qmodels.VectorParams(size=EMBEDDING_DIM, distance=qmodels.Distance.COSINE),
+    )
+    await client.close()
+    return await QdrantServerEpisodicMemory.open(path, dim=EMBEDDING_DIM)
+
+
+@pytest.mark.parametrize("legacy", [_legacy_edge, _legacy_client], ids=["edge", "qdrant-local"])
+async def test_a_store_from_before_hybrid_search_answers_dense_only(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    legacy: Callable[[Path], Awaitable[EpisodicMemoryStore]],
+) -> None:
+    """It keeps applying and searching, ignores the lexical query, filters tags as stored, and
+    says (once per store) to rebuild it."""
+    with caplog.at_level(logging.WARNING, logger="projections.episodic.hybrid"):
+        store = await legacy(tmp_path / "old")
+    try:
+        assert "engram replay" in caplog.text
+        await store.apply(conversation_log())
+        query_text = "pottery class"
+        query = EMBEDDER.embed(query_text)
+
+        hybrid = await store.search("melanie", query, 4, lexical=query_vector(query_text))
+
+        assert hybrid == await store.search("melanie", query, 4)
+        assert all(m.lexical is None for m in hybrid)
+        assert hybrid[0].content == "I signed up for a pottery class and made a bowl"
+        assert caplog.text.count("engram replay") == 1
+        tagged = await store.memories("caroline", filter=MemoryFilter(tags=("LGBTQ",)))
+        assert {t for m in tagged for t in m.tags} >= {"LGBTQ", "lgbtq"}, "as given, and lower"
+        mixed = await store.memories("caroline", filter=MemoryFilter(tags=("LgBtQ",)))
+        assert len(mixed) == 3, "an old store matches the lowercase tags only"
+        assert (await store.memories("bob", filter=MemoryFilter(year_from=2023)))[0].year == 2023
+    finally:
+        await store.close()
+
+
+async def test_a_new_edge_store_keeps_its_sparse_vector_across_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "hybrid"
+    store = EdgeEpisodicMemory.open(path, EMBEDDING_DIM)
+    query = EMBEDDER.embed("pottery")
+    try:
+        await store.apply(conversation_log())
+        before = await store.search("melanie", query, 3, lexical=query_vector("pottery"))
+    finally:
+        await store.close()
+    reopened = EdgeEpisodicMemory.open(path, EMBEDDING_DIM)
+    try:
+        assert reopened.lexical
+        assert await reopened.search("melanie", query, 3, lexical=query_vector("pottery")) == before
+        assert before[0].lexical is not None
+    finally:
+        await reopened.close()
+
+
+async def test_ties_at_the_cut_go_by_id_on_every_backend(tmp_path: Path) -> None:
+    """Forty memories that score alike for "rain" on both signals (the same words but a number,
+    the same length; only float noise tells their cosines apart): which three make the cut
+    must not depend on the order, nor the noise, a backend returns equal scores with, so both
+    answer what the in-process reference ranks by id."""
+    log = log_of("alice", [(f"rain number {i}", EPISODIC) for i in range(40)])
+    edge = EdgeEpisodicMemory.open(tmp_path / "edge", EMBEDDING_DIM)
+    client = await QdrantServerEpisodicMemory.open(":memory:", dim=EMBEDDING_DIM)
+    try:
+        answers = []
+        for store in (edge, client):
+            await store.apply(log)
+            found = await store.search(
+                "alice", EMBEDDER.embed("rain"), 3, lexical=query_vector("rain")
+            )
+            expected = await expected_hybrid(store, vectors_of(log), "alice", "rain", 3)
+            assert [m.memory_id for m in found] == [i for i, _ in expected]
+            answers.append([m.memory_id for m in found])
+        assert answers[0] == answers[1]
+        assert len(answers[0]) == 3
+    finally:
+        await edge.close()
+        await client.close()

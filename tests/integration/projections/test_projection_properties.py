@@ -86,8 +86,9 @@ class Stores:
         await self.episodic.apply(events)
 
     async def snapshot(self) -> dict[str, Any]:
-        """Everything a reader can see: every agent's memories (payloads) in both stores, the
-        similarities to a query (so the vectors), the counts and every applied position."""
+        """Everything a reader can see: every agent's memories (payloads) in both stores and
+        arousal, the similarities to a query (so the vectors), the counts and every applied
+        position."""
         working = {a: await self.working.memories(a) for a in AGENTS}
         episodic = {a: sorted_by_seq(await self.episodic.memories(a, 1000)) for a in AGENTS}
         similar = {
@@ -103,6 +104,7 @@ class Stores:
         }
         return {
             "working": working,
+            "arousal": {a: await self.working.arousal(a) for a in AGENTS},
             "episodic": episodic,
             "similar": similar,
             "count": await self.episodic.count(),

@@ -1,5 +1,6 @@
-"""The retrieval engine over real stores (Redis, Qdrant Edge): which levels it reads, and that
-a promoted copy is ranked once, as its working original."""
+"""The retrieval engine over real stores (Redis, Qdrant Edge): which levels it reads, that a
+promoted copy is ranked once, as its working original, in every mode, and that filters choose
+what is read and returned."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from processors.embedding import HashingEmbedder
 from processors.recording import AgentMemoryState, record
 from projections.episodic.edge import EdgeEpisodicMemory
 from projections.interfaces import ProjectionError
+from projections.retrieval.breakdowns import RelevanceBreakdown
 from projections.retrieval.engine import RetrievalEngine
+from projections.retrieval.filters import MemoryFilter
 from projections.retrieval.models import Mode, RetrievalRequest
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import Observation
@@ -123,7 +126,9 @@ def engine(working_store: RedisWorkingMemory, edge_store: EdgeEpisodicMemory) ->
     return RetrievalEngine(working_store, edge_store, HashingEmbedder())
 
 
-@pytest.mark.parametrize("mode", ["two_phase", "weighted"])
+@pytest.mark.parametrize(
+    "mode", ["two_phase", "weighted", "saliency", "basic", "constrained", "generative"]
+)
 async def test_a_promoted_copy_is_ranked_once_as_its_working_original(
     engine: RetrievalEngine, working_store: RedisWorkingMemory, year: Year, mode: Mode
 ) -> None:
@@ -221,3 +226,130 @@ async def test_working_memory_is_not_read_when_level_0_is_not_asked_for(
             await engine.retrieve(AGENT, RetrievalRequest(levels=(0, 1)))
     finally:
         await unreachable.close()
+
+
+async def test_kinds_filter_what_is_read_and_returned(engine: RetrievalEngine, year: Year) -> None:
+    """Without working memory read, the promoted copies are episodic memories like any other."""
+    episodic = await engine.retrieve(
+        AGENT, RetrievalRequest(top_k=10, filter=MemoryFilter(kinds=("episodic",)))
+    )
+    assert episodic.working_count == 0
+    assert {(r.memory_id, r.store) for r in episodic.results} == {
+        (m.memory_id, "episodic") for m in [year.episodic, *year.copies]
+    }
+
+    summaries = await engine.retrieve(
+        AGENT, RetrievalRequest(filter=MemoryFilter(kinds=("summary_l2", "summary_l1")))
+    )
+    assert {r.memory_id for r in summaries.results} == {year.l1.memory_id, year.l2.memory_id}
+
+    working = await engine.retrieve(
+        AGENT, RetrievalRequest(top_k=10, mode="saliency", filter=MemoryFilter(kinds=("working",)))
+    )
+    assert {(r.memory_id, r.store) for r in working.results} == {
+        (m.memory_id, "working") for m in year.working
+    }
+
+    nothing = await engine.retrieve(AGENT, RetrievalRequest(filter=MemoryFilter(kinds=("fact",))))
+    assert nothing.results == ()
+
+
+async def test_importance_and_year_filters_over_both_stores(
+    engine: RetrievalEngine, year: Year
+) -> None:
+    important = await engine.retrieve(
+        AGENT, RetrievalRequest(mode="basic", filter=MemoryFilter(min_importance=0.5))
+    )
+    assert [r.memory_id for r in important.results] == [year.episodic.memory_id]
+
+    other_year = await engine.retrieve(
+        AGENT, RetrievalRequest(filter=MemoryFilter(year_from=2), levels=(0, 1, 2))
+    )
+    assert other_year.results == ()
+
+
+async def test_an_episodic_only_filter_spares_an_unreachable_redis(
+    edge_store: EdgeEpisodicMemory,
+) -> None:
+    year = a_year()
+    await edge_store.apply(year.log)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    unreachable = RedisWorkingMemory.from_url(f"redis://127.0.0.1:{port}/0", connect_timeout=1.0)
+    engine = RetrievalEngine(unreachable, edge_store, HashingEmbedder())
+    try:
+        response = await engine.retrieve(
+            AGENT, RetrievalRequest(mode="constrained", filter=MemoryFilter(kinds=("episodic",)))
+        )
+        assert len(response.results) == 3
+        with pytest.raises(ProjectionError, match="working memory"):
+            await engine.retrieve(
+                AGENT, RetrievalRequest(filter=MemoryFilter(kinds=("working", "episodic")))
+            )
+    finally:
+        await unreachable.close()
+
+
+async def test_relevance_mode_finds_the_memory_the_query_names(
+    engine: RetrievalEngine, year: Year
+) -> None:
+    response = await engine.retrieve(
+        AGENT, RetrievalRequest(mode="relevance", query="when did the levee break", top_k=4)
+    )
+
+    first = response.results[0]
+    assert first.memory_id == year.episodic.memory_id
+    assert isinstance(first.breakdown, RelevanceBreakdown)
+    assert first.breakdown.parts["overlap"] == pytest.approx(0.5), "levee, not break: broke"
+    assert first.breakdown.parts["similarity"] > 0.0, "searched by vector in Qdrant"
+    working = [r for r in response.results if r.store == "working"]
+    assert working
+    assert all(
+        isinstance(r.breakdown, RelevanceBreakdown) and set(r.breakdown.parts) == {"overlap"}
+        for r in working
+    )
+
+
+async def test_tag_filter_and_constrained_arousal_from_the_agent(
+    working_store: RedisWorkingMemory, edge_store: EdgeEpisodicMemory
+) -> None:
+    """Tags as the observations carried them; arousal from the engine's hook, as the lead
+    wires it to the working store."""
+    state = AgentMemoryState()
+    log: list[DerivedEvent] = []
+    for offset in range(12):
+        flood = offset % 3 == 0
+        result = record(
+            Observation(
+                agent_id=AGENT,
+                content=f"{'flood' if flood else 'dry'} day number {offset}",
+                importance=0.9 if offset == 0 else 0.3,
+                year=offset,
+                tags=("Flood",) if flood else ("Routine",),
+            ),
+            state,
+            config=CONFIG,
+            embedder=EMBEDDER,
+            config_version=CONFIG.version(EMBEDDER.id),
+            position=at(offset),
+        )
+        log.append(result.memory)
+        state = result.state
+    await working_store.apply(log)
+    await edge_store.apply(log)
+
+    async def aroused(agent_id: str) -> float | None:
+        return 1.0 if agent_id == AGENT else None
+
+    engine = RetrievalEngine(working_store, edge_store, HashingEmbedder(), arousal_of=aroused)
+
+    floods = await engine.retrieve(
+        AGENT, RetrievalRequest(top_k=10, filter=MemoryFilter(tags=("flood",)))
+    )
+    assert sorted(r.year or 0 for r in floods.results) == [0, 3, 6, 9]
+
+    response = await engine.retrieve(AGENT, RetrievalRequest(mode="constrained"))
+    sizes = {(r.breakdown.count, r.breakdown.system) for r in response.results}  # type: ignore[union-attr]
+    assert sizes == {(7, "SYSTEM_2")}
+    assert len(response.results) == 9

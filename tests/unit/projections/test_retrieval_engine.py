@@ -1,12 +1,31 @@
-"""The engine's pure part: which episodic memories are copies of working ones."""
+"""The engine: which episodic memories are copies of working ones, and the dispatch of every
+mode and filter over in-test stores (the real stores are in the integration suite)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
+import numpy as np
+import pytest
+
+from processors.embedding import HashingEmbedder
 from projections.memory import StoredMemory
-from projections.retrieval.engine import without_copies_of
-from schemas.memory_events import Destination
+from projections.retrieval.breakdowns import (
+    ConstrainedBreakdown,
+    RelevanceBreakdown,
+    TwoPhaseBreakdown,
+)
+from projections.retrieval.engine import (
+    RetrievalEngine,
+    rank,
+    relevance_of,
+    relevance_parts,
+    without_copies_of,
+)
+from projections.retrieval.models import RetrievalRequest
+from schemas.memory_events import DerivedEvent, Destination
 
 
 def memory(
@@ -41,3 +60,310 @@ def test_a_summary_of_the_same_source_event_is_no_copy() -> None:
     l2 = memory("l2", "event-1", level=2)
 
     assert without_copies_of([trigger], [l1, l2]) == [l1, l2]
+
+
+class ListedWorking:
+    """Working memory as a list; counts reads so a test can see it was spared."""
+
+    def __init__(self, memories: Sequence[StoredMemory]) -> None:
+        self.items = list(memories)
+        self.reads = 0
+
+    async def memories(self, agent_id: str) -> list[StoredMemory]:
+        self.reads += 1
+        return sorted((m for m in self.items if m.agent_id == agent_id), key=lambda m: -m.seq)
+
+    async def apply(self, events: Sequence[DerivedEvent]) -> None:
+        raise NotImplementedError("retrieval never writes")
+
+    async def advance(self, positions: Mapping[tuple[str, int], int]) -> None:
+        raise NotImplementedError("retrieval never writes")
+
+    async def applied_offset(self, topic: str, partition: int) -> int | None:
+        return None
+
+    async def ping(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+class ListedEpisodic(ListedWorking):
+    """Episodic memory as a list; a search fills in the cosine similarity as the stores do."""
+
+    def __init__(self, memories: Sequence[StoredMemory]) -> None:
+        super().__init__(memories)
+        self.levels_read: list[tuple[int, ...]] = []
+
+    async def memories(  # type: ignore[override]
+        self, agent_id: str, limit: int = 1000, levels: Sequence[int] | None = None
+    ) -> list[StoredMemory]:
+        self.reads += 1
+        self.levels_read.append(tuple(levels or ()))
+        return [m for m in await super().memories(agent_id) if levels is None or m.level in levels][
+            :limit
+        ]
+
+    async def search(
+        self,
+        agent_id: str,
+        vector: np.ndarray,
+        limit: int,
+        levels: Sequence[int] | None = None,
+    ) -> list[StoredMemory]:
+        found = await self.memories(agent_id, limit, levels)
+        return [
+            m.model_copy(update={"similarity": float(vector @ EMBEDDER.embed(m.content))})
+            for m in found
+        ]
+
+    async def count(self, agent_id: str | None = None) -> int:
+        return len(self.items)
+
+
+EMBEDDER = HashingEmbedder(64)
+
+
+def remembered(
+    seq: int,
+    content: str,
+    *,
+    destination: Destination = "episodic",
+    importance: float = 0.5,
+    tags: tuple[str, ...] = (),
+    level: int = 0,
+) -> StoredMemory:
+    return StoredMemory(
+        memory_id=f"m{seq}",
+        agent_id=AGENT,
+        content=content,
+        importance=importance,
+        destination=destination,
+        seq=seq,
+        year=seq,
+        tags=tags,
+        occurred_at=datetime(2024, 1, 1, tzinfo=UTC),
+        source_event_id=f"event-{seq}",
+        source_event_type="observation",
+        level=level,
+    )
+
+
+AGENT = "H001"
+WORKING = [
+    remembered(8, "a quiet day gardening in the backyard", destination="working", importance=0.1),
+    remembered(9, "bought groceries at the market", destination="working", importance=0.2),
+    remembered(10, "the river is rising again", destination="working", importance=0.4),
+]
+EPISODIC = [
+    remembered(1, "a massive flood breached the levee", importance=1.0, tags=("Flood",)),
+    remembered(2, "the insurance agent called about flood cover", importance=0.7, tags=("flood",)),
+    remembered(3, "neighbours elevated their house", importance=0.6),
+    remembered(4, "the town festival was fun", importance=0.3),
+    remembered(5, "storm damaged the roof", importance=0.8, tags=("Storm",)),
+    remembered(6, "the season of floods in summary", importance=0.9, level=1),
+]
+
+
+def an_engine(
+    arousal_of: Callable[[str], Awaitable[float | None]] | None = None,
+) -> tuple[RetrievalEngine, ListedWorking, ListedEpisodic]:
+    working, episodic = ListedWorking(WORKING), ListedEpisodic(EPISODIC)
+    return RetrievalEngine(working, episodic, EMBEDDER, arousal_of=arousal_of), working, episodic
+
+
+def request(**fields: Any) -> RetrievalRequest:
+    return RetrievalRequest.model_validate(fields)
+
+
+@pytest.mark.parametrize(
+    ("fields", "count"),
+    [
+        ({"mode": "two_phase", "top_k": 4}, 4),
+        ({"mode": "weighted", "top_k": 4}, 4),
+        ({"mode": "saliency", "top_k": 4}, 4),
+        ({"mode": "basic", "top_k": 1}, 7),
+        ({"mode": "constrained"}, 7),
+        ({"mode": "generative", "top_k": 4}, 4),
+        ({"mode": "relevance", "top_k": 4, "query": "flood"}, 4),
+    ],
+)
+async def test_every_mode_is_dispatched_and_explained(fields: dict[str, Any], count: int) -> None:
+    """Basic and constrained return the count their configuration decides, not top_k."""
+    engine, _, _ = an_engine()
+
+    response = await engine.retrieve(AGENT, request(**fields))
+
+    assert response.mode == fields["mode"]
+    assert len(response.results) == count
+    assert {r.breakdown.mode for r in response.results} == {fields["mode"]}
+    assert [r.rank for r in response.results] == list(range(1, count + 1))
+    assert (response.working_count, response.episodic_count) == (3, 5)
+
+
+async def test_saliency_trades_importance_against_age() -> None:
+    """In year 11 the year-1 flood (1.0 -> 0.368) still beats last year's rising river
+    (0.4 -> 0.362); the year-5 storm (0.8 -> 0.439) beats both."""
+    engine, _, _ = an_engine()
+
+    response = await engine.retrieve(AGENT, request(mode="saliency", top_k=3, current_year=11))
+
+    assert [r.memory_id for r in response.results] == ["m5", "m1", "m10"]
+
+
+async def test_constrained_takes_arousal_from_the_request_then_the_agent() -> None:
+    stored: dict[str, float | None] = {AGENT: 0.9}
+
+    async def arousal_of(agent_id: str) -> float | None:
+        return stored[agent_id]
+
+    engine, _, _ = an_engine(arousal_of)
+
+    agents = await engine.retrieve(AGENT, request(mode="constrained"))
+    told = await engine.retrieve(AGENT, request(mode="constrained", arousal=0.0))
+    stored[AGENT] = None
+    unknown = await engine.retrieve(AGENT, request(mode="constrained", profile="MINIMAL"))
+
+    first = agents.results[0].breakdown
+    assert isinstance(first, ConstrainedBreakdown)
+    assert (first.profile, first.arousal, first.count, first.system) == (
+        "MILLER_STANDARD",
+        0.9,
+        7,
+        "SYSTEM_2",
+    )
+    assert len(agents.results) == 8, "7 memories recent: only 1 left for the supplement"
+    told_first = told.results[0].breakdown
+    assert isinstance(told_first, ConstrainedBreakdown)
+    assert (told_first.arousal, told_first.count, told_first.system) == (0.0, 5, "SYSTEM_1")
+    unknown_first = unknown.results[0].breakdown
+    assert isinstance(unknown_first, ConstrainedBreakdown)
+    assert (unknown_first.profile, unknown_first.arousal, unknown_first.count) == (
+        "MINIMAL",
+        0.0,
+        3,
+    )
+    assert len(unknown.results) == 5
+
+
+async def test_constrained_without_an_arousal_source_is_system_1() -> None:
+    engine, _, _ = an_engine()
+
+    response = await engine.retrieve(AGENT, request(mode="constrained"))
+
+    sources = [r.breakdown.source for r in response.results]  # type: ignore[union-attr]
+    assert sources == ["recent"] * 5 + ["supplement"] * 2
+
+
+async def test_a_stored_arousal_outside_zero_one_is_clamped() -> None:
+    async def excited(agent_id: str) -> float | None:
+        return 3.0
+
+    engine, _, _ = an_engine(excited)
+
+    response = await engine.retrieve(AGENT, request(mode="constrained"))
+
+    first = response.results[0].breakdown
+    assert isinstance(first, ConstrainedBreakdown)
+    assert (first.arousal, first.count) == (1.0, 7)
+
+
+async def test_relevance_mode_ranks_by_the_query_and_shows_its_parts() -> None:
+    engine, _, _ = an_engine()
+
+    response = await engine.retrieve(AGENT, request(mode="relevance", query="flood", top_k=3))
+
+    assert [r.memory_id for r in response.results] == ["m2", "m1", "m10"]
+    top = response.results[0].breakdown
+    assert isinstance(top, RelevanceBreakdown)
+    assert top.parts["overlap"] == 1.0
+    assert "similarity" in top.parts, "episodic memories were searched by vector"
+    assert top.relevance == max(top.parts.values())
+    working = response.results[2].breakdown
+    assert isinstance(working, RelevanceBreakdown)
+    assert set(working.parts) == {"overlap"}, "working memory is not searched by vector"
+
+
+async def test_generative_weighs_relevance_into_the_rank() -> None:
+    engine, _, _ = an_engine()
+    only_relevance = {"recency": 0.0, "importance": 0.0, "relevance": 1.0}
+
+    plain = await engine.retrieve(AGENT, request(mode="generative", top_k=1))
+    relevant = await engine.retrieve(
+        AGENT,
+        request(mode="generative", top_k=2, query="market groceries", generative=only_relevance),
+    )
+
+    assert plain.generative is not None
+    assert plain.generative.recency == 1.0
+    assert [r.memory_id for r in plain.results] == ["m10"]
+    assert relevant.results[0].memory_id == "m9"
+    assert relevant.generative is not None
+    assert relevant.generative.importance == 0.0
+
+
+async def test_a_filter_applies_in_every_mode() -> None:
+    engine, _, _ = an_engine()
+    flood = {"tags": ["FLOOD"]}
+
+    for mode in ("two_phase", "weighted", "saliency", "basic", "constrained", "generative"):
+        response = await engine.retrieve(AGENT, request(mode=mode, filter=flood))
+        assert {r.memory_id for r in response.results} == {"m1", "m2"}, mode
+        assert (response.working_count, response.episodic_count) == (0, 2)
+
+
+async def test_kinds_choose_the_stores_and_levels_read() -> None:
+    engine, working, episodic = an_engine()
+
+    episodic_only = await engine.retrieve(AGENT, request(filter={"kinds": ["episodic"]}, top_k=10))
+    assert working.reads == 0
+    assert {r.store for r in episodic_only.results} == {"episodic"}
+    assert episodic.levels_read[-1] == (0,)
+
+    summaries = await engine.retrieve(AGENT, request(filter={"kinds": ["summary_l1"]}))
+    assert [r.memory_id for r in summaries.results] == ["m6"]
+    assert episodic.levels_read[-1] == (1,)
+
+    working_only = await engine.retrieve(AGENT, request(filter={"kinds": ["working"]}, top_k=10))
+    assert working.reads == 1
+    assert [r.memory_id for r in working_only.results] == ["m10", "m9", "m8"]
+
+
+async def test_kinds_of_later_layers_read_nothing_and_return_nothing() -> None:
+    engine, working, episodic = an_engine()
+
+    response = await engine.retrieve(AGENT, request(filter={"kinds": ["fact", "procedure"]}))
+
+    assert response.results == ()
+    assert (working.reads, episodic.reads) == (0, 0)
+
+
+async def test_importance_and_year_filters() -> None:
+    engine, _, _ = an_engine()
+
+    important = await engine.retrieve(
+        AGENT, request(mode="saliency", top_k=10, filter={"min_importance": 0.7})
+    )
+    window = await engine.retrieve(
+        AGENT, request(mode="saliency", top_k=10, filter={"year_from": 3, "year_to": 8})
+    )
+
+    assert {r.memory_id for r in important.results} == {"m1", "m2", "m5"}
+    assert {r.memory_id for r in window.results} == {"m3", "m4", "m5", "m8"}
+
+
+def test_relevance_is_the_stronger_of_overlap_and_similarity() -> None:
+    words = remembered(1, "flood insurance renewal")
+    searched = remembered(2, "water in the basement").model_copy(update={"similarity": 0.4})
+
+    assert relevance_of(None, [words, searched]) == {"m1": 0.0, "m2": 0.0}
+    assert relevance_of("flood", [words, searched]) == {"m1": 1.0, "m2": 0.4}
+    assert relevance_parts("flood", [searched]) == {"m2": {"overlap": 0.0, "similarity": 0.4}}
+
+
+def test_rank_without_a_mode_is_two_phase() -> None:
+    ranking = rank(request(top_k=4), WORKING, EPISODIC[:5])
+
+    assert [s.memory.memory_id for s in ranking.results] == ["m10", "m9", "m8", "m1"]
+    assert all(isinstance(s.breakdown, TwoPhaseBreakdown) for s in ranking.results)

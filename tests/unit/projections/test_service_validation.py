@@ -191,6 +191,14 @@ async def test_bad_agent_id_is_refused(client: httpx.AsyncClient, agent_id: str)
         ({"levels": []}, "levels"),
         ({"levels": [0, 0]}, "levels"),
         ({"levels": [3]}, "levels.0"),
+        ({"mode": "constrained", "profile": "GENEROUS"}, "profile"),
+        ({"mode": "constrained", "arousal": 1.5}, "arousal"),
+        ({"mode": "generative", "generative": {"recency": -1}}, "generative.recency"),
+        ({"mode": "generative", "generative": {"recency_decay": 0}}, "generative.recency_decay"),
+        ({"filter": {"kinds": ["semantic"]}}, "filter.kinds.0"),
+        ({"filter": {"min_importance": 2}}, "filter.min_importance"),
+        ({"filter": {"tags": [""]}}, "filter.tags.0"),
+        ({"filter": {"year": 3}}, "filter.year"),
     ],
 )
 async def test_bad_field_is_refused_by_name(
@@ -209,6 +217,12 @@ async def test_bad_field_is_refused_by_name(
         ({"current_year": 3, "current_step": 30}, "not both"),
         ({"weights": {"recency": 1.0}}, "only to mode 'weighted'"),
         ({"mode": "weighted", "weights": {"recency": 0, "importance": 0, "context": 0}}, "one"),
+        ({"profile": "MINIMAL"}, "profile applies only to mode 'constrained'"),
+        ({"mode": "basic", "arousal": 0.3}, "arousal applies only to mode 'constrained'"),
+        ({"mode": "weighted", "generative": {}}, "generative applies only to mode 'generative'"),
+        ({"mode": "relevance"}, "give a query"),
+        ({"filter": {"year_from": 5, "year_to": 2}}, "year_from (5) must not be after year_to"),
+        ({"filter": {"step_from": 9, "step_to": 1}}, "step_from (9) must not be after step_to"),
     ],
 )
 async def test_inconsistent_request_is_refused_with_the_reason(
@@ -296,6 +310,49 @@ async def test_openapi_documents_the_contract(client: httpx.AsyncClient) -> None
     assert request["properties"]["top_k"]["maximum"] == 100
     levels = request["properties"]["levels"]
     assert (levels["default"], levels["minItems"], levels["uniqueItems"]) == ([0], 1, True)
+    assert request["properties"]["mode"]["enum"] == [
+        "two_phase",
+        "weighted",
+        "saliency",
+        "basic",
+        "constrained",
+        "generative",
+        "relevance",
+    ]
+    assert "MemoryFilter" in schema["components"]["schemas"]
+    breakdowns = schema["components"]["schemas"]["RetrievedMemory"]["properties"]["breakdown"]
+    assert set(breakdowns["discriminator"]["mapping"]) == {
+        "two_phase",
+        "weighted",
+        "saliency",
+        "basic",
+        "constrained",
+        "generative",
+        "relevance",
+    }
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"mode": "saliency", "current_year": 5},
+        {"mode": "basic"},
+        {"mode": "constrained", "profile": "MINIMAL", "arousal": 1.0},
+        {"mode": "generative", "query": "flood", "generative": {"relevance": 2.0}},
+        {"mode": "relevance", "query": "event"},
+        {"filter": {"kinds": ["episodic"], "year_from": 1}},
+    ],
+)
+async def test_every_mode_answers_over_http_with_its_breakdown(
+    client: httpx.AsyncClient, body: dict[str, Any]
+) -> None:
+    response = await client.post(URL, json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    mode = body.get("mode", "two_phase")
+    assert answer["mode"] == mode
+    assert answer["results"]
+    assert {r["breakdown"]["mode"] for r in answer["results"]} == {mode}
 
 
 class RecordingHook:

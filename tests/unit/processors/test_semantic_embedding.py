@@ -1,0 +1,133 @@
+"""The MiniLM embedder of the optional ``semantic`` extra.
+
+The tests that need the model are skipped, with the install command as the reason, when the
+extra is not installed; the test of the error a missing extra gives always runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from processors import semantic_embedding
+from processors.embedding import HashingEmbedder, embedder_from_name
+from processors.semantic_embedding import (
+    INSTALL_HINT,
+    MiniLMEmbedder,
+    SemanticExtraMissingError,
+    semantic_extra_missing,
+)
+
+needs_extra = pytest.mark.skipif(
+    bool(semantic_extra_missing()),
+    reason=f"the 'semantic' extra is not installed ({INSTALL_HINT})",
+)
+
+# A question and the memory that answers it share no keyword; the distractor shares none either.
+# General, everyday pairs (not the flood demo's texts).
+PARAPHRASES = [
+    (
+        "What pet does she have?",
+        "We brought home a beagle puppy from the shelter on Saturday.",
+        "The quarterly tax report is due at the end of the month.",
+    ),
+    (
+        "Where did he go on holiday?",
+        "I just got back from ten days in Lisbon and Porto.",
+        "My landlord finally fixed the leaking kitchen faucet.",
+    ),
+    (
+        "How is her health after the operation?",
+        "The surgeon says my knee is healing well and I can walk without crutches.",
+        "I bought a secondhand drawing tablet to make comics.",
+    ),
+    (
+        "What does he do for a living?",
+        "I've taught algebra at the high school for six years.",
+        "It rained every single day of our camping trip.",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def minilm() -> MiniLMEmbedder:
+    return MiniLMEmbedder()
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b) / float(np.linalg.norm(a) * np.linalg.norm(b))
+
+
+@needs_extra
+def test_vectors_are_384_float32_of_unit_length(minilm: MiniLMEmbedder) -> None:
+    vector = minilm.embed("I started a pottery class on Thursday nights.")
+    assert minilm.dim == 384
+    assert minilm.id == "minilm-l6-v2-384"
+    assert vector.shape == (384,)
+    assert vector.dtype == np.float32
+    assert np.linalg.norm(vector) == pytest.approx(1.0, abs=1e-5)
+
+
+@needs_extra
+def test_the_same_text_always_gives_the_same_vector(minilm: MiniLMEmbedder) -> None:
+    """Vectors are written to the log and compared across replays: a replay must derive the
+    same vector the live run did."""
+    texts = [
+        "My sister got engaged on a hike in Utah.",
+        "Short one.",
+        "A much longer turn about training for a half marathon, eight miles on long runs.",
+    ]
+    first = minilm.embed(texts[0])
+    assert np.array_equal(first, minilm.embed(texts[0]))
+    batch = minilm.embed_many(texts)
+    assert batch.shape == (3, 384)
+    for row, text in zip(batch, texts, strict=True):
+        np.testing.assert_allclose(row, minilm.embed(text), atol=1e-5)
+
+
+@needs_extra
+@pytest.mark.parametrize(("question", "answer", "unrelated"), PARAPHRASES)
+def test_a_paraphrase_is_nearer_than_an_unrelated_text(
+    minilm: MiniLMEmbedder, question: str, answer: str, unrelated: str
+) -> None:
+    """What the extra is for: the answer shares no keyword with the question, so the hashing
+    embedder cannot tell it from the unrelated text; the model must."""
+    q = minilm.embed(question)
+    assert cosine(q, minilm.embed(answer)) > cosine(q, minilm.embed(unrelated)) + 0.05
+    hashing = HashingEmbedder()
+    assert cosine(hashing.embed(question), hashing.embed(answer)) == pytest.approx(0.0, abs=1e-6)
+
+
+@needs_extra
+def test_a_text_without_keywords_embeds_to_zeros(minilm: MiniLMEmbedder) -> None:
+    """The retrieval engine reads a zero query vector as "nothing to search by" and lists
+    memories instead, as it does with the hashing embedder."""
+    assert not minilm.embed("what did I do?").any()
+    assert not minilm.embed("").any()
+    rows = minilm.embed_many(["", "I adopted a cat."])
+    assert not rows[0].any()
+    assert rows[1].any()
+
+
+@needs_extra
+def test_the_configuration_name_selects_it() -> None:
+    embedder = embedder_from_name("minilm")
+    assert isinstance(embedder, MiniLMEmbedder)
+    assert embedder.id == "minilm-l6-v2-384"
+
+
+def test_a_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without torch and sentence-transformers, ``ENGRAM_EMBEDDER=minilm`` must fail at start
+    with the command that fixes it, not with an ImportError from deep inside."""
+    real = importlib.util.find_spec
+
+    def without_torch(name: str, package: str | None = None) -> object:
+        return None if name == "torch" else real(name, package)
+
+    monkeypatch.setattr(semantic_embedding.importlib.util, "find_spec", without_torch)
+    with pytest.raises(SemanticExtraMissingError) as raised:
+        embedder_from_name("minilm")
+    assert "torch" in str(raised.value)
+    assert INSTALL_HINT in str(raised.value)
