@@ -469,10 +469,51 @@ def retrieve(
     agent_id: Annotated[str, typer.Argument(help="Whose memories.")],
     query: Annotated[str | None, typer.Option(help="Query text.")] = None,
     top_k: Annotated[int, typer.Option(min=1, max=100)] = 5,
-    mode: Annotated[str, typer.Option(help="two_phase | weighted")] = "two_phase",
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="two_phase | weighted | saliency | basic | constrained | generative | "
+            "relevance (needs --query). See README, 'Retrieval for agents'."
+        ),
+    ] = "two_phase",
     year: Annotated[int | None, typer.Option(help="Current simulation year.")] = None,
     step: Annotated[int | None, typer.Option(help="Current simulation step.")] = None,
-    tags: Annotated[str | None, typer.Option(help="Context tags, comma-separated.")] = None,
+    tags: Annotated[
+        str | None, typer.Option(help="Context tags of the weighted mode, comma-separated.")
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="constrained: MILLER_STANDARD (default) | COWAN_CONSERVATIVE | "
+            "EXTENDED_CONTEXT | MINIMAL."
+        ),
+    ] = None,
+    arousal: Annotated[
+        float | None,
+        typer.Option(min=0.0, max=1.0, help="constrained: arousal; unset: the agent's own."),
+    ] = None,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Filter: only memories of this kind (working, episodic, summary_l1, "
+            "summary_l2, fact, procedure). Repeatable."
+        ),
+    ] = None,
+    tagged: Annotated[
+        str | None,
+        typer.Option(help="Filter: only memories with any of these tags, comma-separated."),
+    ] = None,
+    min_importance: Annotated[
+        float | None, typer.Option(min=0.0, max=1.0, help="Filter: importance at least this.")
+    ] = None,
+    year_from: Annotated[int | None, typer.Option(help="Filter: from this year on.")] = None,
+    year_to: Annotated[int | None, typer.Option(help="Filter: up to this year.")] = None,
+    prompt: Annotated[
+        bool,
+        typer.Option(
+            "--prompt", help="Print the memories as an LLM prompt block, not the JSON answer."
+        ),
+    ] = False,
     after: Annotated[
         list[str] | None,
         typer.Option(
@@ -504,7 +545,22 @@ def retrieve(
         "current_step": step,
         "tags": [t.strip() for t in tags.split(",")] if tags else [],
         "wait_timeout_ms": wait_timeout_ms,
+        "profile": profile,
+        "arousal": arousal,
     }
+    memory_filter: dict[str, Any] = {
+        "kinds": kind or [],
+        "tags": [t.strip() for t in tagged.split(",")] if tagged else [],
+        "min_importance": min_importance,
+        "year_from": year_from,
+        "year_to": year_to,
+    }
+    if any(value not in (None, []) for value in memory_filter.values()):
+        params["filter"] = {k: v for k, v in memory_filter.items() if v not in (None, [])}
+    from pydantic import ValidationError
+
+    from projections.service.client import format_for_prompt
+
     with friendly_errors():
         try:
             with EngramClient(url) as client:
@@ -513,13 +569,20 @@ def retrieve(
                     after=positions,
                     **{k: v for k, v in params.items() if v is not None},
                 )
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "request"
+            fail(f"invalid retrieval: {where}: {first['msg']}")
         except Exception as exc:  # httpx transport errors
             import httpx
 
             if isinstance(exc, httpx.HTTPError):
                 fail(f"cannot reach the query service at {url}: {exc}")
             raise
-    console.print_json(response.model_dump_json())
+    if prompt:
+        print(format_for_prompt(response, with_time=True, with_store=True))
+    else:
+        console.print_json(response.model_dump_json())
 
 
 @app.command(

@@ -341,6 +341,7 @@ class Node:
             self.episodic,
             self.embedder,
             source_topics=(*topics.agent_inputs, topics.schedule, topics.access),
+            dense_share=self.settings.dense_share,
         )
         on_retrieval, history = await self._log_access()
         app = create_app(

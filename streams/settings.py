@@ -37,7 +37,18 @@ class EngramSettings(BaseSettings):
     episodic_threshold: float = Field(default=0.7, ge=0.0, le=1.0)
     working_capacity: int = Field(default=10, ge=1)
     episodic_capacity: int = Field(default=50, ge=1)
-    embedder: str = "hashing"
+    embedder: str = Field(
+        default="hashing",
+        description="'hashing' (fast, model-free) or 'minilm' (all-MiniLM-L6-v2, the 'semantic' "
+        "extra). A projection is built with one embedder: changing it needs a rebuild.",
+    )
+    dense_share: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="The embedding cosine's share in hybrid relevance (the rest is BM25); "
+        "unset: 0.75 for the hashing embedder, 0.9 for a semantic one.",
+    )
     lifecycle: LifecycleRules = Field(
         default_factory=LifecycleRules,
         description="Consolidation, summary and pruning rules, as JSON: "

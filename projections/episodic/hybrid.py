@@ -198,13 +198,14 @@ def similarities(
     ]
 
 
-def cosines(query: np.ndarray, stored: Sequence[Sequence[float]]) -> list[float]:
+def cosines(query: np.ndarray, stored: Sequence[Sequence[float]] | np.ndarray) -> list[float]:
     """The cosine of a query with each stored vector, clipped to [-1, 1] as the stores' scores
     are (0 for a vector of zeros).
 
-    For the memories the lexical sub-query alone found, which have no dense score.
+    For the memories the lexical sub-query alone found, which have no dense score, and for
+    working memories, which Redis keeps without embeddings.
     """
-    if not stored:
+    if len(stored) == 0:
         return []
     vectors = np.asarray(stored, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=1) * np.float32(np.linalg.norm(query))

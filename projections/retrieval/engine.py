@@ -6,9 +6,17 @@ engine reads all of an agent's memories and ranks them in process with the pure 
 
 Modes. :func:`rank` dispatches the request's mode to its pure scoring function (two_phase and
 weighted in :mod:`~projections.retrieval.scoring`, saliency, basic and constrained, generative,
-by_relevance in their own modules). Relevance for the generative and relevance modes comes from
-:func:`relevance_of`; the constrained mode's arousal is the request's, else the agent's stored
-one (``arousal_of``), else 0.
+by_relevance in their own modules). The constrained mode's arousal is the request's, else the
+agent's stored one (the working store's latest surprise reading, or ``arousal_of``), else 0.
+
+Relevance. The weighted mode keeps seed 003's keyword overlap. The generative and relevance
+modes rank by hybrid relevance (:func:`relevance_parts`): the cosine of the query embedding
+with each memory's, blended with the memory's BM25 over the pool
+(:func:`~projections.retrieval.relevance.blended_relevance`). Episodic memories come back from
+the store's vector search with their cosine; working memories, which Redis keeps without
+embeddings, are embedded at query time (at most the working capacity, 10). A semantic
+embedder's query is embedded in a worker thread, so a model's milliseconds do not stall the
+event loop that serves the other requests.
 
 Levels and filters. A request names the levels it ranks (0 memories of events by default;
 summaries only when asked for). Working memory holds memories of events only, so it is not read
@@ -32,11 +40,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 
 import numpy as np
 
 from processors.embedding import Embedder
+from projections.episodic.hybrid import cosines
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
 from projections.memory import StoredMemory
 from projections.retrieval.basic import DEFAULT_PROFILE, PROFILES, basic, constrained
@@ -50,15 +59,13 @@ from projections.retrieval.models import (
     RetrievalResponse,
     RetrievedMemory,
 )
-from projections.retrieval.saliency import saliency
-from projections.retrieval.scoring import (
-    Ranking,
-    Weights,
-    keyword_set,
-    overlap,
-    two_phase,
-    weighted,
+from projections.retrieval.relevance import (
+    DENSE_SHARE_MODEL_FREE,
+    blended_relevance,
+    dense_share_for,
 )
+from projections.retrieval.saliency import saliency
+from projections.retrieval.scoring import Ranking, Weights, two_phase, weighted
 from schemas.topics import Topics
 
 SOURCE_TOPICS = (*Topics().agent_inputs, Topics().schedule, Topics().access)
@@ -66,6 +73,9 @@ SOURCE_TOPICS = (*Topics().agent_inputs, Topics().schedule, Topics().access)
 
 FIRST_POLL_S = 0.005
 MAX_POLL_S = 0.05
+
+RELEVANCE_MODES = frozenset({"generative", "relevance"})
+"""The modes that rank by hybrid relevance to the query, and so need every memory's cosine."""
 
 EPISODIC_READ_LIMIT = 1000
 """Far above the episodic capacity of 50, so a read returns every memory even while eviction
@@ -118,14 +128,23 @@ class RetrievalEngine:
         episodic_limit: int = EPISODIC_READ_LIMIT,
         source_topics: Collection[str] | None = None,
         arousal_of: Callable[[str], Awaitable[float | None]] | None = None,
+        dense_share: float | None = None,
     ) -> None:
         """``source_topics`` are the exact topics positions may name; by default any topic
         whose name ends with one of :data:`SOURCE_TOPICS`, whatever the prefix.
         ``arousal_of`` reads an agent's stored arousal (None: not known) for the constrained
-        mode; without it, or when it knows none, arousal is 0 (System 1)."""
+        mode; by default the working store's latest surprise reading; when none is known,
+        arousal is 0 (System 1). ``dense_share`` is the cosine's share in hybrid relevance,
+        by default :func:`~projections.retrieval.relevance.dense_share_for` the embedder."""
         if episodic_limit < 1:
             raise ValueError("episodic_limit must be at least 1")
+        share = dense_share_for(embedder.id) if dense_share is None else dense_share
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"dense_share must lie in [0, 1], got {share}")
+        self.dense_share = share
         self._arousal_of = arousal_of
+        # The hashing embedder takes microseconds: a thread hop would cost more than it saves.
+        self._embed_in_thread = not embedder.id.startswith("hashing")
         self._working = working
         self._episodic = episodic
         self._embedder = embedder
@@ -148,15 +167,18 @@ class RetrievalEngine:
             waited_s = await self.wait_for(request.after, request.wait_timeout_ms / 1000)
         started = time.perf_counter()
         levels, read_working = levels_for(request.filter, request.levels)
-        working, episodic = await self._read(agent_id, request.query, levels, read_working)
+        vector = None if request.query is None else await self._embed(request.query)
+        working, episodic = await self._read(agent_id, vector, request, levels, read_working)
         if request.filter is not None:
             admits = request.filter.admits
             working = [m for m in working if admits(m)]
             episodic = [m for m in episodic if admits(m)]
+        if vector is not None and request.mode in RELEVANCE_MODES and working:
+            working = await self._with_similarity(working, vector)
         arousal = 0.0
         if request.mode == "constrained" and request.arousal is None:
             arousal = await self._arousal(agent_id)
-        ranking = rank(request, working, episodic, arousal=arousal)
+        ranking = rank(request, working, episodic, arousal=arousal, dense_share=self.dense_share)
         results = tuple(
             RetrievedMemory(
                 **scored.memory.model_dump(),
@@ -251,10 +273,34 @@ class RetrievalEngine:
 
     async def _arousal(self, agent_id: str) -> float:
         """The agent's stored arousal, clamped to [0, 1]; 0 when none is known."""
-        if self._arousal_of is None:
-            return 0.0
-        stored = await self._arousal_of(agent_id)
+        if self._arousal_of is not None:
+            stored = await self._arousal_of(agent_id)
+        else:
+            reading = await self._working.arousal(agent_id)
+            stored = None if reading is None else reading.arousal
         return 0.0 if stored is None else min(max(stored, 0.0), 1.0)
+
+    async def _embed(self, text: str) -> np.ndarray:
+        if self._embed_in_thread:
+            return await asyncio.to_thread(self._embedder.embed, text)
+        return self._embedder.embed(text)
+
+    async def _with_similarity(
+        self, memories: Sequence[StoredMemory], query: np.ndarray
+    ) -> list[StoredMemory]:
+        """Working memories with their cosine to the query, embedded now: Redis keeps no
+        embeddings, and the ten or so memories of working capacity embed in microseconds
+        (hashing) or one model batch (a semantic embedder, in a worker thread)."""
+
+        def embed_all() -> list[float]:
+            texts = [m.content for m in memories]
+            many = getattr(self._embedder, "embed_many", None)
+            stored = many(texts) if many is not None else [self._embedder.embed(t) for t in texts]
+            return cosines(query, np.asarray(stored, dtype=np.float32))
+
+        similarity = await asyncio.to_thread(embed_all) if self._embed_in_thread else embed_all()
+        pairs = zip(memories, similarity, strict=True)
+        return [m.model_copy(update={"similarity": s}) for m, s in pairs]
 
     def _consumed(self, topic: str) -> bool:
         if self._source_topics is not None:
@@ -278,7 +324,12 @@ class RetrievalEngine:
         return checks
 
     async def _read(
-        self, agent_id: str, query: str | None, levels: Sequence[int], read_working: bool
+        self,
+        agent_id: str,
+        vector: np.ndarray | None,
+        request: RetrievalRequest,
+        levels: Sequence[int],
+        read_working: bool,
     ) -> tuple[list[StoredMemory], list[StoredMemory]]:
         """Both stores at once, promoted copies of working memories left out. Waits for both
         even when one fails, so no read outlives the request; two store failures are reported
@@ -287,7 +338,7 @@ class RetrievalEngine:
         working_store, episodic_store = self._working, self._episodic
         working, episodic = await asyncio.gather(
             self._read_working(working_store, agent_id, read_working),
-            self._read_episodic(episodic_store, agent_id, query, levels),
+            self._read_episodic(episodic_store, agent_id, vector, request, levels),
             return_exceptions=True,
         )
         if isinstance(working, BaseException) or isinstance(episodic, BaseException):
@@ -309,16 +360,25 @@ class RetrievalEngine:
         return await store.memories(agent_id)
 
     async def _read_episodic(
-        self, store: EpisodicMemoryStore, agent_id: str, query: str | None, levels: Sequence[int]
+        self,
+        store: EpisodicMemoryStore,
+        agent_id: str,
+        vector: np.ndarray | None,
+        request: RetrievalRequest,
+        levels: Sequence[int],
     ) -> list[StoredMemory]:
+        """Every memory the request's levels and filter select (the store filters natively).
+        With a query, by vector search, which returns them all (the limit is far above the
+        capacity) each with its cosine; the keyword half of relevance is computed over the
+        whole pool in :func:`rank`, working memories included, rather than by the store's own
+        hybrid search, which sees episodic memories only."""
         if not levels:
             return []
-        if query is not None:
-            vector = self._embedder.embed(query)
-            # A query of stopwords only embeds to zeros, which has no direction to search by.
-            if np.any(vector):
-                return await store.search(agent_id, vector, self._episodic_limit, levels=levels)
-        return await store.memories(agent_id, self._episodic_limit, levels=levels)
+        limit, memory_filter = self._episodic_limit, request.filter
+        # A query of stopwords only embeds to zeros, which has no direction to search by.
+        if vector is not None and np.any(vector):
+            return await store.search(agent_id, vector, limit, levels=levels, filter=memory_filter)
+        return await store.memories(agent_id, limit, levels=levels, filter=memory_filter)
 
 
 def rank(
@@ -327,10 +387,12 @@ def rank(
     episodic: Sequence[StoredMemory],
     *,
     arousal: float = 0.0,
+    dense_share: float = DENSE_SHARE_MODEL_FREE,
 ) -> Ranking:
     """The request's mode applied to memories already read and filtered; pure. ``arousal`` is
-    used by the constrained mode only (the request's own arousal, if any, wins). Working
-    memories are passed first everywhere, so a memory in both stores is ranked as working."""
+    used by the constrained mode only (the request's own arousal, if any, wins), ``dense_share``
+    by the modes that rank by relevance (:func:`relevance_parts`). Working memories are passed
+    first everywhere, so a memory in both stores is ranked as working."""
     everything = [*working, *episodic]
     year, step = request.current_year, request.current_step
     mode = request.mode
@@ -358,7 +420,7 @@ def rank(
         return generative(
             everything,
             top_k=request.top_k,
-            relevance=relevance_of(request.query, everything),
+            relevance=relevance_of(request.query, everything, dense_share=dense_share),
             weights=request.generative,
             current_year=year,
             current_step=step,
@@ -366,11 +428,11 @@ def rank(
     if mode == "relevance":
         if request.query is None:
             raise ValueError("mode 'relevance' ranks by relevance to a query: give a query")
-        parts = relevance_parts(request.query, everything)
+        parts = relevance_parts(request.query, everything, dense_share=dense_share)
         return by_relevance(
             everything,
             top_k=request.top_k,
-            relevance=_strongest(parts),
+            relevance={key: signals["relevance"] for key, signals in parts.items()},
             parts=parts,
             current_year=year,
             current_step=step,
@@ -379,31 +441,41 @@ def rank(
 
 
 def relevance_parts(
-    query: str | None, memories: Sequence[StoredMemory]
+    query: str | None,
+    memories: Sequence[StoredMemory],
+    *,
+    dense_share: float = DENSE_SHARE_MODEL_FREE,
 ) -> dict[str, dict[str, float]]:
-    """Per memory id, the relevance signals available now: ``overlap``, the keyword overlap
-    coefficient with the query (seed 003, P2), and ``similarity``, the cosine similarity the
-    episodic search reported (absent for memories not searched by vector). Without a query
-    every memory has overlap 0."""
-    query_words = keyword_set(query) if query else frozenset()
+    """Per memory id, its hybrid relevance to ``query`` and the signals it was blended from
+    (:func:`~projections.retrieval.relevance.blended_relevance`): ``relevance`` in [0, 1];
+    ``similarity``, the cosine with the query embedding, when the memory has one; ``lexical``,
+    its BM25 over the pool, and ``lexical_norm``, that divided by the pool's best, when it
+    shares a word stem with the query. Without a query every memory has relevance 0."""
+    if not query:
+        return {m.memory_id: {"relevance": 0.0} for m in memories}
+    blended = blended_relevance(query, memories, dense_share=dense_share)
+    best = max((p.lexical for p in blended.values() if p.lexical is not None), default=0.0)
     parts: dict[str, dict[str, float]] = {}
-    for memory in memories:
-        signals = {"overlap": overlap(query_words, keyword_set(memory.content))}
-        if query and memory.similarity is not None:
-            signals["similarity"] = memory.similarity
-        parts[memory.memory_id] = signals
+    for key, signals in blended.items():
+        shown = {"relevance": signals.fused}
+        if signals.dense is not None:
+            shown["similarity"] = signals.dense
+        if signals.lexical is not None:
+            shown["lexical"] = signals.lexical
+            shown["lexical_norm"] = signals.lexical / best
+        parts[key] = shown
     return parts
 
 
-def relevance_of(query: str | None, memories: Sequence[StoredMemory]) -> dict[str, float]:
-    """Relevance to ``query`` by memory id: the stronger of keyword overlap and search
-    similarity (both in [0, 1] for our embeddings), so a memory matching by words is not
-    ranked below one matching only by vector, nor the reverse. 0 for all without a query."""
-    return _strongest(relevance_parts(query, memories))
-
-
-def _strongest(parts: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
-    return {key: max(signals.values(), default=0.0) for key, signals in parts.items()}
+def relevance_of(
+    query: str | None,
+    memories: Sequence[StoredMemory],
+    *,
+    dense_share: float = DENSE_SHARE_MODEL_FREE,
+) -> dict[str, float]:
+    """Hybrid relevance to ``query`` by memory id (see :func:`relevance_parts`)."""
+    parts = relevance_parts(query, memories, dense_share=dense_share)
+    return {key: signals["relevance"] for key, signals in parts.items()}
 
 
 def without_copies_of(

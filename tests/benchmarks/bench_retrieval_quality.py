@@ -1,7 +1,8 @@
 """Retrieval quality: which memory answers a question, per relevance signal (recall@k and MRR).
 
     python -m tests.benchmarks.bench_retrieval_quality [--signals keyword hashing minilm bm25
-        hybrid-hashing hybrid-minilm engine-hashing engine-minilm] [--bare-turns]
+        hybrid-hashing hybrid-minilm blend-hashing blend-minilm engine-hashing engine-minilm]
+        [--bare-turns]
         [--no-categories] [--json results.json]
 
 The set (``tests/benchmarks/data/conversation_*.jsonl``) is hand-written in the style of the
@@ -20,8 +21,10 @@ the mean of 1 / rank of the first answering turn (0 if none is retrieved).
 
 Signals: ``keyword`` is the overlap coefficient over ``keywords()`` (weighted mode's Rel, seed
 003); ``hashing`` and ``minilm`` the cosine of the two embedders; ``bm25`` the lexical half of
-hybrid search (``projections.retrieval.relevance.lexical_scores``); ``hybrid-*`` the fused
-relevance of ``hybrid_relevance`` with that embedder's cosine as the dense half; ``engine-*``
+hybrid search (``projections.retrieval.relevance.lexical_scores``); ``hybrid-*`` the RRF fusion
+of the stores' hybrid search (``hybrid_relevance``) with that embedder's cosine as the dense
+half, ``blend-*`` the score blend the engine ranks by (``blended_relevance`` with the
+embedder's default dense share); ``engine-*``
 (asked for by name) the whole read path: the processors record every turn into a real
 redis-server and Qdrant Edge with that embedder, and ``RetrievalEngine`` answers in mode
 ``relevance``, so they follow whatever relevance the engine uses. ``minilm`` needs the
@@ -51,7 +54,16 @@ from projections.retrieval.scoring import overlap
 
 DATA = Path(__file__).parent / "data"
 KS = (1, 5, 10)
-SIGNALS = ("keyword", "hashing", "minilm", "bm25", "hybrid-hashing", "hybrid-minilm")
+SIGNALS = (
+    "keyword",
+    "hashing",
+    "minilm",
+    "bm25",
+    "hybrid-hashing",
+    "hybrid-minilm",
+    "blend-hashing",
+    "blend-minilm",
+)
 PIPELINES = ("engine-hashing", "engine-minilm")
 
 
@@ -166,6 +178,23 @@ class HybridScorer:
         cosine = self.dense(question, memories)
         pool = [m.model_copy(update={"similarity": cosine[m.memory_id]}) for m in memories]
         return {key: parts.fused for key, parts in hybrid_relevance(question.text, pool).items()}
+
+
+@dataclass
+class BlendScorer:
+    """``blended_relevance`` with the dense half from ``dense`` and the dense share the engine
+    uses for that embedder."""
+
+    dense: DenseScorer
+
+    def __call__(self, question: Question, memories: Sequence[StoredMemory]) -> dict[str, float]:
+        from projections.retrieval.relevance import blended_relevance, dense_share_for
+
+        cosine = self.dense(question, memories)
+        pool = [m.model_copy(update={"similarity": cosine[m.memory_id]}) for m in memories]
+        share = dense_share_for(self.dense.embedder.id)
+        blended = blended_relevance(question.text, pool, dense_share=share)
+        return {key: parts.fused for key, parts in blended.items()}
 
 
 @dataclass
@@ -348,6 +377,10 @@ def scorers(signals: Sequence[str], dataset: Dataset) -> tuple[dict[str, Scorer]
             scorer = dense_for(signal.removeprefix("hybrid-"))
             if scorer is not None:
                 chosen[signal] = HybridScorer(scorer)
+        elif signal.startswith("blend-"):
+            scorer = dense_for(signal.removeprefix("blend-"))
+            if scorer is not None:
+                chosen[signal] = BlendScorer(scorer)
         elif signal.startswith("engine-"):
             scorer = dense_for(signal.removeprefix("engine-"))
             if scorer is not None:

@@ -21,9 +21,11 @@ import pytest
 from fastapi import FastAPI
 
 from processors.embedding import HashingEmbedder
+from processors.lexical import SparseQuery
 from projections.interfaces import ProjectionError
 from projections.memory import StoredMemory
 from projections.retrieval.engine import RetrievalEngine
+from projections.retrieval.filters import MemoryFilter
 from projections.retrieval.models import (
     MAX_AFTER_POSITIONS,
     PendingPosition,
@@ -32,7 +34,7 @@ from projections.retrieval.models import (
 )
 from projections.service.app import create_app
 from projections.service.client import AsyncEngramClient, QueryError, WaitTimeoutError
-from schemas.memory_events import DerivedEvent, MemoryRetrieved
+from schemas.memory_events import DerivedEvent, MemoryRetrieved, SurpriseReading
 from schemas.topics import Topics
 from streams.publisher import Position
 
@@ -108,10 +110,18 @@ class MarkedWorking(MarkedStore):
     async def memories(self, agent_id: str) -> list[StoredMemory]:
         return sorted(self.visible(agent_id), key=lambda m: -m.seq)
 
+    async def arousal(self, agent_id: str) -> SurpriseReading | None:
+        return None
+
 
 class MarkedEpisodic(MarkedStore):
     async def memories(
-        self, agent_id: str, limit: int = 1000, levels: Sequence[int] | None = None
+        self,
+        agent_id: str,
+        limit: int = 1000,
+        levels: Sequence[int] | None = None,
+        *,
+        filter: MemoryFilter | None = None,
     ) -> list[StoredMemory]:
         return sorted(self.visible(agent_id), key=lambda m: -m.seq)[:limit]
 
@@ -121,8 +131,11 @@ class MarkedEpisodic(MarkedStore):
         vector: np.ndarray,
         limit: int,
         levels: Sequence[int] | None = None,
+        *,
+        lexical: SparseQuery | None = None,
+        filter: MemoryFilter | None = None,
     ) -> list[StoredMemory]:
-        return await self.memories(agent_id, limit, levels)
+        return await self.memories(agent_id, limit, levels, filter=filter)
 
     async def count(self, agent_id: str | None = None) -> int:
         return len(self.written)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from processors.embedding import HashingEmbedder
+from processors.lexical import SparseQuery
 from projections.memory import StoredMemory
 from projections.retrieval.breakdowns import (
     ConstrainedBreakdown,
@@ -24,8 +25,9 @@ from projections.retrieval.engine import (
     relevance_parts,
     without_copies_of,
 )
+from projections.retrieval.filters import MemoryFilter
 from projections.retrieval.models import RetrievalRequest
-from schemas.memory_events import DerivedEvent, Destination
+from schemas.memory_events import DerivedEvent, Destination, EmaState, SurpriseReading
 
 
 def memory(
@@ -68,6 +70,7 @@ class ListedWorking:
     def __init__(self, memories: Sequence[StoredMemory]) -> None:
         self.items = list(memories)
         self.reads = 0
+        self.readings: dict[str, SurpriseReading] = {}
 
     async def memories(self, agent_id: str) -> list[StoredMemory]:
         self.reads += 1
@@ -82,6 +85,9 @@ class ListedWorking:
     async def applied_offset(self, topic: str, partition: int) -> int | None:
         return None
 
+    async def arousal(self, agent_id: str) -> SurpriseReading | None:
+        return self.readings.get(agent_id)
+
     async def ping(self) -> None:
         return None
 
@@ -95,15 +101,24 @@ class ListedEpisodic(ListedWorking):
     def __init__(self, memories: Sequence[StoredMemory]) -> None:
         super().__init__(memories)
         self.levels_read: list[tuple[int, ...]] = []
+        self.filters: list[MemoryFilter | None] = []
 
     async def memories(  # type: ignore[override]
-        self, agent_id: str, limit: int = 1000, levels: Sequence[int] | None = None
+        self,
+        agent_id: str,
+        limit: int = 1000,
+        levels: Sequence[int] | None = None,
+        *,
+        filter: MemoryFilter | None = None,
     ) -> list[StoredMemory]:
         self.reads += 1
         self.levels_read.append(tuple(levels or ()))
-        return [m for m in await super().memories(agent_id) if levels is None or m.level in levels][
-            :limit
-        ]
+        self.filters.append(filter)
+        return [
+            m
+            for m in await super().memories(agent_id)
+            if (levels is None or m.level in levels) and (filter is None or filter.admits(m))
+        ][:limit]
 
     async def search(
         self,
@@ -111,8 +126,12 @@ class ListedEpisodic(ListedWorking):
         vector: np.ndarray,
         limit: int,
         levels: Sequence[int] | None = None,
+        *,
+        lexical: SparseQuery | None = None,
+        filter: MemoryFilter | None = None,
     ) -> list[StoredMemory]:
-        found = await self.memories(agent_id, limit, levels)
+        assert lexical is None, "the engine blends keywords over the pool itself"
+        found = await self.memories(agent_id, limit, levels, filter=filter)
         return [
             m.model_copy(update={"similarity": float(vector @ EMBEDDER.embed(m.content))})
             for m in found
@@ -272,17 +291,65 @@ async def test_a_stored_arousal_outside_zero_one_is_clamped() -> None:
 async def test_relevance_mode_ranks_by_the_query_and_shows_its_parts() -> None:
     engine, _, _ = an_engine()
 
-    response = await engine.retrieve(AGENT, request(mode="relevance", query="flood", top_k=3))
+    response = await engine.retrieve(AGENT, request(mode="relevance", query="flood", top_k=10))
 
-    assert [r.memory_id for r in response.results] == ["m2", "m1", "m10"]
+    assert engine.dense_share == 0.75, "the hashing embedder's default"
+    assert [r.memory_id for r in response.results][:2] == ["m1", "m2"], "shorter text, more BM25"
     top = response.results[0].breakdown
     assert isinstance(top, RelevanceBreakdown)
-    assert top.parts["overlap"] == 1.0
-    assert "similarity" in top.parts, "episodic memories were searched by vector"
-    assert top.relevance == max(top.parts.values())
-    working = response.results[2].breakdown
-    assert isinstance(working, RelevanceBreakdown)
-    assert set(working.parts) == {"overlap"}, "working memory is not searched by vector"
+    assert top.parts["lexical_norm"] == 1.0, "the pool's best keyword match"
+    assert top.parts["similarity"] > 0.0, "episodic memories were searched by vector"
+    for result in response.results:
+        parts = result.breakdown.parts  # type: ignore[union-attr]
+        blended = 0.75 * max(parts["similarity"], 0.0) + 0.25 * parts.get("lexical_norm", 0.0)
+        assert result.score == pytest.approx(blended)
+    working = [r for r in response.results if r.store == "working"]
+    assert working, "top_k 10 reaches working memory"
+    assert all("similarity" in r.breakdown.parts for r in working), (  # type: ignore[union-attr]
+        "working memories are embedded at query time"
+    )
+
+
+async def test_a_dense_share_of_one_ranks_by_the_cosine_alone() -> None:
+    working, episodic = ListedWorking(WORKING), ListedEpisodic(EPISODIC)
+    engine = RetrievalEngine(working, episodic, EMBEDDER, dense_share=1.0)
+
+    response = await engine.retrieve(AGENT, request(mode="relevance", query="flood", top_k=10))
+
+    scores = [(r.score, r.breakdown.parts["similarity"]) for r in response.results]  # type: ignore[union-attr]
+    assert all(score == pytest.approx(max(cosine, 0.0)) for score, cosine in scores)
+    with pytest.raises(ValueError, match="dense_share"):
+        RetrievalEngine(working, episodic, EMBEDDER, dense_share=1.5)
+
+
+async def test_the_filter_is_passed_to_the_episodic_store() -> None:
+    engine, _, episodic = an_engine()
+    flood = MemoryFilter(tags=("FLOOD",), min_importance=0.5)
+
+    await engine.retrieve(AGENT, request(mode="relevance", query="flood", filter=flood))
+    await engine.retrieve(AGENT, request(mode="saliency", filter=flood))
+
+    assert episodic.filters == [flood, flood], "searched, then listed, both filtered natively"
+
+
+async def test_constrained_reads_the_working_stores_surprise_reading_by_default() -> None:
+    engine, working, _ = an_engine()
+    working.readings[AGENT] = SurpriseReading(
+        strategy="ema",
+        observed=0.9,
+        expectation=0.1,
+        surprise=0.8,
+        arousal=1.0,
+        threshold=0.5,
+        system="SYSTEM_2",
+        state=EmaState(expectation=0.7, observations=3),
+    )
+
+    response = await engine.retrieve(AGENT, request(mode="constrained", top_k=10))
+
+    first = response.results[0].breakdown
+    assert isinstance(first, ConstrainedBreakdown)
+    assert (first.arousal, first.count) == (1.0, 7)
 
 
 async def test_generative_weighs_relevance_into_the_rank() -> None:
@@ -353,13 +420,21 @@ async def test_importance_and_year_filters() -> None:
     assert {r.memory_id for r in window.results} == {"m3", "m4", "m5", "m8"}
 
 
-def test_relevance_is_the_stronger_of_overlap_and_similarity() -> None:
-    words = remembered(1, "flood insurance renewal")
+def test_relevance_blends_the_cosine_with_the_pools_best_keyword_match() -> None:
+    words = remembered(1, "flood insurance renewal").model_copy(update={"similarity": 0.2})
     searched = remembered(2, "water in the basement").model_copy(update={"similarity": 0.4})
+    unembedded = remembered(3, "flood")
 
     assert relevance_of(None, [words, searched]) == {"m1": 0.0, "m2": 0.0}
-    assert relevance_of("flood", [words, searched]) == {"m1": 1.0, "m2": 0.4}
-    assert relevance_parts("flood", [searched]) == {"m2": {"overlap": 0.0, "similarity": 0.4}}
+    relevance = relevance_of("flood", [words, searched, unembedded], dense_share=0.5)
+    parts = relevance_parts("flood", [words, searched, unembedded], dense_share=0.5)
+
+    assert parts["m2"] == {"relevance": pytest.approx(0.2), "similarity": 0.4}
+    assert parts["m3"]["lexical_norm"] == 1.0, "the shorter text has the higher BM25"
+    assert "similarity" not in parts["m3"]
+    assert parts["m1"]["lexical_norm"] < 1.0
+    assert relevance["m1"] == pytest.approx(0.5 * 0.2 + 0.5 * parts["m1"]["lexical_norm"])
+    assert relevance["m3"] == pytest.approx(0.5)
 
 
 def test_rank_without_a_mode_is_two_phase() -> None:

@@ -18,6 +18,7 @@ import pytest
 from fastapi import FastAPI
 
 from processors.embedding import HashingEmbedder
+from processors.lexical import SparseQuery
 from projections.history import (
     AgentHistory,
     LogPosition,
@@ -28,10 +29,11 @@ from projections.history import (
 from projections.interfaces import ProjectionError
 from projections.memory import StoredMemory
 from projections.retrieval.engine import RetrievalEngine
+from projections.retrieval.filters import MemoryFilter
 from projections.retrieval.models import RetrievalRequest
 from projections.service.app import create_app
 from schemas.codec import decode_retrieval, encode_event
-from schemas.memory_events import DerivedEvent, MemoryRetrieved
+from schemas.memory_events import DerivedEvent, MemoryRetrieved, SurpriseReading
 
 AGENT = "H001"
 URL = f"/v1/agents/{AGENT}/retrieve"
@@ -71,6 +73,9 @@ class ListWorkingMemory:
             raise self.failure
         return [m for m in self.items if m.agent_id == agent_id]
 
+    async def arousal(self, agent_id: str) -> SurpriseReading | None:
+        return None
+
     async def applied_offset(self, topic: str, partition: int) -> int | None:
         return None
 
@@ -95,7 +100,12 @@ class ListEpisodicMemory:
         raise NotImplementedError("retrieval never writes")
 
     async def memories(
-        self, agent_id: str, limit: int = 1000, levels: Sequence[int] | None = None
+        self,
+        agent_id: str,
+        limit: int = 1000,
+        levels: Sequence[int] | None = None,
+        *,
+        filter: MemoryFilter | None = None,
     ) -> list[StoredMemory]:
         if self.failure:
             raise self.failure
@@ -111,8 +121,11 @@ class ListEpisodicMemory:
         vector: np.ndarray,
         limit: int,
         levels: Sequence[int] | None = None,
+        *,
+        lexical: SparseQuery | None = None,
+        filter: MemoryFilter | None = None,
     ) -> list[StoredMemory]:
-        return await self.memories(agent_id, limit, levels)
+        return await self.memories(agent_id, limit, levels, filter=filter)
 
     async def count(self, agent_id: str | None = None) -> int:
         return len(self.items)
