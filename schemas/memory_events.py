@@ -448,6 +448,9 @@ class RetrievedItem(BaseModel):
     score: float
     store: Destination
     level: Level = 0
+    breakdown: dict[str, Any] | None = None
+    """The score's parts as the answer gave them (the mode's breakdown): why this memory ranked
+    here, kept for the audit. None in records written before it was added."""
 
 
 class MemoryRetrieved(Event):

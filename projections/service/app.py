@@ -19,6 +19,7 @@ from fastapi import FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_jsonable_python
 
 from projections.history import MAX_HISTORY_LIMIT, AgentHistory, LogUnavailableError
 from projections.interfaces import ProjectionError
@@ -271,6 +272,7 @@ def retrieval_record(
                 score=memory.score,
                 store=memory.store,
                 level=getattr(memory, "level", 0),
+                breakdown=to_jsonable_python(memory.breakdown),
             )
             for memory in response.results
         ),

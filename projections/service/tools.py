@@ -190,8 +190,9 @@ class RetrieveMemoryInput(_ToolInput):
     agent_id: AgentId = Field(description=_AGENT, examples=["H001"])
     query: Query | None = Field(
         default=None,
-        description="The situation or question at hand, in words. With it, memories are also "
-        "matched by meaning; without it, they are ranked by time and importance only.",
+        description="The situation or question at hand, in words. The relevance and generative "
+        "modes rank by how well memories match it (meaning and shared words); the other modes "
+        "rank by time and importance (weighted can add keyword relevance).",
     )
     top_k: int = Field(
         default=MAX_RETRIEVE,

@@ -405,9 +405,12 @@ async def test_a_retrieval_is_recorded_with_what_was_asked_and_returned() -> Non
             "score": r["score"],
             "store": r["store"],
             "level": 0,
+            "breakdown": r["breakdown"],
         }
         for r in answer["results"]
     ]
+    assert event.results[0].breakdown is not None
+    assert event.results[0].breakdown["mode"] == "two_phase"
     assert [item.memory_id for item in event.results] == ["memory-2", "memory-1"]
     assert event.took_ms == answer["took_ms"]
     # What goes on the log decodes back to the same record.
