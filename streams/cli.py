@@ -508,6 +508,16 @@ def retrieve(
     ] = None,
     year_from: Annotated[int | None, typer.Option(help="Filter: from this year on.")] = None,
     year_to: Annotated[int | None, typer.Option(help="Filter: up to this year.")] = None,
+    step_from: Annotated[int | None, typer.Option(min=0, help="Filter: from this step on.")] = None,
+    step_to: Annotated[int | None, typer.Option(min=0, help="Filter: up to this step.")] = None,
+    weight: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="weighted: recency, importance, context, relevance or interference=W (seed "
+            "003's 0.3/0.5/0.2/0/0 for the rest); generative: recency, importance, relevance "
+            "or recency_decay=W. Repeatable."
+        ),
+    ] = None,
     prompt: Annotated[
         bool,
         typer.Option(
@@ -548,12 +558,25 @@ def retrieve(
         "profile": profile,
         "arousal": arousal,
     }
+    if weight:
+        if mode not in ("weighted", "generative"):
+            fail("--weight applies to --mode weighted or generative")
+        weights: dict[str, float] = {}
+        for text in weight:
+            name, _, value = text.partition("=")
+            try:
+                weights[name.strip()] = float(value)
+            except ValueError:
+                fail(f"--weight: {text!r} is not name=number")
+        params["weights" if mode == "weighted" else "generative"] = weights
     memory_filter: dict[str, Any] = {
         "kinds": kind or [],
         "tags": [t.strip() for t in tagged.split(",")] if tagged else [],
         "min_importance": min_importance,
         "year_from": year_from,
         "year_to": year_to,
+        "step_from": step_from,
+        "step_to": step_to,
     }
     if any(value not in (None, []) for value in memory_filter.values()):
         params["filter"] = {k: v for k, v in memory_filter.items() if v not in (None, [])}
@@ -572,7 +595,7 @@ def retrieve(
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "request"
-            fail(f"invalid retrieval: {where}: {first['msg']}")
+            fail(f"invalid retrieval: {where}: {first['msg'].removeprefix('Value error, ')}")
         except Exception as exc:  # httpx transport errors
             import httpx
 

@@ -20,11 +20,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
+from processors.surprise import cognitive_system
 from projections.memory import StoredMemory
 from projections.retrieval.breakdowns import (
     BasicBreakdown,
-    CognitiveSystem,
     ConstrainedBreakdown,
     ProfileName,
     Source,
@@ -44,7 +45,27 @@ BASIC_TOP = 2
 """Seed 003, "WRR-Validated Configuration": 5 recent memories plus the 2 most important."""
 
 SYSTEM_2_THRESHOLD = 0.5
-"""Seed 003, section 6 (``arousal_threshold: 0.5``) and section 3.1 (``PE >= 0.5``)."""
+"""Seed 003, section 6 (``arousal_threshold: 0.5``) and section 3.1 (``PE >= 0.5``): the
+threshold of an agent whose own (its agent type's ``arousal_threshold``) is not known."""
+
+
+class StoredArousal(Protocol):
+    """An agent's arousal and the threshold its agent type switches to System 2 at, as the
+    processor stored them (:class:`schemas.memory_events.SurpriseReading` is one)."""
+
+    @property
+    def arousal(self) -> float: ...
+
+    @property
+    def threshold(self) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Arousal:
+    """A :class:`StoredArousal` given by value."""
+
+    arousal: float
+    threshold: float = SYSTEM_2_THRESHOLD
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +104,6 @@ def memory_count(profile: Profile, arousal: float) -> int:
     _check_arousal(arousal)
     exact = profile.system1 + (profile.system2 - profile.system1) * arousal
     return min(math.floor(round(exact, 9) + 0.5), profile.working_capacity)
-
-
-def cognitive_system(arousal: float) -> CognitiveSystem:
-    """System 2 (deliberate) from arousal 0.5 up, System 1 (habit) below (seed 003, 3.1, 6)."""
-    _check_arousal(arousal)
-    return "SYSTEM_2" if arousal >= SYSTEM_2_THRESHOLD else "SYSTEM_1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,14 +150,16 @@ def constrained(
     *,
     profile: Profile,
     arousal: float,
+    threshold: float = SYSTEM_2_THRESHOLD,
     top: int = BASIC_TOP,
     current_year: int | None = None,
     current_step: int | None = None,
 ) -> Ranking:
     """Basic ranking with ``recent = memory_count(profile, arousal)``; ``top`` supplemental
-    memories whatever the arousal."""
+    memories whatever the arousal. The breakdown names the cognitive system ``arousal`` puts
+    the agent in at ``threshold``, the same rule the surprise processor applies."""
     count = memory_count(profile, arousal)
-    system = cognitive_system(arousal)
+    system = cognitive_system(arousal, threshold)
     clock, picks = _recent_plus_top(memories, count, top, current_year, current_step)
     results = tuple(
         ScoredMemory(

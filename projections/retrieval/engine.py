@@ -7,7 +7,9 @@ engine reads all of an agent's memories and ranks them in process with the pure 
 Modes. :func:`rank` dispatches the request's mode to its pure scoring function (two_phase and
 weighted in :mod:`~projections.retrieval.scoring`, saliency, basic and constrained, generative,
 by_relevance in their own modules). The constrained mode's arousal is the request's, else the
-agent's stored one (the working store's latest surprise reading, or ``arousal_of``), else 0.
+agent's stored one (the working store's latest surprise reading, or ``arousal_of``), else 0;
+a stored reading's System 1 / System 2 label uses the threshold stored with it (the agent
+type's).
 
 Relevance. The weighted mode keeps seed 003's keyword overlap. The generative and relevance
 modes rank by hybrid relevance (:func:`relevance_parts`): the cosine of the query embedding
@@ -48,7 +50,14 @@ from processors.embedding import Embedder
 from projections.episodic.hybrid import cosines
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
 from projections.memory import StoredMemory
-from projections.retrieval.basic import DEFAULT_PROFILE, PROFILES, basic, constrained
+from projections.retrieval.basic import (
+    DEFAULT_PROFILE,
+    PROFILES,
+    SYSTEM_2_THRESHOLD,
+    StoredArousal,
+    basic,
+    constrained,
+)
 from projections.retrieval.by_relevance import by_relevance
 from projections.retrieval.filters import levels_for
 from projections.retrieval.generative import GenerativeWeights, generative
@@ -127,7 +136,7 @@ class RetrievalEngine:
         *,
         episodic_limit: int = EPISODIC_READ_LIMIT,
         source_topics: Collection[str] | None = None,
-        arousal_of: Callable[[str], Awaitable[float | None]] | None = None,
+        arousal_of: Callable[[str], Awaitable[StoredArousal | None]] | None = None,
         dense_share: float | None = None,
     ) -> None:
         """``source_topics`` are the exact topics positions may name; by default any topic
@@ -175,10 +184,10 @@ class RetrievalEngine:
             episodic = [m for m in episodic if admits(m)]
         if vector is not None and request.mode in RELEVANCE_MODES and working:
             working = await self._with_similarity(working, vector)
-        arousal = 0.0
+        stored: StoredArousal | None = None
         if request.mode == "constrained" and request.arousal is None:
-            arousal = await self._arousal(agent_id)
-        ranking = rank(request, working, episodic, arousal=arousal, dense_share=self.dense_share)
+            stored = await self._arousal(agent_id)
+        ranking = rank(request, working, episodic, arousal=stored, dense_share=self.dense_share)
         results = tuple(
             RetrievedMemory(
                 **scored.memory.model_dump(),
@@ -271,14 +280,11 @@ class RetrievalEngine:
             await asyncio.sleep(min(delay, deadline - now))
             delay = min(delay * 2, MAX_POLL_S)
 
-    async def _arousal(self, agent_id: str) -> float:
-        """The agent's stored arousal, clamped to [0, 1]; 0 when none is known."""
+    async def _arousal(self, agent_id: str) -> StoredArousal | None:
+        """The agent's stored arousal and its agent type's threshold; None when none is known."""
         if self._arousal_of is not None:
-            stored = await self._arousal_of(agent_id)
-        else:
-            reading = await self._working.arousal(agent_id)
-            stored = None if reading is None else reading.arousal
-        return 0.0 if stored is None else min(max(stored, 0.0), 1.0)
+            return await self._arousal_of(agent_id)
+        return await self._working.arousal(agent_id)
 
     async def _embed(self, text: str) -> np.ndarray:
         if self._embed_in_thread:
@@ -386,11 +392,14 @@ def rank(
     working: Sequence[StoredMemory],
     episodic: Sequence[StoredMemory],
     *,
-    arousal: float = 0.0,
+    arousal: StoredArousal | None = None,
     dense_share: float = DENSE_SHARE_MODEL_FREE,
 ) -> Ranking:
-    """The request's mode applied to memories already read and filtered; pure. ``arousal`` is
-    used by the constrained mode only (the request's own arousal, if any, wins), ``dense_share``
+    """The request's mode applied to memories already read and filtered; pure. ``arousal``, the
+    agent's stored one, is used by the constrained mode only: the request's own arousal, if
+    any, wins (judged against seed 003's threshold 0.5: it needs no store, so an episodic-only
+    retrieval with it runs while Redis is down), else the stored one (clamped to [0, 1]) with
+    its agent type's threshold, else 0. ``dense_share``
     by the modes that rank by relevance (:func:`relevance_parts`). Working memories are passed
     first everywhere, so a memory in both stores is ranked as working."""
     everything = [*working, *episodic]
@@ -412,9 +421,16 @@ def rank(
         return basic(everything, current_year=year, current_step=step)
     if mode == "constrained":
         profile = PROFILES[request.profile or DEFAULT_PROFILE]
-        chosen = request.arousal if request.arousal is not None else arousal
+        level = request.arousal
+        if level is None:
+            level = 0.0 if arousal is None else min(max(arousal.arousal, 0.0), 1.0)
         return constrained(
-            everything, profile=profile, arousal=chosen, current_year=year, current_step=step
+            everything,
+            profile=profile,
+            arousal=level,
+            threshold=SYSTEM_2_THRESHOLD if arousal is None else arousal.threshold,
+            current_year=year,
+            current_step=step,
         )
     if mode == "generative":
         return generative(

@@ -57,8 +57,17 @@ Retrieval over an agent's memories, as projected from the Engram event log.
   supplement ranked by `0.95^age x importance`.
 * **weighted** (seed 003, v2): `S = Wr*R + Wi*I + Wc*C + Wrel*Rel - Wint*Int`, defaults
   0.3 / 0.5 / 0.2 / 0 / 0.
+* **saliency** (seed 003, v1): `importance x e^(-0.1 x age)`.
+* **basic** (seed 003): the 5 most recent plus the 2 highest by decayed importance.
+* **constrained** (seed 003, 5.1): as basic, the recent count interpolated by arousal between
+  the `profile`'s System 1 and System 2 counts.
+* **generative** (generative agents): recency + importance + relevance to `query`, each
+  min-max normalised.
+* **relevance**: relevance to `query` alone (cosine blended with BM25).
 
-Every result carries the breakdown of its score.
+`filter` (tags, kinds, minimum importance, year and step ranges) applies in every mode. Every
+result carries the breakdown of its score, and every answered retrieval is recorded on
+`memory.access`.
 
 **Read your writes**: give `after` the positions publishing returned, and the retrieval waits
 (at most `wait_timeout_ms`) until both stores have applied them; past that it answers 504.

@@ -35,7 +35,8 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from projections.retrieval.breakdowns import ProfileName
-from projections.retrieval.filters import MemoryKind
+from projections.retrieval.filters import MemoryFilter, MemoryKind
+from projections.retrieval.generative import GenerativeWeights
 from projections.retrieval.models import (
     DEFAULT_WAIT_TIMEOUT_MS,
     MAX_AFTER_POSITIONS,
@@ -46,6 +47,7 @@ from projections.retrieval.models import (
     RetrievalRequest,
     RetrievalResponse,
 )
+from projections.retrieval.scoring import Weights
 from projections.service.app import AGENT_ID_RULE
 from projections.service.client import (
     AsyncEngramClient,
@@ -228,6 +230,29 @@ class RetrieveMemoryInput(_ToolInput):
         max_length=MAX_CONTEXT_TAGS,
         description="Tags of the current situation (e.g. flood): memories carrying one rank "
         "higher in weighted mode.",
+    )
+    filter: MemoryFilter | None = Field(
+        default=None,
+        description="Only memories meeting every condition are ranked, in any mode: tags (any "
+        "of), kinds (working, episodic, summary_l1, summary_l2), min_importance, "
+        "year_from/year_to, step_from/step_to.",
+        examples=[{"kinds": ["episodic"], "min_importance": 0.5, "year_from": 3}],
+    )
+    weights: Weights | None = Field(
+        default=None,
+        description="Mode weighted only: the weights of recency, importance, context, "
+        "keyword relevance to `query` and interference (0.3/0.5/0.2/0/0 when omitted).",
+    )
+    generative: GenerativeWeights | None = Field(
+        default=None,
+        description="Mode generative only: the weights of recency, importance and relevance.",
+    )
+    arousal: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Mode constrained only: how aroused you are, 0 calm to 1 alarmed (more "
+        "memories when aroused); your own stored arousal when omitted.",
     )
     after: tuple[RecordPosition, ...] = Field(
         default=(), max_length=MAX_AFTER_POSITIONS, description=_AFTER

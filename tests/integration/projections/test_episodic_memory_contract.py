@@ -903,34 +903,31 @@ async def test_hybrid_search_finds_words_the_embedding_misses(
         assert memory.lexical > 0.0
 
 
-async def test_backends_agree_on_hybrid_search(tmp_path: Path) -> None:
-    """Qdrant Edge and the qdrant-client adapter return the same memories in the same order
-    with the same scores, for every query, agent, limit and filter."""
+async def test_backends_agree_on_hybrid_search(
+    edge_store: EdgeEpisodicMemory, client_store: EpisodicMemoryStore
+) -> None:
+    """Qdrant Edge and the qdrant-client adapter (local mode, or a Qdrant server with
+    ``ENGRAM_TEST_BACKEND=containers``) return the same memories in the same order with the
+    same scores, for every query, agent, limit and filter."""
     log = conversation_log()
-    edge = EdgeEpisodicMemory.open(tmp_path / "edge", EMBEDDING_DIM)
-    client = await QdrantServerEpisodicMemory.open(":memory:", dim=EMBEDDING_DIM)
-    try:
-        await edge.apply(log)
-        await client.apply(log)
-        filters = [None, *FILTERS]
-        compared = 0
-        for agent_id in CONVERSATIONS:
-            for query_text in QUERIES:
-                for memory_filter in filters:
-                    args = (agent_id, EMBEDDER.embed(query_text), 5)
-                    lexical = query_vector(query_text)
-                    on_edge = await edge.search(*args, lexical=lexical, filter=memory_filter)
-                    on_client = await client.search(*args, lexical=lexical, filter=memory_filter)
-                    where = f"{agent_id}: {query_text!r} {memory_filter}"
-                    assert [m.memory_id for m in on_edge] == [m.memory_id for m in on_client], where
-                    for a, b in zip(on_edge, on_client, strict=True):
-                        assert a.similarity == pytest.approx(b.similarity, abs=1e-6), where
-                        assert a.lexical == approx_or_none(b.lexical), where
-                    compared += bool(on_edge)
-        assert compared > len(QUERIES) * len(CONVERSATIONS), "most searches found something"
-    finally:
-        await edge.close()
-        await client.close()
+    await edge_store.apply(log)
+    await client_store.apply(log)
+    filters = [None, *FILTERS]
+    compared = 0
+    for agent_id in CONVERSATIONS:
+        for query_text in QUERIES:
+            for memory_filter in filters:
+                args = (agent_id, EMBEDDER.embed(query_text), 5)
+                lexical = query_vector(query_text)
+                on_edge = await edge_store.search(*args, lexical=lexical, filter=memory_filter)
+                on_client = await client_store.search(*args, lexical=lexical, filter=memory_filter)
+                where = f"{agent_id}: {query_text!r} {memory_filter}"
+                assert [m.memory_id for m in on_edge] == [m.memory_id for m in on_client], where
+                for a, b in zip(on_edge, on_client, strict=True):
+                    assert a.similarity == pytest.approx(b.similarity, abs=1e-6), where
+                    assert a.lexical == approx_or_none(b.lexical), where
+                compared += bool(on_edge)
+    assert compared > len(QUERIES) * len(CONVERSATIONS), "most searches found something"
 
 
 FILTERS = [

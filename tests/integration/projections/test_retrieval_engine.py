@@ -14,6 +14,7 @@ from processors.embedding import HashingEmbedder
 from processors.recording import AgentMemoryState, record
 from projections.episodic.edge import EdgeEpisodicMemory
 from projections.interfaces import ProjectionError
+from projections.retrieval.basic import Arousal, StoredArousal
 from projections.retrieval.breakdowns import RelevanceBreakdown
 from projections.retrieval.engine import RetrievalEngine
 from projections.retrieval.filters import MemoryFilter
@@ -343,8 +344,8 @@ async def test_tag_filter_and_constrained_arousal_from_the_agent(
     await working_store.apply(log)
     await edge_store.apply(log)
 
-    async def aroused(agent_id: str) -> float | None:
-        return 1.0 if agent_id == AGENT else None
+    async def aroused(agent_id: str) -> StoredArousal | None:
+        return Arousal(1.0) if agent_id == AGENT else None
 
     engine = RetrievalEngine(working_store, edge_store, HashingEmbedder(), arousal_of=aroused)
 

@@ -15,7 +15,6 @@ from projections.retrieval.basic import (
     PROFILES,
     Profile,
     basic,
-    cognitive_system,
     constrained,
     memory_count,
 )
@@ -130,11 +129,28 @@ def test_count_never_falls_as_arousal_rises(a: float, b: float, name: ProfileNam
     assert memory_count(profile, high) <= profile.system2
 
 
-def test_system_2_from_arousal_one_half() -> None:
-    assert cognitive_system(0.0) == "SYSTEM_1"
-    assert cognitive_system(0.49) == "SYSTEM_1"
-    assert cognitive_system(0.5) == "SYSTEM_2"
-    assert cognitive_system(1.0) == "SYSTEM_2"
+@pytest.mark.parametrize(
+    ("arousal", "threshold", "system"),
+    [
+        (0.0, None, "SYSTEM_1"),
+        (0.49, None, "SYSTEM_1"),
+        (0.5, None, "SYSTEM_2"),
+        (1.0, None, "SYSTEM_2"),
+        (0.6, 0.7, "SYSTEM_1"),
+        (0.7, 0.7, "SYSTEM_2"),
+    ],
+)
+def test_the_breakdown_names_the_system_at_the_threshold_seed_003_or_the_agents(
+    arousal: float, threshold: float | None, system: str
+) -> None:
+    """System 2 from arousal 0.5 (seed 003, 3.1 and 6), or from the agent type's own threshold;
+    the count follows arousal alone."""
+    at = {} if threshold is None else {"threshold": threshold}
+    ranking = constrained(a_history(), profile=PROFILES["MILLER_STANDARD"], arousal=arousal, **at)
+    breakdowns = {r.breakdown for r in ranking.results}
+    assert {(b.system, b.count) for b in breakdowns} == {  # type: ignore[union-attr]
+        (system, memory_count(PROFILES["MILLER_STANDARD"], arousal))
+    }
 
 
 @pytest.mark.parametrize("arousal", [-0.01, 1.01, math.nan])

@@ -278,6 +278,27 @@ async def test_retrieve_memory_answers_the_response_and_its_prompt_block(
     }
 
 
+async def test_retrieve_memory_passes_filter_and_weights_to_the_service(
+    service: Service,
+) -> None:
+    arguments: dict[str, Any] = {
+        "agent_id": AGENT,
+        "mode": "weighted",
+        "query": "flood insurance",
+        "filter": {"kinds": ["episodic", "summary_l1"], "min_importance": 0.5, "year_from": 2},
+        "weights": {"recency": 0.1, "importance": 0.4, "relevance": 0.5},
+    }
+    async with connected(service) as mcp:
+        result = await mcp.call_tool("retrieve_memory", arguments)
+
+    assert not result.is_error, text_of(result)
+    [(_, body)] = service.requests
+    assert body["filter"]["kinds"] == ["episodic", "summary_l1"]
+    assert (body["filter"]["min_importance"], body["filter"]["year_from"]) == (0.5, 2)
+    assert body["weights"]["relevance"] == 0.5
+    assert body["weights"]["context"] == 0.2  # an omitted weight keeps seed 003's default
+
+
 async def test_recall_similar_experience_searches_episodic_memory_by_relevance(
     service: Service,
 ) -> None:
@@ -411,6 +432,18 @@ async def test_a_failing_service_is_a_tool_error_in_words(service: Service, fail
         (
             {"agent_id": AGENT, "current_year": 3, "current_step": 9},
             ["give current_year or current_step, not both"],
+        ),
+        (
+            {"agent_id": AGENT, "filter": {"kinds": ["dream"], "year_from": 5, "year_to": 2}},
+            ["filter.kinds.0: Input should be 'working'"],
+        ),
+        (
+            {"agent_id": AGENT, "filter": {"year_from": 5, "year_to": 2}},
+            ["year_from (5) must not be after year_to (2)"],
+        ),
+        (
+            {"agent_id": AGENT, "mode": "two_phase", "weights": {"recency": 1.0}},
+            ["weights apply only to mode 'weighted'"],
         ),
     ],
 )

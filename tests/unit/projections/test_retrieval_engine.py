@@ -13,6 +13,7 @@ import pytest
 from processors.embedding import HashingEmbedder
 from processors.lexical import SparseQuery
 from projections.memory import StoredMemory
+from projections.retrieval.basic import Arousal, StoredArousal
 from projections.retrieval.breakdowns import (
     ConstrainedBreakdown,
     RelevanceBreakdown,
@@ -186,7 +187,7 @@ EPISODIC = [
 
 
 def an_engine(
-    arousal_of: Callable[[str], Awaitable[float | None]] | None = None,
+    arousal_of: Callable[[str], Awaitable[StoredArousal | None]] | None = None,
 ) -> tuple[RetrievalEngine, ListedWorking, ListedEpisodic]:
     working, episodic = ListedWorking(WORKING), ListedEpisodic(EPISODIC)
     return RetrievalEngine(working, episodic, EMBEDDER, arousal_of=arousal_of), working, episodic
@@ -232,9 +233,9 @@ async def test_saliency_trades_importance_against_age() -> None:
 
 
 async def test_constrained_takes_arousal_from_the_request_then_the_agent() -> None:
-    stored: dict[str, float | None] = {AGENT: 0.9}
+    stored: dict[str, StoredArousal | None] = {AGENT: Arousal(0.9)}
 
-    async def arousal_of(agent_id: str) -> float | None:
+    async def arousal_of(agent_id: str) -> StoredArousal | None:
         return stored[agent_id]
 
     engine, _, _ = an_engine(arousal_of)
@@ -266,6 +267,26 @@ async def test_constrained_takes_arousal_from_the_request_then_the_agent() -> No
     assert len(unknown.results) == 5
 
 
+async def test_constrained_names_the_system_at_the_agent_types_threshold() -> None:
+    """An agent type with ``arousal_threshold`` 0.7 is in System 1 at 0.6, as its stored
+    reading says, though seed 003's default 0.5 would call it System 2; a request's own arousal
+    reads no store and is judged against seed 003's 0.5."""
+    engine, _, _ = an_engine(lambda _: _stored(Arousal(0.6, threshold=0.7)))
+
+    own = await engine.retrieve(AGENT, request(mode="constrained"))
+    told = await engine.retrieve(AGENT, request(mode="constrained", arousal=0.6))
+
+    own_first, told_first = own.results[0].breakdown, told.results[0].breakdown
+    assert isinstance(own_first, ConstrainedBreakdown)
+    assert isinstance(told_first, ConstrainedBreakdown)
+    assert (own_first.arousal, own_first.count, own_first.system) == (0.6, 6, "SYSTEM_1")
+    assert (told_first.arousal, told_first.count, told_first.system) == (0.6, 6, "SYSTEM_2")
+
+
+async def _stored(arousal: StoredArousal) -> StoredArousal:
+    return arousal
+
+
 async def test_constrained_without_an_arousal_source_is_system_1() -> None:
     engine, _, _ = an_engine()
 
@@ -276,8 +297,8 @@ async def test_constrained_without_an_arousal_source_is_system_1() -> None:
 
 
 async def test_a_stored_arousal_outside_zero_one_is_clamped() -> None:
-    async def excited(agent_id: str) -> float | None:
-        return 3.0
+    async def excited(agent_id: str) -> StoredArousal | None:
+        return Arousal(3.0)
 
     engine, _, _ = an_engine(excited)
 
