@@ -116,6 +116,10 @@ def _request(
     after: Iterable[PositionLike] | None,
     params: dict[str, Any],
 ) -> RetrievalRequest:
+    if request is not None and params:
+        raise TypeError(
+            f"give a RetrievalRequest or its fields as keywords, not both (got {sorted(params)})"
+        )
     req = request or RetrievalRequest(**params)
     if after is not None:
         positions = (*req.after, *(_position(p) for p in after))

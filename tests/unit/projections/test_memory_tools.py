@@ -21,7 +21,12 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
 from projections.memory import StoredMemory
-from projections.retrieval.models import Mode, RetrievalResponse, RetrievedMemory
+from projections.retrieval.models import (
+    Mode,
+    RetrievalRequest,
+    RetrievalResponse,
+    RetrievedMemory,
+)
 from projections.service.client import (
     PROMPT_HEADER,
     AsyncEngramClient,
@@ -218,6 +223,32 @@ async def connected(
         server = create_mcp_server(registry or memory_tools(), context)
         async with Client(server) as client:
             yield client
+
+
+async def test_both_clients_send_the_request_and_answer_typed_results(service: Service) -> None:
+    transport = httpx.MockTransport(service)
+    with EngramClient(BASE, transport=transport) as client:
+        answered = client.retrieve(AGENT, mode="weighted", tags=["flood"], current_year=3)
+    async with AsyncEngramClient(BASE, transport=transport) as async_client:
+        async_answered = await async_client.retrieve(
+            AGENT, RetrievalRequest(mode="weighted", tags=("flood",), current_year=3)
+        )
+
+    assert answered == async_answered == SEED_RESULTS
+    assert isinstance(answered.results[0], RetrievedMemory)
+    [(path, body), (_, async_body)] = service.requests
+    assert path == f"/v1/agents/{AGENT}/retrieve"
+    assert body == async_body
+    assert (body["mode"], body["tags"], body["current_year"]) == ("weighted", ["flood"], 3)
+
+
+def test_a_request_and_keyword_fields_together_are_refused(service: Service) -> None:
+    with (
+        EngramClient(BASE, transport=httpx.MockTransport(service)) as client,
+        pytest.raises(TypeError, match=r"not both \(got \['top_k'\]\)"),
+    ):
+        client.retrieve(AGENT, RetrievalRequest(mode="saliency"), top_k=3)
+    assert service.requests == []
 
 
 def text_of(result: CallToolResult) -> str:
