@@ -309,6 +309,52 @@ async def test_a_stored_arousal_outside_zero_one_is_clamped() -> None:
     assert (first.arousal, first.count) == (1.0, 7)
 
 
+class CountingEmbedder:
+    """The test embedder, noting every text it embeds."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    @property
+    def id(self) -> str:
+        return EMBEDDER.id
+
+    @property
+    def dim(self) -> int:
+        return EMBEDDER.dim
+
+    def embed(self, text: str) -> np.ndarray:
+        self.texts.append(text)
+        return EMBEDDER.embed(text)
+
+
+async def test_working_memories_are_embedded_once_across_queries() -> None:
+    embedder = CountingEmbedder()
+    working = ListedWorking(WORKING)
+    engine = RetrievalEngine(working, ListedEpisodic(EPISODIC), embedder)
+    asked = request(mode="relevance", query="the river", top_k=10)
+
+    first = await engine.retrieve(AGENT, asked)
+    again = await engine.retrieve(AGENT, asked)
+    working.items.append(
+        remembered(11, "the levee is being repaired", destination="working", importance=0.3)
+    )
+    later = await engine.retrieve(AGENT, asked)
+
+    texts = [m.content for m in reversed(WORKING)]  # newest first, as the store lists them
+    assert embedder.texts == [
+        "the river",
+        *texts,
+        "the river",
+        "the river",
+        "the levee is being repaired",
+    ]
+    assert [(r.memory_id, r.score) for r in again.results] == [
+        (r.memory_id, r.score) for r in first.results
+    ]
+    assert len(later.results) == len(first.results) + 1
+
+
 async def test_relevance_mode_ranks_by_the_query_and_shows_its_parts() -> None:
     engine, _, _ = an_engine()
 
