@@ -16,7 +16,8 @@ modes rank by hybrid relevance (:func:`relevance_parts`): the cosine of the quer
 with each memory's, blended with the memory's BM25 over the pool
 (:func:`~projections.retrieval.relevance.blended_relevance`). Episodic memories come back from
 the store's vector search with their cosine; working memories, which Redis keeps without
-embeddings, are embedded at query time (at most the working capacity, 10). A semantic
+embeddings, are embedded when a query first needs them (at most the working capacity, 10), and
+their vectors kept by text. A semantic
 embedder's query is embedded in a worker thread, so a model's milliseconds do not stall the
 event loop that serves the other requests.
 
