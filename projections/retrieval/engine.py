@@ -96,8 +96,8 @@ WORKING_VECTOR_CACHE = 16_384
 """How many working memories' vectors an engine keeps, by text, least recently used out: a
 vector depends on the text alone, and re-embedding an agent's working memories for each query
 was ~8% of the service's CPU in relevance mode with the hashing embedder (a model costs far
-more). 16,384 covers the working memories of the ~1,600 most recently queried agents, ~25 MB
-at 384 dimensions."""
+more). 16,384 covers the working memories of the ~1,600 most recently queried agents, ~31 MB
+at 384 dimensions (tracemalloc)."""
 
 
 class UnknownTopicError(ValueError):

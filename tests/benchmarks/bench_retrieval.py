@@ -151,10 +151,14 @@ def first_reads(url: str, agents: int) -> dict[str, float]:
     agents, would not."""
     start = time.perf_counter()
     took = timed_retrievals(url, range(agents), MODES["two_phase"])
+    return summary(took, time.perf_counter() - start)
+
+
+def summary(took: list[float], elapsed: float) -> dict[str, float]:
     return {
         "p50": percentile(took, 50),
         "p99": percentile(took, 99),
-        "qps": len(took) / (time.perf_counter() - start),
+        "qps": len(took) / elapsed,
     }
 
 
@@ -171,12 +175,7 @@ def measure(
         start = time.perf_counter()
         done = list(pool.map(run, range(5, 5 + clients), [per_client] * clients))
         elapsed = time.perf_counter() - start
-    took = [t for part in done for t in part]
-    return {
-        "p50": percentile(took, 50),
-        "p99": percentile(took, 99),
-        "qps": len(took) / elapsed,
-    }
+    return summary([t for part in done for t in part], elapsed)
 
 
 QUERY = "the levee broke and the basement flooded"
