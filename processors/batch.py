@@ -55,7 +55,8 @@ FORGOTTEN = "forgotten"
 
 
 class RecordOpener(Protocol):
-    """Turns a record's value into event bytes: the identity, or :mod:`streams.sealing`, which
+    """Turns a record's value into event bytes: the identity, or :mod:`streams.privacy.sealing`,
+    which
     decrypts sealed records (keys fetched before the batch) and raises ``forgotten``."""
 
     def open(self, raw: bytes) -> bytes: ...

@@ -379,7 +379,8 @@ def _erasures_first(ordered: list[DerivedEvent]) -> list[DerivedEvent]:
     Its group has no recording to anchor it, so :func:`_partition_order` may place it after
     recordings emitted later (a new life of the agent), which it would then erase. Every event
     of the agent's earlier life was sealed with a key the erasure names, and readers of the
-    log leave those out (:meth:`streams.sealing.RecordSealer.learn_forgotten`): what is left of
+    log leave those out (:meth:`streams.privacy.sealing.RecordSealer.learn_forgotten`): what is
+    left of
     the agent came after it. An erasure without keys (the agent was never sealed) keeps its
     place: its earlier life is still in the log, and must be erased after it.
     """

@@ -1,7 +1,7 @@
 """An agent's memory history: what the log says happened to its memories, as one timeline.
 
 Pure: it takes events already read from the log (with their positions) and reads nothing
-itself, so the rendering and the order are tested without a broker; :mod:`streams.history`
+itself, so the rendering and the order are tested without a broker; :mod:`streams.eventlog.history`
 does the reading.
 
 Order. An agent's derived records sit on one partition of each topic, so within a topic the

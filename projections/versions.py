@@ -8,7 +8,8 @@ working memory of one version with the episodic memory of another.
 
 Processes that write projections (workers, the episodic projector) and processes that read
 them (query services) register here with a heartbeat, saying which version they use. The
-heartbeats let a switch wait for writers to pause (the *fence*, see :mod:`streams.replay`) and
+heartbeats let a switch wait for writers to pause (the *fence*, see :mod:`streams.rebuild.replay`)
+and
 let a drop wait until nobody uses the old version any more.
 
 Without a pointer the active version is the unversioned layout (namespace ``{base}``,
@@ -18,7 +19,7 @@ A version built by ``engram reprocess`` has a *derived log* of its own (:class:`
 the topics its derived events go to, the consumer group whose commits say how far the raw
 topics are derived into them, and the configuration that derived them. Workers serving that
 version must write there, under that group, with that configuration
-(:mod:`streams.projection_switch`). Other versions follow the live derived log.
+(:mod:`streams.rebuild.projection_switch`). Other versions follow the live derived log.
 """
 
 from __future__ import annotations

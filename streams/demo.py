@@ -19,8 +19,8 @@ from projections.history import AgentHistory
 from projections.retrieval.models import RetrievalResponse
 from projections.service.client import AsyncEngramClient
 from schemas.agent_events import AgentEvent, Decision, Observation
-from streams.ingest import IngestStats
-from streams.publisher import AsyncPublisher
+from streams.eventlog.publisher import AsyncPublisher
+from streams.worker.pipeline import IngestStats
 
 FLOOD_YEARS = {1: 70_000, 3: 8_000, 6: 90_000, 9: 30_000}
 """Base damage of the floods that hit the town, by year (varied per household)."""

@@ -8,12 +8,14 @@ wall-clock agents (``W*``: ticks end their sessions), ticks on ``memory.schedule
 on ``memory.access`` and the odd undecodable record. Importance is mixed on purpose: explicit
 values around every threshold, event-table entries, and emotion x source scores.
 
-:class:`Worker` is :meth:`streams.ingest.IngestPipeline.handle` without the I/O: skip what the
+:class:`Worker` is :meth:`streams.worker.pipeline.IngestPipeline.handle` without the I/O: skip what
+the
 log says was derived, run :func:`processors.batch.process_batch` with the state carried between
 batches, write the batch's derived events in emission order, each to its source's partition of
 ``memory.items`` or ``memory.lifecycle``, then the batch's markers
-(:func:`streams.ingest.batch_markers`) to ``memory.lifecycle``. :meth:`Worker.take_over` is
-:func:`streams.derived_log.recover_state`: it folds the state back from that log, leaving out
+(:func:`streams.worker.pipeline.batch_markers`) to ``memory.lifecycle``. :meth:`Worker.take_over` is
+:func:`streams.eventlog.derived_log.recover_state`: it folds the state back from that log, leaving
+out
 batches whose marker is missing.
 """
 
@@ -51,7 +53,7 @@ from schemas.memory_events import (
     SourcePosition,
 )
 from schemas.topics import Topics
-from streams.ingest import batch_markers, logged_ranges
+from streams.worker.pipeline import batch_markers, logged_ranges
 
 CONFIG = load_processing_config(
     working_capacity=4,
@@ -203,7 +205,7 @@ class Worker:
         return [e for batch in self.applied for e in batch]
 
     def read_back(self, seed: int = 0) -> list[Logged]:
-        """The log as :func:`streams.derived_log.read_records` returns it, with where each
+        """The log as :func:`streams.eventlog.derived_log.read_records` returns it, with where each
         record is: topic by topic, each topic's partitions interleaved in an arbitrary way,
         each partition in log order."""
         rng = random.Random(seed)
@@ -226,7 +228,7 @@ class Worker:
         return out
 
     def replayed(self, seed: int = 0) -> list[DerivedEvent]:
-        """The derived log in the order a rebuild applies it (:mod:`streams.rebuild`): the
+        """The derived log in the order a rebuild applies it (:mod:`streams.rebuild.from_log`): the
         wholly logged batches, in causal order."""
         return causal_order(logged_batches(self.read_back(seed), TOPICS.schedule).events)
 
@@ -238,7 +240,7 @@ class Worker:
         seed: int = 0,
     ) -> Worker:
         """A new worker whose state is folded from ``log`` and the ``retrievals`` on
-        ``memory.access`` (as :func:`streams.derived_log.recover_state` does); it goes on
+        ``memory.access`` (as :func:`streams.eventlog.derived_log.recover_state` does); it goes on
         writing to the same log."""
         worker = cls(log={key: list(events) for key, events in log.items()})
         worker.folded, logged = FoldedState.from_log(worker.read_back(seed), TOPICS.schedule)

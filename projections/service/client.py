@@ -1,7 +1,8 @@
 """The Python client of the query service, sync and async, with typed results.
 
 ``retrieve(..., after=positions)`` reads your writes: it takes the positions publishing
-returned (``streams.publisher.Position`` or dicts of topic, partition and offset), and raises
+returned (``streams.eventlog.publisher.Position`` or dicts of topic, partition and offset), and
+raises
 :class:`WaitTimeoutError` when the service answers that they were not applied in time.
 
 :func:`format_for_prompt` (also ``client.format_for_prompt``) renders what a retrieval returned
@@ -59,7 +60,8 @@ class WaitTimeoutError(QueryError):
 
 
 class HasPosition(Protocol):
-    """What ``streams.publisher.Position`` offers (not imported: projections stand alone)."""
+    """What ``streams.eventlog.publisher.Position`` offers (not imported: projections stand
+    alone)."""
 
     @property
     def topic(self) -> str: ...

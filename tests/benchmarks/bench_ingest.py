@@ -25,11 +25,11 @@ from typing import Any
 import faust
 
 from schemas.topics import Topics
-from streams.devstack.stack import DevStack
-from streams.publisher import Position
-from streams.runtime import Endpoints, Node
-from streams.settings import EngramSettings
-from streams.topic_admin import ensure_topics
+from streams.eventlog.publisher import Position
+from streams.eventlog.topic_admin import ensure_topics
+from streams.runtime.devstack.stack import DevStack
+from streams.runtime.node import Endpoints, Node
+from streams.runtime.settings import EngramSettings
 
 
 def publish_backlog(

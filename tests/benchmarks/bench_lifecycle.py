@@ -23,7 +23,7 @@ from processors.config import (
     PruningRules,
     SummaryRules,
 )
-from streams.devstack.stack import DevStack
+from streams.runtime.devstack.stack import DevStack
 from tests.benchmarks import workload
 from tests.benchmarks.bench_ingest import engram_rate
 from tests.benchmarks.bench_latency import measure

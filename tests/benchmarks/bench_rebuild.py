@@ -6,7 +6,7 @@ worker, then rebuild both projections from the derived log into fresh stores.
 
 ``--keyring off`` runs without sealing (the derived log in clear), to measure what sealing costs.
 
-The rebuild is the bulk path of ``engram replay`` (:func:`streams.replay.replay_pass`): one
+The rebuild is the bulk path of ``engram replay`` (:func:`streams.rebuild.replay.replay_pass`): one
 partition number at a time, the next one read while this one is applied.
 """
 
@@ -22,13 +22,13 @@ from pathlib import Path
 from projections.episodic.edge import EdgeEpisodicMemory
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.topics import Topics
-from streams.devstack.stack import DevStack
-from streams.keyring import RedisKeyring
-from streams.rebuild import rebuild_projections
-from streams.replay import DerivedLogCursor
-from streams.runtime import Node
-from streams.sealing import RecordSealer
-from streams.settings import EngramSettings
+from streams.privacy.keyring import RedisKeyring
+from streams.privacy.sealing import RecordSealer
+from streams.rebuild.from_log import rebuild_projections
+from streams.rebuild.replay import DerivedLogCursor
+from streams.runtime.devstack.stack import DevStack
+from streams.runtime.node import Node
+from streams.runtime.settings import EngramSettings
 from tests.benchmarks.bench_ingest import applied_everywhere, publish_backlog
 
 

@@ -35,7 +35,7 @@ from projections.episodic.factory import open_episodic_store
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import Observation
 from schemas.memory_events import DerivedEvent, SourcePosition
-from streams.devstack.ports import free_port, wait_for_port
+from streams.runtime.devstack.ports import free_port, wait_for_port
 from tests.benchmarks.servers import fresh_servers, percentile
 
 WORDS = [
@@ -125,7 +125,7 @@ def serve(
         "ENGRAM_EPISODIC_CAPACITY": str(max(memories - WORKING, 1)),
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "serve", "--port", str(port)], env=env
+        [sys.executable, "-m", "streams.cli.main", "serve", "--port", str(port)], env=env
     )
 
 

@@ -273,7 +273,7 @@ class PipelineScorer:
 
 
 async def run_pipelines(dataset: Dataset, pipelines: Sequence[PipelineScorer]) -> None:
-    from streams.devstack.redis_server import RedisServer
+    from streams.runtime.devstack.redis_server import RedisServer
 
     with RedisServer() as redis, tempfile.TemporaryDirectory(prefix="engram-quality-") as edge:
         for pipeline in pipelines:

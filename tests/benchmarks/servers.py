@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from streams.devstack.broker import TansuBroker
-from streams.devstack.redis_server import RedisServer
+from streams.runtime.devstack.broker import TansuBroker
+from streams.runtime.devstack.redis_server import RedisServer
 
 
 @contextlib.contextmanager

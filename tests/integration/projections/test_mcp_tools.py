@@ -26,14 +26,14 @@ from mcp_types import CallToolResult, TextContent
 
 from projections.retrieval.models import RetrievalResponse
 from projections.service.client import format_for_prompt
-from streams.devstack.ports import free_port
-from streams.runtime import Endpoints, Node
+from streams.runtime.devstack.ports import free_port
+from streams.runtime.node import Endpoints, Node
 from tests.integration.streams.isolated import cli_env, isolated_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 ROOT = Path(__file__).parents[3]
-ENGRAM_MCP = [sys.executable, "-m", "streams.cli", "mcp"]
+ENGRAM_MCP = [sys.executable, "-m", "streams.cli.main", "mcp"]
 
 PATIENT_MS = 30_000
 """The longest read-your-writes wait the service allows: generous on a shared 2-core machine."""

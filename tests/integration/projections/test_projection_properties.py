@@ -200,7 +200,7 @@ async def test_rebuilding_from_the_log_gives_the_live_memories(
 ) -> None:
     """Live: each batch's derived events applied as the worker derives them, the processing
     state carried between batches. Rebuild: the log read back (partitions interleaved), put in
-    causal order and applied in batches of another size, as ``streams.rebuild`` does."""
+    causal order and applied in batches of another size, as ``streams.rebuild.from_log`` does."""
     records, _ = build_stream(actions)
     worker = run(split(records, cuts))
     replayed = worker.replayed(seed)

@@ -26,7 +26,7 @@ from projections.memory import StoredMemory
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import Observation
 from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded, SourcePosition
-from streams.devstack.redis_server import RedisServer, RedisServerError
+from streams.runtime.devstack.redis_server import RedisServer, RedisServerError
 from tests.integration.projections.lifecycle_events import (
     agent_forgotten,
     consolidated,

@@ -24,10 +24,10 @@ from projections.memory import StoredMemory
 from schemas.agent_events import Observation
 from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded, MemoryWritten
 from schemas.topics import Topics
-from streams.derived_log import read_partitions, read_records
-from streams.runtime import processing_config
-from streams.sealing import RecordSealer
-from streams.settings import EngramSettings
+from streams.eventlog.derived_log import read_partitions, read_records
+from streams.privacy.sealing import RecordSealer
+from streams.runtime.node import processing_config
+from streams.runtime.settings import EngramSettings
 
 
 def workload(agents: int, per_agent: int) -> list[Observation]:

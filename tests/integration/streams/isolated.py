@@ -10,10 +10,10 @@ from typing import Any
 
 from typer.testing import CliRunner, Result
 
-from streams.cli import app as cli
-from streams.keyring import RedisKeyring
-from streams.sealing import RecordSealer
-from streams.settings import EngramSettings
+from streams.cli.main import app as cli
+from streams.privacy.keyring import RedisKeyring
+from streams.privacy.sealing import RecordSealer
+from streams.runtime.settings import EngramSettings
 
 
 def isolated_settings(prefix: str, data_dir: Path, **overrides: Any) -> EngramSettings:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from streams.settings import EngramSettings
+from streams.runtime.settings import EngramSettings
 
 
 def worker_command() -> list[str]:
@@ -27,7 +27,7 @@ def worker_command() -> list[str]:
     script = Path(sys.executable).with_name("engram")
     if script.is_file():
         return [str(script), "worker"]
-    return [sys.executable, "-m", "streams.cli", "worker"]
+    return [sys.executable, "-m", "streams.cli.main", "worker"]
 
 
 def worker_env(settings: EngramSettings, bootstrap: str, redis_url: str) -> dict[str, str]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from streams.settings import EngramSettings
+from streams.runtime.settings import EngramSettings
 
 DEPLOY = Path(__file__).parents[3] / "deploy" / "kubernetes"
 

@@ -2,7 +2,7 @@
 
 ``test_state_fold.py`` checks that folding the log gives the live state, on streams processed
 one record per batch. These properties add what the worker does around it
-(:class:`tests.agent_streams.Worker` models :meth:`streams.ingest.IngestPipeline.handle`):
+(:class:`tests.agent_streams.Worker` models :meth:`streams.worker.pipeline.IngestPipeline.handle`):
 batches of any size with the state carried between them, the log written batch by batch with
 a marker after each and read back with its partitions interleaved, and a crash (between
 batches, or with any part of a batch logged) after which a new worker folds the log and gets

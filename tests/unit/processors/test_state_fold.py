@@ -39,7 +39,7 @@ from schemas.memory_events import (
     ScheduleTick,
     SourcePosition,
 )
-from streams.ingest import batch_markers, logged_ranges
+from streams.worker.pipeline import batch_markers, logged_ranges
 from tests.agent_streams import CTX, START
 
 OBS, SCHED, ACCESS = "agent.observations", "memory.schedule", "memory.access"

@@ -43,7 +43,7 @@ from projections.service.tools import (
     recall_tool,
 )
 from schemas.agent_events import Observation
-from streams.publisher import Position
+from streams.eventlog.publisher import Position
 
 pytestmark = pytest.mark.timeout(60)
 

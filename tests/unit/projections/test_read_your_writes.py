@@ -4,7 +4,7 @@ it could never see applied.
 
 The stores are in-test: a memory becomes visible together with its applied offset, as in the
 real stores (one Lua call, one checkpointed batch), so a retrieval that did not wait would miss
-it. The real pipeline is tested in ``tests/integration/streams/test_read_your_writes.py``.
+it. The real pipeline is tested in ``tests/integration/streams/rebuild/test_read_your_writes.py``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from projections.service.app import create_app
 from projections.service.client import AsyncEngramClient, QueryError, WaitTimeoutError
 from schemas.memory_events import DerivedEvent, MemoryRetrieved, SurpriseReading
 from schemas.topics import Topics
-from streams.publisher import Position
+from streams.eventlog.publisher import Position
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -398,7 +398,7 @@ async def test_the_client_takes_published_positions_and_raises_on_a_timeout() ->
 def test_the_command_line_refuses_a_malformed_position(after: str) -> None:
     from typer.testing import CliRunner
 
-    from streams.cli import app as cli
+    from streams.cli.main import app as cli
 
     result = CliRunner().invoke(cli, ["retrieve", "H1", "--after", after, "--url", BASE])
     assert result.exit_code == 2, result.output

@@ -1,0 +1,300 @@
+"""Export topics to files and import them into any broker, offsets and all.
+
+The log is the truth, so it must be able to outlive its broker: the dev stack's broker keeps
+its log in memory and archives it on the way down, and any deployment can move its log between
+clusters. An archive is a directory::
+
+    manifest.json                      format, topics, partition counts, record counts
+    <topic>/<partition>.jsonl.gz       one JSON object per record, in offset order:
+                                       {"offset", "key", "value", "timestamp"} (key and value
+                                       base64, so poison records travel unchanged)
+
+Import writes every record back to its partition in order and checks it lands at the offset it
+had: derived events name their source records by offset, so a log whose offsets moved would
+no longer match its projections. It therefore refuses topics that already hold records.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
+
+from streams.eventlog.derived_log import at_end, log_reader
+from streams.eventlog.topic_admin import TOPIC_CONFIG
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+
+Progress = Callable[[int], None]
+"""Called with the number of records just handled."""
+
+
+class ArchiveError(RuntimeError):
+    """The archive or the target broker cannot be used; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class TopicSummary:
+    name: str
+    partitions: int
+    records: tuple[int, ...]
+    """Per partition."""
+
+    @property
+    def total(self) -> int:
+        return sum(self.records)
+
+
+def _file(directory: Path, topic: str, partition: int) -> Path:
+    return directory / topic / f"{partition}.jsonl.gz"
+
+
+def _b64(raw: bytes | None) -> str | None:
+    return None if raw is None else base64.b64encode(raw).decode("ascii")
+
+
+def _raw(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+async def export_log(
+    bootstrap: str,
+    topics: Sequence[str],
+    directory: Path,
+    *,
+    progress: Progress | None = None,
+) -> list[TopicSummary]:
+    """Write ``topics`` (those that exist) to ``directory`` as they are when reading starts.
+
+    Written into a sibling temporary directory and renamed at the end, so an interrupted export
+    never leaves a half archive where a whole one was.
+    """
+    staging = _fresh_staging(directory)
+    consumer = log_reader(bootstrap)
+    summaries: list[TopicSummary] = []
+    try:
+        await consumer.start()
+        existing = await consumer.topics()
+        # Read the layout before assigning anything: an assigned consumer narrows its metadata
+        # to the assigned topics.
+        layout = {
+            topic: sorted(consumer.partitions_for_topic(topic) or ())
+            for topic in topics
+            if topic in existing
+        }
+        for topic, partitions in layout.items():
+            (staging / topic).mkdir()
+            counts = []
+            for partition in partitions:
+                counts.append(
+                    await _export_partition(
+                        consumer, TopicPartition(topic, partition), staging, progress
+                    )
+                )
+            summaries.append(TopicSummary(topic, len(partitions), tuple(counts)))
+    except KafkaError as exc:
+        raise ArchiveError(f"cannot read the log at {bootstrap}: {exc}") from exc
+    finally:
+        await consumer.stop()
+    _finish(staging, directory, summaries)
+    return summaries
+
+
+def _fresh_staging(directory: Path) -> Path:
+    staging = directory.with_name(directory.name + ".partial")
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    return staging
+
+
+def _finish(staging: Path, directory: Path, summaries: Sequence[TopicSummary]) -> None:
+    """Write the manifest last and swap the archive in whole."""
+    manifest = {
+        "format": FORMAT,
+        "exported_at": datetime.now(UTC).isoformat(),
+        "topics": [
+            {"name": s.name, "partitions": s.partitions, "records": list(s.records)}
+            for s in summaries
+        ],
+    }
+    (staging / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    if directory.exists():
+        shutil.rmtree(directory)
+    os.replace(staging, directory)
+
+
+async def _export_partition(
+    consumer: Any, tp: TopicPartition, directory: Path, progress: Progress | None
+) -> int:
+    consumer.assign([tp])
+    await consumer.seek_to_beginning(tp)
+    end = (await consumer.end_offsets([tp]))[tp]
+    count = 0
+    with gzip.open(_file(directory, tp.topic, tp.partition), "wt", encoding="utf-8") as out:
+        while end > 0:  # an end of 0 is exact: the partition is empty
+            batch = await consumer.getmany(tp, timeout_ms=300, max_records=10_000)
+            records = batch.get(tp, [])
+            for record in records:
+                line = {
+                    "offset": record.offset,
+                    "key": _b64(record.key),
+                    "value": _b64(record.value),
+                    "timestamp": record.timestamp,
+                }
+                out.write(json.dumps(line, separators=(",", ":")) + "\n")
+            count += len(records)
+            if progress is not None and records:
+                progress(len(records))
+            if at_end(await consumer.position(tp), end, bool(records)):
+                break
+    return count
+
+
+def read_manifest(directory: Path) -> list[TopicSummary]:
+    try:
+        data = json.loads((directory / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise ArchiveError(f"{directory} is not an Engram archive (no {MANIFEST})") from None
+    except ValueError as exc:
+        raise ArchiveError(f"{directory / MANIFEST} is damaged: {exc}") from None
+    if data.get("format") != FORMAT:
+        raise ArchiveError(
+            f"{directory} has archive format {data.get('format')!r}; this Engram reads {FORMAT}"
+        )
+    return [
+        TopicSummary(t["name"], int(t["partitions"]), tuple(int(n) for n in t["records"]))
+        for t in data["topics"]
+    ]
+
+
+def _lines(directory: Path, topic: str, partition: int) -> Iterator[dict[str, Any]]:
+    path = _file(directory, topic, partition)
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as lines:
+            for number, line in enumerate(lines, start=1):
+                try:
+                    yield json.loads(line)
+                except ValueError as exc:
+                    raise ArchiveError(f"{path}, line {number}: {exc}") from None
+    except (OSError, EOFError) as exc:
+        raise ArchiveError(f"cannot read {path}: {exc}") from exc
+
+
+async def import_log(
+    bootstrap: str,
+    directory: Path,
+    *,
+    progress: Progress | None = None,
+) -> list[TopicSummary]:
+    """Load an archive into empty topics, record by record at the offsets it had."""
+    summaries = read_manifest(directory)
+    await _create_empty_topics(bootstrap, summaries)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=False,
+        linger_ms=5,
+        max_batch_size=1 << 20,
+        max_request_size=16 << 20,
+    )
+    try:
+        await producer.start()
+        for summary in summaries:
+            for partition in range(summary.partitions):
+                await _import_partition(producer, directory, summary.name, partition, progress)
+    except KafkaError as exc:
+        raise ArchiveError(f"cannot write the log to {bootstrap}: {exc}") from exc
+    finally:
+        await producer.stop()
+    return summaries
+
+
+async def _import_partition(
+    producer: AIOKafkaProducer,
+    directory: Path,
+    topic: str,
+    partition: int,
+    progress: Progress | None,
+) -> None:
+    pending: list[tuple[int, Any]] = []
+
+    async def settle() -> None:
+        for expected, delivery in pending:
+            landed = (await delivery).offset
+            if landed != expected:
+                raise ArchiveError(
+                    f"{topic}[{partition}]: a record of offset {expected} landed at {landed}; "
+                    "the archive has gaps the target broker cannot reproduce"
+                )
+        if progress is not None and pending:
+            progress(len(pending))
+        pending.clear()
+
+    for line in _lines(directory, topic, partition):
+        delivery = await producer.send(
+            topic,
+            value=_raw(line["value"]),
+            key=_raw(line["key"]),
+            partition=partition,
+            timestamp_ms=line.get("timestamp"),
+        )
+        pending.append((int(line["offset"]), delivery))
+        if len(pending) >= 5_000:
+            await settle()
+    await settle()
+
+
+async def _create_empty_topics(bootstrap: str, summaries: Sequence[TopicSummary]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
+    try:
+        await admin.start()
+        existing = set(await admin.list_topics())
+        present = [s for s in summaries if s.name in existing]
+        if present:
+            consumer = log_reader(bootstrap)
+            await consumer.start()
+            try:
+                await consumer.topics()
+                wrong = {
+                    s.name: len(consumer.partitions_for_topic(s.name) or ())
+                    for s in present
+                    if len(consumer.partitions_for_topic(s.name) or ()) != s.partitions
+                }
+                if wrong:
+                    raise ArchiveError(
+                        f"topics exist on the target with other partition counts: {wrong}"
+                    )
+                tps = [TopicPartition(s.name, p) for s in present for p in range(s.partitions)]
+                ends = await consumer.end_offsets(tps)
+            finally:
+                await consumer.stop()
+            full = sorted({tp.topic for tp, end in ends.items() if end > 0})
+            if full:
+                raise ArchiveError(
+                    f"the target already holds records in {', '.join(full)}: import into an "
+                    "empty broker (or under another topic prefix), or offsets would shift"
+                )
+        missing = [
+            NewTopic(s.name, s.partitions, 1, topic_configs=TOPIC_CONFIG)
+            for s in summaries
+            if s.name not in existing
+        ]
+        if missing:
+            await admin.create_topics(missing)
+    except KafkaError as exc:
+        raise ArchiveError(f"cannot prepare topics on {bootstrap}: {exc}") from exc
+    finally:
+        await admin.close()

@@ -1,0 +1,225 @@
+"""Reading the derived topics back: the processors' state on takeover, and the projections'
+catch-up on what was logged but not yet applied.
+
+The two derived topics are read one after the other and put back in causal order
+(:func:`processors.state_fold.causal_order`), so folding and re-applying see them as they were
+emitted; the retrievals on ``memory.access`` are folded in after them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+
+from processors.state_fold import FoldedState, logged_batches
+from schemas.codec import DecodeError, decode_derived_record, decode_retrieval
+from schemas.memory_events import DerivedEvent, DerivedRecord, DerivedUpTo, SourcePosition
+from schemas.topics import Topics
+from streams.privacy.sealing import FORGOTTEN, RecordSealer
+
+log = logging.getLogger("engram.derived_log")
+
+
+Decoded = TypeVar("Decoded")
+
+
+def log_reader(bootstrap: str) -> AIOKafkaConsumer:
+    """A group-less consumer for reading partitions from the start, in large fetches."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=8 << 20,
+        fetch_max_bytes=64 << 20,
+        # The read ends with an empty poll, and Tansu holds a fetch for about the whole wait.
+        fetch_max_wait_ms=50,
+    )
+
+
+def at_end(position: int, reported_end: int, got_records: bool) -> bool:
+    """Whether a partition has been read to the end it had when reading started.
+
+    The reported end is a lower bound only: Tansu answers ListOffsets with the last *batch's*
+    base offset + 1, so reaching it may leave the rest of that batch unread. Past it, either a
+    poll came back empty (nothing more was written) or a poll read beyond it, which reads whole
+    batches: the end as of the start is then behind us. Waiting for an empty poll alone would
+    never end on a topic written all the time (``memory.access`` under query load); what is
+    written after the start is consumed live, not by this read.
+    """
+    return position >= reported_end and (not got_records or position > reported_end)
+
+
+async def read_to_end(
+    bootstrap: str,
+    tps: Sequence[TopicPartition],
+    on_record: Callable[[TopicPartition, ConsumerRecord[Any, Any]], None],
+    *,
+    starts: Mapping[TopicPartition, int] | None = None,
+    timeout: float = 120.0,
+) -> dict[TopicPartition, int]:
+    """Hand every record of ``tps`` to ``on_record``, in log order per partition, from
+    ``starts`` (default: the beginning) to the end each had when reading started (see
+    :func:`at_end`); returns the position reached in each. One loop for every reader of the
+    log (takeover, history, replay, reprocess), so the Tansu end rule lives in one place."""
+    reached: dict[TopicPartition, int] = {}
+    if not tps:
+        return reached
+    consumer = log_reader(bootstrap)
+    await consumer.start()
+    try:
+        consumer.assign(list(tps))
+        for tp in tps:
+            if starts is not None and tp in starts:
+                consumer.seek(tp, starts[tp])
+            else:
+                await consumer.seek_to_beginning(tp)
+        ends = await consumer.end_offsets(list(tps))
+        # An end of 0 is exact (an empty partition); only a non-empty end may under-report.
+        remaining = {tp for tp in tps if ends[tp] > 0}
+        reached = {tp: await consumer.position(tp) for tp in tps}
+        deadline = time.monotonic() + timeout
+        while remaining:
+            if time.monotonic() > deadline:
+                names = ", ".join(sorted({tp.topic for tp in remaining}))
+                raise TimeoutError(f"reading {names} back took longer than {timeout:.0f}s")
+            batch = await consumer.getmany(*remaining, timeout_ms=300, max_records=50_000)
+            for tp, records in batch.items():
+                for record in records:
+                    on_record(tp, record)
+            for tp in list(remaining):
+                reached[tp] = await consumer.position(tp)
+                if at_end(reached[tp], ends[tp], bool(batch.get(tp))):
+                    remaining.discard(tp)
+    finally:
+        await consumer.stop()
+    return reached
+
+
+async def read_records(
+    bootstrap: str,
+    topic_names: Iterable[str],
+    partitions: Iterable[int],
+    decode: Callable[[bytes], Decoded],
+    *,
+    timeout: float = 120.0,
+    sealer: RecordSealer | None = None,
+) -> list[tuple[SourcePosition, Decoded]]:
+    """Every decodable record of the given partitions with its position, topic by topic, in
+    log order per partition. An undecodable record is logged and skipped: these topics are
+    written by Engram itself, so one is a bug to report, not a reason to stop a takeover.
+    Sealed records are opened with ``sealer``; a forgotten agent's are skipped."""
+    raw: list[tuple[SourcePosition, bytes | None]] = []
+    parts = sorted(set(partitions))
+
+    def keep(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> None:
+        position = SourcePosition(topic=tp.topic, partition=tp.partition, offset=record.offset)
+        raw.append((position, record.value))
+
+    for topic in topic_names:
+        await read_to_end(
+            bootstrap, [TopicPartition(topic, p) for p in parts], keep, timeout=timeout
+        )
+    opened = await (sealer or RecordSealer(None)).open_all([value for _, value in raw])
+    out: list[tuple[SourcePosition, Decoded]] = []
+    for (position, _), value in zip(raw, opened, strict=True):
+        decoded = decode_opened(position, value, decode)
+        if decoded is not None:
+            out.append((position, decoded))
+    return out
+
+
+def decode_opened(
+    position: SourcePosition,
+    value: bytes | DecodeError | None,
+    decode: Callable[[bytes], Decoded],
+) -> Decoded | None:
+    """A record opened by :meth:`RecordSealer.open_all`, decoded; None (logged unless it was a
+    forgotten agent's) for a tombstone or a record that does not open or decode."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, DecodeError):
+            raise value
+        return decode(value)
+    except DecodeError as exc:
+        if exc.kind != FORGOTTEN:
+            where = f"{position.topic}[{position.partition}]@{position.offset}"
+            log.error("unreadable record %s: %s", where, exc)
+        return None
+
+
+def decode_logged(
+    tp: TopicPartition, record: ConsumerRecord[Any, Any], decode: Callable[[bytes], Decoded]
+) -> Decoded | None:
+    """The decoded record, or None (logged) for a tombstone or a record that does not decode."""
+    if record.value is None:
+        return None
+    try:
+        return decode(record.value)
+    except DecodeError as exc:
+        log.error("unreadable record %s[%d]@%d: %s", tp.topic, tp.partition, record.offset, exc)
+        return None
+
+
+async def read_partitions(
+    bootstrap: str,
+    topic_names: Iterable[str],
+    partitions: Iterable[int],
+    *,
+    timeout: float = 120.0,
+    sealer: RecordSealer | None = None,
+) -> list[DerivedEvent]:
+    """Every derived event of the given partitions, topic by topic, in log order: in a
+    partition number with markers (read with ``memory.lifecycle``), those of wholly logged
+    batches (see :func:`processors.state_fold.logged_batches`); elsewhere all."""
+    records = await read_records(
+        bootstrap, topic_names, partitions, decode_derived_record, timeout=timeout, sealer=sealer
+    )
+    logged = logged_batches(records)
+    counted = {id(event) for event in logged.events}
+    return [
+        record
+        for where, record in records
+        if not isinstance(record, DerivedUpTo)
+        and (where.partition not in logged.marked or id(record) in counted)
+    ]
+
+
+async def read_derived_log(
+    bootstrap: str,
+    topic_names: Iterable[str],
+    partitions: Iterable[int],
+    *,
+    timeout: float = 120.0,
+    sealer: RecordSealer | None = None,
+) -> list[DerivedRecord]:
+    """Every record of the given partitions, markers included, topic by topic, in log order."""
+    records = await read_records(
+        bootstrap, topic_names, partitions, decode_derived_record, timeout=timeout, sealer=sealer
+    )
+    return [record for _, record in records]
+
+
+async def recover_state(
+    bootstrap: str, topics: Topics, partitions: Iterable[int], sealer: RecordSealer | None = None
+) -> tuple[FoldedState, list[DerivedEvent]]:
+    """The folded processor state of these partitions, and the derived events it came from
+    (of wholly logged batches only: see :func:`processors.state_fold.logged_batches`).
+
+    Retrievals are folded after the derived events: they only count uses of summaries that
+    exist, and their counts are order-free (see :func:`processors.lifecycle.on_retrieval`).
+    """
+    parts = sorted(set(partitions))
+    logged = await read_records(
+        bootstrap, (topics.items, topics.lifecycle), parts, decode_derived_record, sealer=sealer
+    )
+    folded, events = FoldedState.from_log(logged, topics.schedule)
+    for position, retrieval in await read_records(
+        bootstrap, (topics.access,), parts, decode_retrieval, sealer=sealer
+    ):
+        folded.apply_retrieval(retrieval, position)
+    return folded, events

@@ -1,0 +1,226 @@
+"""The client agents publish with. Any Kafka client writing valid JSON works too; this one adds
+validation before sending, keying by agent id, the record's position in the log, and sealing
+with the agent's key when given a keyring (``keyring_for``), without which
+``engram forget-agent`` cannot make the agent's events unreadable (README, "Forgetting an
+agent")."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from schemas.agent_events import AgentEvent, Decision, Feedback, Observation
+from schemas.codec import encode_event
+from schemas.topics import Topics
+from streams.privacy.keyring import Keyring, KeyringError, keyring_from_setting
+from streams.privacy.sealing import RecordSealer
+
+T = TypeVar("T")
+
+
+class PublishError(RuntimeError):
+    """The broker did not take the record; the message says why."""
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a record landed: what a read-your-writes query waits for."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+def producer_for(bootstrap: str, *, linger: float = 0.0) -> AIOKafkaProducer:
+    """acks=all without idempotence: portable to Tansu, which rejects idempotent producers."""
+    return AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=False,
+        linger_ms=int(linger * 1000),
+        max_batch_size=1 << 20,
+        request_timeout_ms=30_000,
+    )
+
+
+KEY_REFRESH_S = 5.0
+"""How long a publisher trusts its cached agent keys: once an agent is forgotten, what it
+publishes with the old key within this window is forgotten with it."""
+
+
+class AsyncPublisher:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        topics: Topics | None = None,
+        linger: float = 0.0,
+        keyring: Keyring | None = None,
+    ):
+        self.topics = topics or Topics()
+        self._producer = producer_for(bootstrap, linger=linger)
+        self._sealer = RecordSealer(keyring)
+
+    async def start(self) -> AsyncPublisher:
+        try:
+            await self._producer.start()
+        except KafkaError as exc:
+            await self._producer.stop()
+            raise PublishError(f"cannot reach the broker: {exc}") from exc
+        return self
+
+    async def close(self) -> None:
+        """Stops the producer; the keyring belongs to whoever passed it."""
+        await self._producer.stop()
+
+    async def __aenter__(self) -> AsyncPublisher:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def publish(self, event: AgentEvent) -> Position:
+        return await (await self.enqueue(event))
+
+    async def enqueue(self, event: AgentEvent) -> asyncio.Future[Position]:
+        """Hand the record to the producer; await the returned future for its position.
+
+        Lets a caller keep many records in flight, which batching needs for throughput.
+        """
+        topic = self.topics.for_event_type(event.event_type)
+        try:
+            value = await self._sealed(event)
+            sent = await self._producer.send(topic, value, key=event.agent_id.encode("utf-8"))
+        except KeyringError as exc:
+            raise PublishError(f"cannot seal the event of {event.agent_id}: {exc}") from exc
+        except KafkaError as exc:
+            raise PublishError(f"publishing to {topic} failed: {exc}") from exc
+        loop = asyncio.get_running_loop()
+        position: asyncio.Future[Position] = loop.create_future()
+
+        def done(fut: asyncio.Future[Any]) -> None:
+            if fut.cancelled():
+                position.cancel()
+            elif (exc := fut.exception()) is not None:
+                position.set_exception(PublishError(f"publishing to {topic} failed: {exc}"))
+            else:
+                md = fut.result()
+                position.set_result(Position(md.topic, md.partition, md.offset))
+
+        sent.add_done_callback(done)
+        return position
+
+    async def _sealed(self, event: AgentEvent) -> bytes:
+        sealer = self._sealer
+        if not sealer.enabled:
+            return encode_event(event)
+        await sealer.refresh_every(KEY_REFRESH_S)
+        await sealer.prepare_seal((event.agent_id,))
+        return sealer.seal(event.agent_id, encode_event(event))
+
+    async def publish_many(self, events: Iterable[AgentEvent]) -> list[Position]:
+        events = list(events)
+        try:
+            # One keyring round trip for every agent of the lot, not one per new agent.
+            await self._sealer.prepare_seal({e.agent_id for e in events})
+        except KeyringError as exc:
+            raise PublishError(f"cannot seal the events: {exc}") from exc
+        pending = [await self.enqueue(event) for event in events]
+        return list(await asyncio.gather(*pending))
+
+    async def observe(self, agent_id: str, content: str, **fields: Any) -> Position:
+        return await self.publish(Observation(agent_id=agent_id, content=content, **fields))
+
+    async def decide(self, agent_id: str, skill: str, content: str, **fields: Any) -> Position:
+        return await self.publish(
+            Decision(agent_id=agent_id, skill=skill, content=content, **fields)
+        )
+
+    async def feedback(
+        self, agent_id: str, target_event_id: str, signal: float, **fields: Any
+    ) -> Position:
+        return await self.publish(
+            Feedback(agent_id=agent_id, target_event_id=target_event_id, signal=signal, **fields)
+        )
+
+
+class Publisher:
+    """Blocking facade for simulation loops that are not async: one background event loop."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        topics: Topics | None = None,
+        linger: float = 0.0,
+        keyring: str | None = None,
+        namespace: str = "engram",
+    ):
+        """``keyring``: where the agents' keys are, as ``ENGRAM_KEYRING`` says it (a redis://
+        URL or ``file:PATH``); None publishes unsealed."""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._async = self._run(self._make(bootstrap, topics, linger, keyring, namespace))
+
+    @staticmethod
+    async def _make(
+        bootstrap: str, topics: Topics | None, linger: float, keyring: str | None, namespace: str
+    ) -> AsyncPublisher:
+        keys = (
+            None
+            if keyring is None
+            else keyring_from_setting(keyring, redis_url=None, namespace=namespace)
+        )
+        return await AsyncPublisher(bootstrap, topics=topics, linger=linger, keyring=keys).start()
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return future.result(timeout)
+
+    def publish(self, event: AgentEvent) -> Position:
+        return self._run(self._async.publish(event))
+
+    def publish_many(self, events: Iterable[AgentEvent]) -> list[Position]:
+        return self._run(self._async.publish_many(list(events)), timeout=300.0)
+
+    def observe(self, agent_id: str, content: str, **fields: Any) -> Position:
+        return self._run(self._async.observe(agent_id, content, **fields))
+
+    def decide(self, agent_id: str, skill: str, content: str, **fields: Any) -> Position:
+        return self._run(self._async.decide(agent_id, skill, content, **fields))
+
+    def feedback(
+        self, agent_id: str, target_event_id: str, signal: float, **fields: Any
+    ) -> Position:
+        return self._run(self._async.feedback(agent_id, target_event_id, signal, **fields))
+
+    def close(self) -> None:
+        try:
+            self._run(self._async.close(), timeout=30.0)
+            keyring = self._async._sealer.keyring
+            if keyring is not None:
+                self._run(keyring.close(), timeout=10.0)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()
+
+    def __enter__(self) -> Publisher:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,302 @@
+"""The episodic projection fed from the log, for when workers cannot write it themselves.
+
+Qdrant Edge lives inside one process, so with several worker processes the workers write
+working memory (Redis, shared) and this projector, in the process that owns the Edge shard,
+applies ``memory.items`` and ``memory.lifecycle`` to episodic memory. It is a plain consumer
+(no Faust hop: PARTS.md puts a raw ``getmany`` at ~300k records/s).
+
+Markers. A worker ends every batch with a "logged up to" marker per partition number (on
+``memory.lifecycle``, after everything the batch derived; :class:`DerivedUpTo`), naming where
+the batch's events landed. In a partition of which a marker has been read, events wait until
+a marker covers them, and are then applied in the order the worker emitted them
+(:func:`processors.state_fold.causal_order`); one no marker covers that a later batch followed
+was logged by an attempt a crash cut short, whose batch was derived again (maybe otherwise:
+a redelivery may interleave the source topics differently), and is dropped. A marker waits in
+lifecycle order, and for the batch's last recording (``items``) to be read; it then moves the
+store's applied marks past every record of the batch, those that derived nothing included, so
+a read-your-writes wait on a dead letter, a tick or a retrieval completes here too.
+
+Until a marker of a partition is read (a log from before markers, or the first records after
+a restart), the older rule holds: the two topics are fetched independently, and lifecycle
+records are small, so under a backlog a MemoryForgotten can arrive before the MemoryRecorded of
+the memory it forgets. Every lifecycle event carries the source position of the record that
+caused it, and the worker emitted it around the recording at that position (promotions and
+summaries just before, forgettings just after), after every earlier recording of that source
+partition. So a lifecycle event is applied only once the recordings applied from
+``memory.items`` have reached its position, in log order per lifecycle partition; until then
+it is held. Events of ticks (positions on ``memory.schedule``) follow nothing in
+``memory.items`` and wait for nothing.
+
+Offsets are committed only up to the oldest event held or waiting, so a restart reads it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.structs import OffsetAndMetadata
+
+from processors.state_fold import MarkerIndex, causal_order
+from projections.interfaces import EpisodicMemoryStore, latest_positions
+from schemas.codec import DecodeError, decode_derived_record
+from schemas.memory_events import (
+    DerivedEvent,
+    DerivedRecord,
+    DerivedUpTo,
+    MemoryRecorded,
+    SourcePosition,
+)
+from schemas.topics import Topics
+from streams.privacy.sealing import FORGOTTEN, RecordSealer
+
+log = logging.getLogger("engram.episodic_projector")
+
+
+@dataclass(frozen=True)
+class HeldEvent:
+    event: DerivedRecord
+    record: TopicPartition
+    offset: int
+
+
+@dataclass(frozen=True)
+class WaitingEvent:
+    """An event of a partition with markers, read at ``offset`` of ``record``."""
+
+    event: DerivedEvent
+    record: TopicPartition
+    offset: int
+
+    @property
+    def where(self) -> SourcePosition:
+        tp = self.record
+        return SourcePosition(topic=tp.topic, partition=tp.partition, offset=self.offset)
+
+
+@dataclass
+class EpisodicProjector:
+    bootstrap: str
+    topics: Topics
+    store: EpisodicMemoryStore
+    group_id: str
+    fetch_max_wait: float = 0.05
+    max_held: int = 200_000
+    held: list[HeldEvent] = field(default_factory=list)
+    applied: dict[tuple[str, int], int] = field(default_factory=dict)
+    items_read: dict[int, int] = field(default_factory=dict)
+    """Per partition, the highest ``memory.items`` offset read (markers wait for it)."""
+    markers: MarkerIndex = field(default_factory=MarkerIndex)
+    """The markers read in this process's life."""
+    waiting: list[WaitingEvent] = field(default_factory=list)
+    """Events of partitions with markers, until a marker covers them."""
+    left_out: int = 0
+    """Events dropped: logged by an attempt at a batch that a crash cut short."""
+    records: int = 0
+    failures: int = 0
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
+    """Opens sealed records; a forgotten agent's are skipped."""
+    """Held while a batch is applied; :mod:`streams.rebuild.projection_switch` takes it to pause."""
+    _consumer: AIOKafkaConsumer | None = None
+    _task: asyncio.Task[None] | None = None
+
+    async def start(self) -> EpisodicProjector:
+        self._consumer = AIOKafkaConsumer(
+            self.topics.items,
+            self.topics.lifecycle,
+            bootstrap_servers=self.bootstrap,
+            group_id=self.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=int(self.fetch_max_wait * 1000),
+            max_partition_fetch_bytes=4 << 20,
+            session_timeout_ms=6_000,
+            heartbeat_interval_ms=1_000,
+        )
+        await self._consumer.start()
+        self._task = asyncio.create_task(self._run(), name="episodic-projector")
+        return self
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def _run(self) -> None:
+        """Project forever; on a failure, start again from the committed offsets.
+
+        Everything past them is re-read and re-applied, which the store's idempotence and the
+        hold rule make safe; held forgettings are dropped because they will be read again.
+        """
+        assert self._consumer is not None
+        delay = 0.1
+        while True:
+            try:
+                batch = await self._consumer.getmany(timeout_ms=100, max_records=10_000)
+                if batch:
+                    async with self.write_lock:
+                        await self.project(batch)
+                delay = 0.1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.failures += 1
+                log.warning("episodic projection failed, retrying in %.1fs: %r", delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                self.held = []
+                self.applied = {}
+                self.items_read = {}
+                self.markers = MarkerIndex()
+                self.waiting = []
+                with contextlib.suppress(Exception):
+                    await self._consumer.seek_to_committed()
+
+    def use(self, store: EpisodicMemoryStore) -> None:
+        """Write to another projection version from the next batch on (under the write lock)."""
+        self.store = store
+        self.applied = {}
+
+    async def _applied_offset(self, topic: str, partition: int) -> int:
+        key = (topic, partition)
+        if key not in self.applied:
+            stored = await self.store.applied_offset(topic, partition)
+            self.applied[key] = -1 if stored is None else stored
+        return self.applied[key]
+
+    async def _items_read(self, partition: int) -> int:
+        """The highest items offset of ``partition`` applied, by this process or (committed)
+        before it started."""
+        if partition not in self.items_read:
+            assert self._consumer is not None
+            committed = await self._consumer.committed(TopicPartition(self.topics.items, partition))
+            self.items_read[partition] = -1 if committed is None else committed - 1
+        return self.items_read[partition]
+
+    async def project(self, batch: dict[TopicPartition, list[object]]) -> None:
+        ends: dict[TopicPartition, int] = {}
+        fetched: list[tuple[TopicPartition, int, bytes | None]] = []
+        for tp, records in batch.items():
+            for record in records:
+                offset: int = record.offset  # type: ignore[attr-defined]
+                ends[tp] = offset + 1
+                fetched.append((tp, offset, record.value))  # type: ignore[attr-defined]
+        await self.sealer.refresh()
+        opened = await self.sealer.open_all([value for _, _, value in fetched])
+        decoded: list[tuple[TopicPartition, int, DerivedRecord]] = []
+        for (tp, offset, _), value in zip(fetched, opened, strict=True):
+            if value is None:
+                continue
+            try:
+                if isinstance(value, DecodeError):
+                    raise value
+                decoded.append((tp, offset, decode_derived_record(value)))
+            except DecodeError as exc:
+                if exc.kind != FORGOTTEN:
+                    log.error("unreadable derived record %s@%d: %s", tp, offset, exc)
+        # Markers first: whether an event waits for one depends on any of its partition.
+        for _, offset, event in decoded:
+            if isinstance(event, DerivedUpTo):
+                self.markers.add(event, offset)
+        recorded: list[MemoryRecorded] = []
+        arriving: list[HeldEvent] = []
+        for tp, offset, event in decoded:
+            if isinstance(event, DerivedUpTo):
+                arriving.append(HeldEvent(event, tp, offset))
+            elif tp.partition in self.markers.marked:
+                self.waiting.append(WaitingEvent(event, tp, offset))
+            elif isinstance(event, MemoryRecorded):
+                recorded.append(event)
+            else:
+                arriving.append(HeldEvent(event, tp, offset))
+        await self.store.apply(recorded)
+        for tp, end in ends.items():
+            if tp.topic == self.topics.items:
+                self.items_read[tp.partition] = max(await self._items_read(tp.partition), end - 1)
+        # Only recordings move the hold mark: a lifecycle event at an agent-topic position is
+        # emitted before (promotions, summaries) or after (forgettings) the recording at that
+        # position, and must not be applied ahead of it, nor let a forgetting overtake the
+        # recording of the memory it forgets.
+        for key, offset in latest_positions(recorded).items():
+            self.applied[key] = max(self.applied.get(key, -1), offset)
+        ready: list[HeldEvent] = []
+        held: list[HeldEvent] = []
+        blocked: set[TopicPartition] = set()
+        for h in [*self.held, *arriving]:
+            # In log order per lifecycle partition: once one waits, the ones after it wait too.
+            if h.record not in blocked and await self._due(h.event):
+                ready.append(h)
+            else:
+                blocked.add(h.record)
+                held.append(h)
+        await self._apply_in_order(ready)
+        self.held = held
+        # What no marker covers and a later batch followed was logged by an attempt a crash
+        # cut short: its batch was derived again, maybe otherwise, and that copy counts.
+        waiting = [h for h in self.waiting if not self.markers.superseded(h.where, h.event)]
+        self.left_out += len(self.waiting) - len(waiting)
+        self.waiting = waiting
+        self.records += sum(len(r) for r in batch.values())
+        await self._commit(ends)
+
+    async def _apply_in_order(self, ready: list[HeldEvent]) -> None:
+        """Apply events in the order given, and at each marker the events it covers (in the
+        order they were emitted), then move the store's marks past its records."""
+        events: list[DerivedEvent] = []
+        for h in ready:
+            marker = h.event
+            if not isinstance(marker, DerivedUpTo):
+                events.append(marker)
+                continue
+            covered = [w for w in self.waiting if marker.covers(w.where, w.event)]
+            if covered:
+                taken = {id(w) for w in covered}
+                self.waiting = [w for w in self.waiting if id(w) not in taken]
+                events.extend(causal_order([w.event for w in covered]))
+            await self.store.apply(events)
+            events = []
+            marks = {(p.topic, p.partition): p.offset for p in marker.upto}
+            if marks:
+                await self.store.advance(marks)
+            for key, offset in marks.items():
+                self.applied[key] = max(self.applied.get(key, -1), offset)
+        await self.store.apply(events)
+
+    async def _due(self, event: DerivedRecord) -> bool:
+        """A tick's events follow nothing in ``memory.items``: only earlier lifecycle events.
+        A marker waits for its batch's last recording."""
+        if isinstance(event, DerivedUpTo):
+            if event.items is None:
+                return True
+            return await self._items_read(event.partition) >= event.items.last
+        position = event.source_position
+        if position is None or position.topic == self.topics.schedule:
+            return True
+        return await self._applied_offset(position.topic, position.partition) >= position.offset
+
+    async def _commit(self, ends: dict[TopicPartition, int]) -> None:
+        assert self._consumer is not None
+        oldest: dict[TopicPartition, int] = {}
+        for tp, offset in [
+            *((h.record, h.offset) for h in self.held),
+            *((w.record, w.offset) for w in self.waiting),
+        ]:
+            oldest[tp] = min(oldest.get(tp, offset), offset)
+        offsets = {
+            tp: OffsetAndMetadata(min(end, oldest.get(tp, end)), "") for tp, end in ends.items()
+        }
+        if offsets:
+            await self._consumer.commit(offsets)
+        if len(self.held) > self.max_held:
+            log.warning("%d lifecycle events wait for their recordings", len(self.held))

@@ -1,0 +1,388 @@
+"""Replay: build a new version of the projections from the log, then switch everything to it.
+
+The running system keeps serving and writing the active version meanwhile. The replay:
+
+1. registers a new version (``building``) and bulk-applies ``memory.items`` and
+   ``memory.lifecycle``, one partition number at a time, in large batches (no per-record
+   commit: the stores record positions with the data, so a replay that dies is simply run
+   again into a new version);
+2. follows the log in tail passes until little is left;
+3. raises the *fence*: every writer finishes its batch and pauses, so the log stops moving;
+4. reads the last of the log into the new version, points ``{ns}#projection:active`` at it,
+   and lowers the fence. Writers and query services move to the new version at once.
+
+Why a cut is needed: a worker logs what a batch derived on two topics, then a "logged up to"
+marker per partition number (:class:`schemas.memory_events.DerivedUpTo`), and the stores skip
+an event whose source offset is below the one they have applied. A pass that applied half of a
+batch would apply later positions first and then skip the rest of that batch. So a pass
+applies only events that a marker read covers (markers name where their batch's events
+landed); a batch in flight is held back for the next pass, even under the fence, and what an
+attempt cut short by a crash logged (its next owner derives the batch again) is dropped.
+Markers also move the stores' applied marks past records that derived nothing. Each
+partition's ``memory.lifecycle`` is read before its ``memory.items``, so every recording a
+marker covers has been read with it. In a partition number without markers (a log written
+before them) a pass applies only events whose source record the consumer group has
+*committed* (a worker commits after its batch is logged), and under the fence everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+
+from processors.state_fold import MarkerIndex, SourceKey, causal_order, marked_upto
+from projections.interfaces import EpisodicMemoryStore, WorkingMemoryStore
+from projections.versions import ProjectionVersion, ProjectionVersions
+from schemas.codec import decode_derived_record
+from schemas.memory_events import DerivedEvent, DerivedRecord, DerivedUpTo, SourcePosition
+from schemas.topics import Topics
+from streams.eventlog.derived_log import decode_opened, log_reader, read_to_end
+from streams.privacy.sealing import RecordSealer
+
+log = logging.getLogger("engram.replay")
+
+Stores = Sequence[WorkingMemoryStore | EpisodicMemoryStore]
+OpenStores = Callable[[ProjectionVersion], Awaitable[Stores]]
+Advance = Callable[[int], None]
+"""Called with the number of events just applied (drives a progress bar)."""
+
+
+class SwitchError(RuntimeError):
+    """The new version was built but could not be switched to; the message says why."""
+
+
+@dataclass
+class ReplayReport:
+    version: ProjectionVersion
+    previous: ProjectionVersion | None
+    events: int = 0
+    passes: int = 0
+    fenced_events: int = 0
+    """Events applied while writers were paused: the length of the switch's pause, in events."""
+    pause_seconds: float = 0.0
+    seconds: float = 0.0
+    switched: bool = False
+    dropped: ProjectionVersion | None = None
+
+
+@dataclass
+class DerivedLogCursor:
+    """Where a replay is in the derived log of some partitions, pass after pass."""
+
+    bootstrap: str
+    topics: Topics
+    partitions: Sequence[int]
+    next_offset: dict[TopicPartition, int] = field(default_factory=dict)
+    markers: MarkerIndex = field(default_factory=MarkerIndex)
+    """The markers read so far: which events belong to wholly logged batches."""
+    upto: dict[SourceKey, int] = field(default_factory=dict)
+    """What the markers read so far cover, per source partition."""
+    sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
+    """Opens sealed records; a forgotten agent's are skipped."""
+
+    def topic_partitions(self) -> list[TopicPartition]:
+        return [
+            TopicPartition(topic, p)
+            for p in self.partitions
+            for topic in (self.topics.lifecycle, self.topics.items)
+        ]
+
+    async def start_at(self, since: datetime | None) -> int:
+        """Start at the beginning, or at the first record written at or after ``since``;
+        returns the number of records to read (a lower bound: see :func:`at_end`)."""
+        consumer = log_reader(self.bootstrap)
+        await consumer.start()
+        try:
+            tps = self.topic_partitions()
+            ends = await consumer.end_offsets(tps)
+            starts = await consumer.beginning_offsets(tps)
+            if since is not None:
+                found = await consumer.offsets_for_times(
+                    {tp: int(since.timestamp() * 1000) for tp in tps}
+                )
+                for tp in tps:
+                    hit = found.get(tp)
+                    starts[tp] = ends[tp] if hit is None else hit.offset
+        finally:
+            await consumer.stop()
+        self.next_offset = dict(starts)
+        return sum(max(0, ends[tp] - starts[tp]) for tp in tps)
+
+    async def read(self, partition: int) -> list[tuple[TopicPartition, int, DerivedRecord]]:
+        """Every record (derived event or marker) of one partition number from the cursor to
+        the end, with where it sits in the log, ``memory.lifecycle`` first; the cursor moves
+        past what was read (a pass moves it back to what it held back) and keeps what the
+        markers say."""
+        raw: list[tuple[TopicPartition, int, bytes | None]] = []
+
+        def keep(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> None:
+            raw.append((tp, record.offset, record.value))
+
+        for topic in (self.topics.lifecycle, self.topics.items):
+            tp = TopicPartition(topic, partition)
+            reached = await read_to_end(
+                self.bootstrap, [tp], keep, starts={tp: self.next_offset.get(tp, 0)}, timeout=600
+            )
+            self.next_offset[tp] = max(self.next_offset.get(tp, 0), reached[tp])
+        opened = await self.sealer.open_all([value for _, _, value in raw])
+        out: list[tuple[TopicPartition, int, DerivedRecord]] = []
+        for (tp, offset, _), value in zip(raw, opened, strict=True):
+            where = SourcePosition(topic=tp.topic, partition=tp.partition, offset=offset)
+            event = decode_opened(where, value, decode_derived_record)
+            if event is not None:
+                out.append((tp, offset, event))
+        markers = [(offset, r) for _, offset, r in out if isinstance(r, DerivedUpTo)]
+        for offset, marker in markers:
+            self.markers.add(marker, offset)
+        for key, mark in marked_upto(m for _, m in markers).items():
+            if self.upto.get(key, -1) < mark:
+                self.upto[key] = mark
+        return out
+
+    def marks_of(self, partition: int) -> dict[SourceKey, int]:
+        """What the markers read cover of one partition number's sources."""
+        return {key: offset for key, offset in self.upto.items() if key[1] == partition}
+
+
+async def committed_offsets(
+    bootstrap: str, group_id: str, tps: Iterable[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """The consumer group's committed offsets (next record to process) of the source
+    partitions; a partition it never committed is absent."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        out = {}
+        for tp in tps:
+            offset = await consumer.committed(tp)
+            if offset is not None and offset >= 0:
+                out[tp] = offset
+        return out
+    finally:
+        await consumer.stop()
+
+
+def split_at_markers(
+    records: Sequence[tuple[TopicPartition, int, DerivedRecord]],
+    cursor: DerivedLogCursor,
+    committed: dict[TopicPartition, int] | None,
+) -> tuple[list[DerivedEvent], dict[TopicPartition, int]]:
+    """The events safe to apply now, and per derived partition the first offset held back.
+
+    Safe: covered by the markers the cursor has read. In a partition number without markers:
+    of a committed source record, or anything when ``committed`` is None (the writers are
+    paused). An event no marker covers but that a later batch followed is a leftover of an
+    attempt cut short: dropped. Markers themselves are never held: what they say is known once
+    read.
+    """
+    ready: list[DerivedEvent] = []
+    held: dict[TopicPartition, int] = {}
+    index = cursor.markers
+    for tp, offset, event in records:
+        if isinstance(event, DerivedUpTo):
+            continue
+        if tp.partition in index.marked:
+            where = SourcePosition(topic=tp.topic, partition=tp.partition, offset=offset)
+            if not index.covers(where, event):
+                if not index.superseded(where, event):
+                    held[tp] = min(held.get(tp, offset), offset)
+                continue
+        elif _uncommitted(event, committed):
+            held[tp] = min(held.get(tp, offset), offset)
+            continue
+        if tp in held:
+            # Everything after a held record waits too, so the next pass, which reads from the
+            # first held offset, does not apply a later event before an earlier one.
+            continue
+        ready.append(event)
+    return ready, held
+
+
+def _uncommitted(event: DerivedEvent, committed: dict[TopicPartition, int] | None) -> bool:
+    """Whether the consumer group has not committed the source record of ``event`` yet."""
+    position = event.source_position
+    if committed is None or position is None:
+        return False
+    return position.offset >= committed.get(TopicPartition(position.topic, position.partition), 0)
+
+
+async def apply_in_batches(
+    events: Sequence[DerivedEvent],
+    stores: Stores,
+    batch_size: int,
+    advance: Advance | None,
+) -> None:
+    for start in range(0, len(events), batch_size):
+        chunk = events[start : start + batch_size]
+        await asyncio.gather(*(store.apply(chunk) for store in stores))
+        if advance is not None:
+            advance(len(chunk))
+
+
+async def replay_pass(
+    cursor: DerivedLogCursor,
+    stores: Stores,
+    committed: dict[TopicPartition, int] | None,
+    *,
+    batch_size: int,
+    advance: Advance | None,
+) -> tuple[int, int]:
+    """One pass over the log from the cursor: returns (events applied, events held back).
+
+    The next partition is read while this one is applied: reading is the broker's and the
+    decoder's work, applying Redis's and Qdrant's, so the two overlap.
+    """
+    applied = held_count = 0
+    parts = list(cursor.partitions)
+    reading = asyncio.ensure_future(cursor.read(parts[0])) if parts else None
+    for i, _ in enumerate(parts):
+        assert reading is not None
+        records = await reading
+        reading = asyncio.ensure_future(cursor.read(parts[i + 1])) if i + 1 < len(parts) else None
+        ready, held = split_at_markers(records, cursor, committed)
+        for tp, offset in held.items():
+            cursor.next_offset[tp] = min(cursor.next_offset[tp], offset)
+        events = sum(1 for _, _, record in records if not isinstance(record, DerivedUpTo))
+        held_count += events - len(ready)
+        ordered = causal_order(ready)
+        await apply_in_batches(ordered, stores, batch_size, advance)
+        applied += len(ordered)
+        marks = cursor.marks_of(parts[i])
+        if marks:
+            # Past the records that derived nothing: every event the marks cover is applied
+            # (held ones after a held record are copies of applied ones: a batch done again).
+            await asyncio.gather(*(store.advance(marks) for store in stores))
+    return applied, held_count
+
+
+@dataclass
+class Replay:
+    """One replay into a version; see the module docstring for the steps."""
+
+    bootstrap: str
+    topics: Topics
+    partitions: Sequence[int]
+    group_id: str
+    """The processors' consumer group, whose commits say which source records are done."""
+    versions: ProjectionVersions
+    open_stores: OpenStores
+    batch_size: int = 20_000
+    fence_timeout: float = 30.0
+    """Longest the switch waits for writers to pause, and the fence's own lifetime."""
+    tail_passes: int = 5
+    tail_small: int = 2_000
+    sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
+    """Opens the sealed records of the log."""
+
+    async def run(
+        self,
+        *,
+        name: str | None = None,
+        into: ProjectionVersion | None = None,
+        since: datetime | None = None,
+        switch: bool = True,
+        total: Callable[[int], None] | None = None,
+        advance: Advance | None = None,
+    ) -> ReplayReport:
+        started = time.perf_counter()
+        target = into or await self.versions.create(name, note="engram replay")
+        report = ReplayReport(version=target, previous=None)
+        cursor = DerivedLogCursor(self.bootstrap, self.topics, self.partitions, sealer=self.sealer)
+        expected = await cursor.start_at(since)
+        if total is not None:
+            total(expected)
+        stores = await self.open_stores(target)
+        try:
+            for _ in range(1 + self.tail_passes):
+                committed = await committed_offsets(
+                    self.bootstrap, self.group_id, self._source_partitions()
+                )
+                applied, held = await replay_pass(
+                    cursor, stores, committed, batch_size=self.batch_size, advance=advance
+                )
+                report.events += applied
+                report.passes += 1
+                log.info("replay pass %d: %d applied, %d held back", report.passes, applied, held)
+                if applied + held < self.tail_small:
+                    break
+            if target.name is not None and into is None:
+                await self.versions.set_state(target.name, "ready")
+            if switch:
+                await self._switch(cursor, stores, report, advance)
+        finally:
+            for store in stores:
+                await store.close()
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _source_partitions(self) -> list[TopicPartition]:
+        topics = (*self.topics.agent_inputs, self.topics.schedule, self.topics.access)
+        return [TopicPartition(t, p) for t in topics for p in self.partitions]
+
+    async def _switch(
+        self,
+        cursor: DerivedLogCursor,
+        stores: Stores,
+        report: ReplayReport,
+        advance: Advance | None,
+    ) -> None:
+        target = report.version
+        await self.versions.raise_fence(target.name or "", self.fence_timeout)
+        paused_at = time.perf_counter()
+        try:
+            await self._wait_for_writers(target)
+            applied, _ = await replay_pass(
+                cursor, stores, None, batch_size=self.batch_size, advance=advance
+            )
+            report.events += applied
+            report.fenced_events = applied
+            report.passes += 1
+            report.previous = await self.versions.activate(target.name)
+            report.switched = True
+        finally:
+            await self.versions.lower_fence()
+            report.pause_seconds = time.perf_counter() - paused_at
+
+    async def _wait_for_writers(self, target: ProjectionVersion) -> None:
+        """Until every writer says it paused for this fence; a writer that is not there stops
+        mattering when its heartbeat expires."""
+        deadline = time.monotonic() + self.fence_timeout
+        while True:
+            members = await self.versions.members()
+            waiting = [
+                m for m in members if m.role != "service" and m.paused_for != (target.name or "")
+            ]
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                names = ", ".join(f"{m.role} {m.member_id}" for m in waiting)
+                raise SwitchError(
+                    f"these writers did not pause within {self.fence_timeout:.0f}s: {names}; "
+                    f"version {target.label} is built and can be switched to later "
+                    "(engram versions switch)"
+                )
+            await asyncio.sleep(0.1)
+
+
+async def wait_until_unused(
+    versions: ProjectionVersions, version: ProjectionVersion, timeout: float
+) -> None:
+    """Until no running process uses ``version`` (so its stores can be dropped)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        users = [m for m in await versions.members() if m.uses(version.name)]
+        if not users:
+            return
+        if time.monotonic() > deadline:
+            names = ", ".join(f"{m.role} {m.member_id}" for m in users)
+            raise SwitchError(f"version {version.label} is still in use by {names}")
+        await asyncio.sleep(0.2)

@@ -1,0 +1,93 @@
+"""The embedded dev stack: a local broker and a local redis-server, started and stopped together.
+
+Qdrant Edge needs no server: it runs inside the Engram process on a directory. The broker keeps
+its log in memory, so the stack starts its projections empty too: projections must never hold
+what the log does not (DESIGN.md, invariant 1).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from streams.runtime.devstack.broker import TansuBroker
+from streams.runtime.devstack.redis_server import RedisServer
+from streams.runtime.node import Endpoints
+
+
+@dataclass
+class DevStack:
+    data_dir: Path
+    broker: TansuBroker = field(init=False)
+    redis: RedisServer = field(init=False)
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def start(self) -> Endpoints:
+        stack_dir = (self.data_dir / "stack").resolve()
+        if stack_dir.exists():
+            shutil.rmtree(stack_dir)
+        stack_dir.mkdir(parents=True)
+        self.broker = TansuBroker().start()
+        try:
+            (stack_dir / "redis").mkdir()
+            self.redis = RedisServer(stack_dir / "redis").start()
+        except Exception:
+            self.broker.stop()
+            raise
+        return Endpoints(kafka_bootstrap=self.broker.bootstrap, redis_url=self.redis.url)
+
+    @property
+    def edge_path(self) -> Path:
+        return (self.data_dir / "stack" / "qdrant-edge").resolve()
+
+    def start_workers(self, count: int, endpoints: Endpoints) -> None:
+        """Extra ``engram worker`` processes in the same consumer group. They write working
+        memory; episodic memory is then written by the projector of the main process, the one
+        that holds the Qdrant Edge shard."""
+        for i in range(count):
+            env = {
+                **os.environ,
+                "ENGRAM_KAFKA_BOOTSTRAP": endpoints.kafka_bootstrap,
+                "ENGRAM_REDIS_URL": endpoints.redis_url,
+                "ENGRAM_EPISODIC_WRITER": "projector",
+                "ENGRAM_DATA_DIR": str((self.data_dir / "stack" / f"worker-{i + 1}").resolve()),
+            }
+            self.workers.append(
+                subprocess.Popen([sys.executable, "-m", "streams.cli.main", "worker"], env=env)
+            )
+
+    def stop_workers(self, timeout: float = 30.0) -> None:
+        """SIGTERM: each worker finishes its batch, flushes and commits; then kill stragglers."""
+        for worker in self.workers:
+            if worker.poll() is None:
+                worker.terminate()
+        for worker in self.workers:
+            try:
+                worker.wait(timeout)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait(5)
+        self.workers.clear()
+
+    def stop(self) -> None:
+        self.stop_workers()
+        try:
+            self.redis.stop()
+        finally:
+            self.broker.stop()
+
+    def __enter__(self) -> Endpoints:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,450 @@
+"""Assembling a running Engram: backends, processors and the query service.
+
+``Node`` runs any of the roles in one process: the embedded dev stack runs them all (plus
+local servers from :mod:`streams.runtime.devstack.stack`); in a cluster ``engram worker`` runs the
+processors and ``engram serve`` the query service, each scaled on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from aiokafka.errors import KafkaError
+
+from processors.config import ProcessingConfig, load_processing_config
+from processors.embedding import Embedder, embedder_from_name
+from processors.summarising import Summariser
+from projections.episodic.factory import open_episodic_store
+from projections.history import AgentHistory
+from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
+from projections.retrieval.engine import RetrievalEngine
+from projections.service.app import HistoryReader, RetrievalHook, create_app
+from projections.versions import DerivedLog, ProjectionVersion, ProjectionVersions
+from projections.working.redis_store import RedisWorkingMemory
+from schemas.codec import encode_event
+from schemas.memory_events import MemoryRetrieved
+from schemas.topics import Topics
+from streams.eventlog.history import read_agent_history
+from streams.eventlog.publisher import KEY_REFRESH_S, producer_for
+from streams.eventlog.topic_admin import ensure_topics
+from streams.integrations.chat_summariser import summariser_from_url
+from streams.privacy.keyring import Keyring, KeyringError, open_keyring
+from streams.privacy.sealing import RecordSealer
+from streams.rebuild.projection_switch import ProjectionFollower, Serving, WrongConfigurationError
+from streams.rebuild.projector import EpisodicProjector
+from streams.runtime.settings import EngramSettings
+from streams.worker.app import ProcessorApp, create_processor_app
+from streams.worker.pipeline import IngestPipeline
+
+log = logging.getLogger("engram.runtime")
+
+HISTORY_TIMEOUT_S = 15.0
+"""Longest one history request may read the log; past it the service answers 503, not hangs."""
+
+
+@dataclass
+class Endpoints:
+    """Where the backends are: configured (cluster) or started locally (dev stack)."""
+
+    kafka_bootstrap: str
+    redis_url: str
+
+
+def processing_config(settings: EngramSettings) -> ProcessingConfig:
+    return load_processing_config(
+        settings.agent_types,
+        episodic_threshold=settings.episodic_threshold,
+        working_capacity=settings.working_capacity,
+        episodic_capacity=settings.episodic_capacity,
+        lifecycle=settings.lifecycle,
+    )
+
+
+class RetrievalRecorder:
+    """Puts each answered retrieval on ``memory.access``, keyed by agent id.
+
+    A retrieval only waits for its record to be enqueued: delivery is the producer's job, and
+    a delivery that fails is logged and counted, never raised into the retrieval that made it.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        linger: float = 0.0,
+        sealer: RecordSealer | None = None,
+    ) -> None:
+        self.topic = topic
+        self.sealer = sealer or RecordSealer(None)
+        """A query names what the agent asked: sealed with its key like its events."""
+        self.delivered = 0
+        self.failed = 0
+        self._producer = producer_for(bootstrap, linger=linger)
+
+    async def start(self) -> RetrievalRecorder:
+        try:
+            await self._producer.start()
+            # The topic's metadata now, so the first retrieval does not wait for it.
+            await self._producer.partitions_for(self.topic)
+        except KafkaError as exc:
+            await self._producer.stop()
+            raise RuntimeError(f"cannot record retrievals on {self.topic}: {exc}") from exc
+        return self
+
+    async def __call__(self, event: MemoryRetrieved) -> None:
+        try:
+            await self.sealer.refresh_every(KEY_REFRESH_S)
+            await self.sealer.prepare_seal((event.agent_id,))
+        except KeyringError as exc:
+            self.failed += 1
+            log.warning("a retrieval record was not sealed, so not recorded: %s", exc)
+            return
+        value = self.sealer.seal(event.agent_id, encode_event(event))
+        delivery = await self._producer.send(self.topic, value, key=event.agent_id.encode("utf-8"))
+        delivery.add_done_callback(self._delivered)
+
+    def _delivered(self, delivery: asyncio.Future[Any]) -> None:
+        if delivery.cancelled() or delivery.exception() is not None:
+            self.failed += 1
+            reason = "cancelled" if delivery.cancelled() else delivery.exception()
+            log.warning("a retrieval record was not delivered to %s: %s", self.topic, reason)
+        else:
+            self.delivered += 1
+
+    async def stop(self) -> None:
+        """Delivers what is still in flight, then closes the producer."""
+        await self._producer.stop()
+
+
+@dataclass
+class Node:
+    settings: EngramSettings
+    endpoints: Endpoints
+    run_processors: bool = True
+    run_service: bool = True
+    run_projector: bool = False
+    embedder: Embedder = field(init=False)
+    working: WorkingMemoryStore = field(init=False)
+    episodic: EpisodicMemoryStore | None = field(default=None, init=False)
+    projector: EpisodicProjector | None = field(default=None, init=False)
+    processor: ProcessorApp | None = field(default=None, init=False)
+    pipeline: IngestPipeline | None = field(default=None, init=False)
+    recorder: RetrievalRecorder | None = field(default=None, init=False)
+    engine: RetrievalEngine | None = field(default=None, init=False)
+    versions: ProjectionVersions = field(init=False)
+    version: ProjectionVersion = field(init=False)
+    follower: ProjectionFollower | None = field(default=None, init=False)
+    keyring: Keyring | None = field(default=None, init=False)
+    """The agents' sealing keys (``ENGRAM_KEYRING``), shared by this process's roles."""
+    topics: Topics = field(init=False)
+    """The raw topics, and the derived log the active version continues."""
+    serving: Serving = field(init=False)
+    summariser: Summariser = field(init=False)
+    left: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    """Set when the active version moved to one this process cannot serve (``left_reason``
+    says why): its owner stops it, and it is restarted with the version's configuration."""
+    left_reason: str | None = field(default=None, init=False)
+    _logs: dict[str | None, DerivedLog | None] = field(default_factory=dict, init=False)
+    _write_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    """One lock for every writer of this process, so one fence pauses them all."""
+    http_port: int | None = field(default=None, init=False)
+    _server: uvicorn.Server | None = field(default=None, init=False)
+    _server_task: asyncio.Task[None] | None = field(default=None, init=False)
+
+    async def start(self) -> Node:
+        settings = self.settings
+        self.embedder = embedder_from_name(settings.embedder)
+        self.keyring = await open_keyring(
+            settings.keyring,
+            redis_url=self.endpoints.redis_url,
+            namespace=settings.redis_namespace,
+            default_dir=settings.keyring_dir(),
+        )
+        self.versions = ProjectionVersions.from_url(
+            self.endpoints.redis_url, settings.redis_namespace, settings.qdrant_collection
+        )
+        self.version = await self.versions.active()
+        await self._serve_derived_log_of(self.version)
+        self.working, self.episodic = await self._open_stores(self.version)
+        if self.run_processors or self.run_projector:
+            await ensure_topics(self.endpoints.kafka_bootstrap, self.topics, settings.partitions)
+        if self.run_projector:
+            assert self.episodic is not None
+            self.projector = await EpisodicProjector(
+                self.endpoints.kafka_bootstrap,
+                self.topics,
+                self.episodic,
+                group_id=f"{self._group}-episodic",
+                fetch_max_wait=settings.fetch_max_wait,
+                write_lock=self._write_lock,
+                sealer=RecordSealer(self.keyring),
+            ).start()
+        if self.run_processors:
+            await self._start_processors()
+        if self.run_service:
+            await self._start_service()
+        writes = self.run_processors or self.run_projector
+        self.follower = await ProjectionFollower(
+            versions=self.versions,
+            role="worker" if self.run_processors else "projector" if writes else "service",
+            version=self.version,
+            stores=(self.working, self.episodic),
+            open_stores=self._open_stores,
+            on_switch=self._use_version,
+            write_lock=self._write_lock if writes else None,
+            refusal=self._refusal,
+            on_leave=self._leave,
+        ).start()
+        return self
+
+    async def _serve_derived_log_of(self, version: ProjectionVersion) -> None:
+        """Write (and read history from) the derived log ``version`` continues, under its
+        consumer group; refuse a version reprocessed with another configuration."""
+        settings = self.settings
+        self.summariser = summariser_from_url(
+            settings.summariser_url,
+            settings.summariser_model,
+            settings.summariser_api_key.get_secret_value() if settings.summariser_api_key else None,
+            settings.summariser_timeout,
+        )
+        config_version = (
+            processing_config(settings).version(self.embedder.id, self.summariser.id)
+            if self.run_processors
+            else ""
+        )
+        derived = await self.versions.derived_log(version.name)
+        self.serving = Serving(
+            derived,
+            config_version,
+            self.embedder.id,
+            derives=self.run_processors,
+            applies_log=self.run_processors or self.run_projector,
+        )
+        reason = self.serving.refusal(version, derived)
+        if reason is not None:
+            with contextlib.suppress(Exception):
+                await self.versions.close()
+            if self.keyring is not None:
+                with contextlib.suppress(Exception):
+                    await self.keyring.close()
+            raise WrongConfigurationError(reason)
+        self.topics = self._topics_of(derived)
+
+    def _topics_of(self, derived: DerivedLog | None) -> Topics:
+        prefix = self.settings.topic_prefix
+        return Topics(prefix, None if derived is None else derived.topic_prefix)
+
+    @property
+    def _group(self) -> str:
+        """The processors' consumer group (Faust app id): the live one or the version's."""
+        derived = self.serving.derived_log
+        settings = self.settings
+        return derived.group if derived else f"{settings.topic_prefix}{settings.app_id}"
+
+    async def _refusal(self, version: ProjectionVersion) -> str | None:
+        derived = await self.versions.derived_log(version.name)
+        self._logs[version.name] = derived
+        return self.serving.refusal(version, derived)
+
+    def _leave(self, version: ProjectionVersion, reason: str) -> None:
+        self.left_reason = reason
+        self.left.set()
+
+    async def _open_stores(
+        self, version: ProjectionVersion
+    ) -> tuple[WorkingMemoryStore, EpisodicMemoryStore | None]:
+        """The stores of one projection version that this process's roles need, answering."""
+        settings = self.settings
+        working = RedisWorkingMemory.from_url(
+            self.endpoints.redis_url, namespace=version.redis_namespace
+        )
+        episodic: EpisodicMemoryStore | None = None
+        try:
+            await working.ping()
+            workers_write = self.run_processors and settings.episodic_writer == "worker"
+            if workers_write or self.run_service or self.run_projector:
+                episodic = await open_episodic_store(
+                    qdrant_url=settings.qdrant_url,
+                    qdrant_path=None if settings.qdrant_url else settings.edge_path(),
+                    collection=version.qdrant_collection,
+                    dim=self.embedder.dim,
+                    api_key=(
+                        settings.qdrant_api_key.get_secret_value()
+                        if settings.qdrant_api_key
+                        else None
+                    ),
+                )
+                await episodic.ping()
+        except BaseException:
+            await working.close()
+            if episodic is not None:
+                await episodic.close()
+            raise
+        return working, episodic
+
+    async def _use_version(
+        self,
+        version: ProjectionVersion,
+        stores: tuple[WorkingMemoryStore, EpisodicMemoryStore | None],
+    ) -> None:
+        """Every role of this process on the new version at once (no await in between)."""
+        working, episodic = stores
+        self.version, self.working, self.episodic = version, working, episodic
+        if version.name in self._logs:
+            # Only a process that writes no derived log switches between two of them.
+            self.topics = self._topics_of(self._logs.pop(version.name))
+        if self.pipeline is not None:
+            self.pipeline.working = working
+            if self.settings.episodic_writer == "worker":
+                self.pipeline.episodic = episodic
+        if self.projector is not None and episodic is not None:
+            self.projector.use(episodic)
+        if self.engine is not None and episodic is not None:
+            self.engine.use(working, episodic)
+
+    async def _start_processors(self) -> None:
+        settings = self.settings
+        topics = self.topics
+        self.processor = create_processor_app(
+            settings, self.endpoints.kafka_bootstrap, topics=topics, app_id=self._group
+        )
+        config = processing_config(settings)
+
+        def make_pipeline(**shell: Any) -> IngestPipeline:
+            return IngestPipeline(
+                config=config,
+                embedder=self.embedder,
+                topics=topics,
+                working=self.working,
+                episodic=self.episodic if settings.episodic_writer == "worker" else None,
+                summariser=self.summariser,
+                sealer=RecordSealer(self.keyring),
+                **shell,
+            )
+
+        self.pipeline = self.processor.bind(make_pipeline)
+        self.pipeline.write_lock = self._write_lock
+        await self.processor.app.start()
+        log.info("processors started", extra={"config_version": self.pipeline.config_version})
+
+    async def _start_service(self) -> None:
+        assert self.episodic is not None
+        topics = self.topics
+        engine = self.engine = RetrievalEngine(
+            self.working,
+            self.episodic,
+            self.embedder,
+            source_topics=(*topics.agent_inputs, topics.schedule, topics.access),
+            dense_share=self.settings.dense_share,
+        )
+        on_retrieval, history = await self._log_access()
+        app = create_app(
+            engine, readiness=self.readiness, on_retrieval=on_retrieval, history=history
+        )
+        config = uvicorn.Config(
+            app,
+            host=self.settings.http_host,
+            port=self.settings.http_port,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+        )
+        self._server = uvicorn.Server(config)
+        self._server.install_signal_handlers = False  # type: ignore[attr-defined]
+        self._server_task = asyncio.create_task(self._server.serve())
+        for _ in range(200):
+            if self._server.started:
+                break
+            if self._server_task.done():
+                self._server_task.result()
+                raise RuntimeError("the query service stopped while starting")
+            await asyncio.sleep(0.05)
+        else:
+            raise RuntimeError("the query service did not start within 10 s")
+        sockets = [s for server in self._server.servers for s in server.sockets]
+        self.http_port = int(sockets[0].getsockname()[1])
+
+    async def _log_access(self) -> tuple[RetrievalHook | None, HistoryReader | None]:
+        """The service's recorder of retrievals and its history reader, given a broker."""
+        settings, bootstrap = self.settings, self.endpoints.kafka_bootstrap
+        if not bootstrap:
+            log.warning(
+                "no Kafka bootstrap: retrievals are not recorded on memory.access, "
+                "and the history route answers 503"
+            )
+            return None, None
+        if not (self.run_processors or self.run_projector):
+            # Otherwise a first retrieval could auto-create memory.access with another count.
+            await ensure_topics(bootstrap, self.topics, settings.partitions)
+        self.recorder = await RetrievalRecorder(
+            bootstrap,
+            self.topics.access,
+            linger=settings.producer_linger,
+            sealer=RecordSealer(self.keyring),
+        ).start()
+
+        async def history(agent_id: str, limit: int) -> AgentHistory:
+            # The active version's derived log, read when asked: it follows the pointer.
+            return await read_agent_history(
+                bootstrap,
+                self.topics,
+                agent_id,
+                settings.partitions,
+                limit=limit,
+                timeout=HISTORY_TIMEOUT_S,
+                sealer=RecordSealer(self.keyring),
+            )
+
+        return self.recorder, history
+
+    @property
+    def http_url(self) -> str | None:
+        if self.http_port is None:
+            return None
+        return f"http://{self.settings.http_host}:{self.http_port}"
+
+    async def readiness(self) -> dict[str, str]:
+        checks: dict[str, str] = {}
+        stores = [("redis", self.working), ("qdrant", self.episodic)]
+        for name, store in [(n, s) for n, s in stores if s is not None]:
+            try:
+                await store.ping()
+                checks[name] = "ok"
+            except ProjectionError as exc:
+                checks[name] = f"unavailable: {exc}"
+        if self.processor is not None:
+            checks["processors"] = "ok" if not self.processor.app.should_stop else "stopped"
+        if self.projector is not None:
+            checks["episodic projector"] = "ok" if self.projector.running else "stopped"
+        return checks
+
+    async def stop(self) -> None:
+        """Drain: the query service stops taking requests, then Faust commits and stops."""
+        if self._server is not None:
+            self._server.should_exit = True
+            if self._server_task is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._server_task, 10)
+        if self.recorder is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.recorder.stop(), 10)
+        if self.processor is not None:
+            await self.processor.app.stop()
+        if self.projector is not None:
+            await self.projector.stop()
+        if self.follower is not None:
+            await self.follower.stop()
+        for store in [s for s in (self.working, self.episodic) if s is not None]:
+            with contextlib.suppress(Exception):
+                await store.close()
+        with contextlib.suppress(Exception):
+            await self.versions.close()
+        if self.keyring is not None:
+            with contextlib.suppress(Exception):
+                await self.keyring.close()

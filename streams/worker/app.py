@@ -1,0 +1,200 @@
+"""The Faust application: a thin shell that feeds batches of raw records to the pipeline.
+
+Built by ``create_processor_app`` (no global app at import time). One agent reads all three
+agent topics as raw bytes, so each event costs one Faust hop (PARTS.md: ~200 us per hop).
+Per-agent state is not a Faust table: before the first record of a partition is processed, the
+pipeline folds that partition's state back from the derived topics, which also lets it skip
+records it had already derived. Revocation (Faust's signal) makes it fold again on return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import faust
+from faust.types import TP, EventT, StreamT
+
+from processors.batch import RawRecord, RecordKind
+from processors.state_fold import FoldedState
+from schemas.memory_events import DerivedEvent
+from schemas.topics import Topics
+from streams.eventlog.derived_log import recover_state
+from streams.runtime.settings import EngramSettings
+from streams.worker.faust_tuning import TunedFaustApp
+from streams.worker.pipeline import IngestPipeline, SendFn
+from streams.worker.scheduler import publish_ticks, ticks_for
+
+log = logging.getLogger("engram.processors")
+
+PipelineFactory = Callable[..., IngestPipeline]
+
+
+@dataclass
+class ProcessorApp:
+    app: faust.App
+    topics: Topics
+    bind: Callable[[PipelineFactory], IngestPipeline]
+    """Give the app its pipeline (built with the shell's ``send`` and ``should_stop``)."""
+
+
+def create_processor_app(
+    settings: EngramSettings,
+    bootstrap: str,
+    *,
+    topics: Topics | None = None,
+    app_id: str | None = None,
+) -> ProcessorApp:
+    """``topics`` and ``app_id`` (the consumer group) default to the live derived log's; a
+    reprocessed projection version has its own (:class:`projections.versions.DerivedLog`)."""
+    topics = topics or Topics(settings.topic_prefix)
+    app_id = app_id or f"{settings.topic_prefix}{settings.app_id}"
+    (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
+    app = TunedFaustApp(
+        app_id,
+        fetch_max_wait=settings.fetch_max_wait,
+        broker=f"kafka://{bootstrap}",
+        store="memory://",
+        topic_partitions=settings.partitions,
+        topic_replication_factor=1,
+        producer_linger=settings.producer_linger,
+        producer_max_batch_size=1 << 20,
+        broker_session_timeout=settings.session_timeout,
+        broker_heartbeat_interval=max(settings.session_timeout / 6, 0.5),
+        broker_rebalance_timeout=max(settings.session_timeout * 2, 10.0),
+        consumer_auto_offset_reset="earliest",
+        stream_wait_empty=False,
+        web_enabled=False,
+        datadir=str(settings.data_dir / "faust" / app_id),
+    )
+    # One channel for every input, so Faust assigns the same partition numbers of all of them
+    # to one worker: an agent's events, its retrievals and its partition's ticks meet there.
+    inputs = (*topics.agent_inputs, topics.schedule, topics.access)
+    source = app.topic(*inputs, key_serializer="raw", value_serializer="raw")
+    holder: dict[str, IngestPipeline] = {}
+    type_of = topics.event_type_of
+    agent_topics = set(inputs)
+    kind_of: dict[str, RecordKind] = {topics.schedule: "tick", topics.access: "retrieval"}
+
+    async def handle(records: list[RawRecord]) -> None:
+        try:
+            await holder["pipeline"].handle(records)
+        except Exception:
+            # Crash-only: the batch is not acknowledged, and a restarted worker folds its
+            # state from the log and skips what was already derived. Letting Faust restart
+            # the agent instead would ack this batch and lose it (faust's take() acks in a
+            # finally), and a half-failed batch cannot be retried in place.
+            log.critical(
+                "a batch could not be processed; exiting without committing it", exc_info=True
+            )
+            logging.shutdown()
+            os._exit(70)
+
+    async def ingest(stream: StreamT[bytes]) -> None:
+        events: list[EventT[bytes]]
+        # take_events is missing from faust's type stubs; it yields the events of a batch.
+        batches = cast(Any, stream).take_events(settings.batch_size, within=settings.batch_within)
+        # Closed in this task, not whenever it is collected: its finally acks the last batch,
+        # which must happen before the consumer commits at stop.
+        async with contextlib.aclosing(batches):
+            async for events in batches:
+                # Records of partitions revoked while they waited in the batch belong to the
+                # new owner now (it gets them redelivered); deriving them here would fork the
+                # state.
+                owned = app.consumer.assignment()
+                records = []
+                for event in events:
+                    message = event.message
+                    if message.tp not in owned:
+                        continue
+                    records.append(
+                        RawRecord(
+                            topic=message.topic,
+                            partition=message.partition,
+                            offset=message.offset,
+                            key=message.key,
+                            value=message.value,
+                            expected_type=type_of(message.topic),
+                            kind=kind_of.get(message.topic, "agent"),
+                        )
+                    )
+                await drain_on_stop(handle(records), len(records))
+
+    app.agent(source, name=f"{settings.topic_prefix}ingest")(ingest)
+
+    async def send(topic: str, key: bytes | None, value: bytes, partition: int | None) -> Any:
+        return await app.producer.send(
+            topic, key, value, partition=partition, timestamp=None, headers=None
+        )
+
+    typed_send: SendFn = send
+
+    if settings.schedule_interval > 0:
+
+        async def tick(*_: Any) -> None:
+            """Runs on the group leader only (Faust's ``on_leader``), so one tick per interval
+            reaches each partition however many workers run."""
+            ticks = ticks_for(settings.partitions, datetime.now(UTC), settings.schedule_interval)
+            try:
+                await publish_ticks(typed_send, topics, ticks)
+            except Exception:
+                log.warning("could not publish a schedule tick; the next one will", exc_info=True)
+
+        app.timer(settings.schedule_interval, on_leader=True, name="engram-schedule")(tick)
+
+    @app.on_partitions_revoked.connect
+    async def release(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
+        revoked: set[TP] = args[0]
+        pipeline = holder.get("pipeline")
+        if pipeline is not None:
+            pipeline.release({tp.partition for tp in revoked if tp.topic in agent_topics})
+
+    def bind(make_pipeline: PipelineFactory) -> IngestPipeline:
+
+        async def recover(partitions: set[int]) -> tuple[FoldedState, list[DerivedEvent]]:
+            return await recover_state(bootstrap, topics, partitions, pipeline.sealer)
+
+        pipeline = make_pipeline(
+            send=typed_send, recover=recover, should_stop=lambda: app.should_stop
+        )
+        holder["pipeline"] = pipeline
+        return pipeline
+
+    return ProcessorApp(app=app, topics=topics, bind=bind)
+
+
+async def drain_on_stop(batch: Awaitable[None], size: int) -> None:
+    """Run one batch to its end even if the agent is cancelled meanwhile, then let the
+    cancellation through.
+
+    Faust stops an agent by cancelling it, and ``take_events`` acks the batch it yielded
+    whatever happened to it, so the consumer would commit at stop a batch cut short with
+    derived records unsent or a projection half written (SIGTERM would lose or skip records).
+    Finished first, the batch is applied, delivered and then committed, like any other.
+    """
+    task = asyncio.ensure_future(batch)
+    stopping: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError as exc:
+            if task.done():
+                break
+            if stopping is None:
+                log.info("stopping: draining the batch in flight (%d records)", size)
+            stopping = exc
+    if task.cancelled():
+        # Only the loop's own teardown cancels it: a batch cut short must never be acked.
+        log.critical("a batch was cancelled half done; exiting without committing it")
+        logging.shutdown()
+        os._exit(70)
+    task.result()
+    if stopping is not None:
+        log.info("drained the batch in flight (%d records); committing its offsets", size)
+        raise stopping

@@ -1,0 +1,494 @@
+"""The hot path: one Faust hop from the agent topics to the log of derived events and the
+projections.
+
+Per batch (``stream.take_events``): decode and record (pure, ``processors.batch``), hand the
+derived events and dead letters to the producer and wait until the broker took them all, then
+log one "logged up to" marker (:class:`DerivedUpTo`) per partition number of the batch, naming
+where its events landed, and wait for it: two round trips per batch, whatever it holds. Then
+apply the derived events to both projections and keep the per-agent states (in memory: they
+are folded back from the derived log when a worker takes a partition over, see
+:mod:`processors.state_fold`). Faust acks the batch only after this returns and flushes the
+producer before it commits offsets, so the order is: log written, marker written, projections
+applied, offsets committed (DESIGN.md, invariants 3 and 7). A crash before the marker leaves
+events that every reader of the log leaves out, and the batch is derived again whole (maybe
+otherwise: a redelivery may interleave the source topics differently), so the projections must
+not have applied the first attempt. A projection that is down pauses the batch and is retried
+with backoff; the batch is never acked past it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+
+from processors.batch import BatchResult, RawRecord, process_batch
+from processors.config import ProcessingConfig
+from processors.embedding import Embedder
+from processors.lifecycle import Deriving
+from processors.recording import AgentMemoryState
+from processors.state_fold import FoldedState
+from processors.summarising import ExtractiveSummariser, Summariser
+from projections.interfaces import (
+    EpisodicMemoryStore,
+    ProjectionError,
+    WorkingMemoryStore,
+    latest_positions,
+)
+from schemas.codec import encode_event
+from schemas.envelope import new_event_id
+from schemas.memory_events import (
+    AgentForgotten,
+    DerivedEvent,
+    DerivedUpTo,
+    LogRange,
+    MemoryRecorded,
+    SourcePosition,
+)
+from schemas.topics import Topics
+from streams.eventlog.publisher import Position
+from streams.privacy.keyring import KeyringError
+from streams.privacy.sealing import RecordSealer
+
+log = logging.getLogger("engram.ingest")
+
+T = TypeVar("T")
+
+
+class SendFn(Protocol):
+    def __call__(
+        self, topic: str, key: bytes | None, value: bytes, partition: int | None
+    ) -> Awaitable[Any]:
+        """Hand a record to the producer (not waiting for delivery: the commit flushes)."""
+
+
+Recover = Callable[[set[int]], Awaitable[tuple[FoldedState, list[DerivedEvent]]]]
+
+
+class DeliveryError(RuntimeError):
+    """The broker did not take a derived record; the batch must not be acknowledged."""
+
+
+@dataclass
+class IngestStats:
+    """Counters for health and logs; cheap to update per batch, never per event."""
+
+    batches: int = 0
+    events: int = 0
+    skipped: int = 0
+    """Redelivered records whose derived events were already in the log."""
+    caught_up: int = 0
+    """Derived events re-applied on takeover because a projection had not applied them."""
+    memories: int = 0
+    lifecycle_events: int = 0
+    """Promotions, summaries, forgettings and consolidation records."""
+    dead_letters: int = 0
+    forgotten_records: int = 0
+    """Records skipped because they were sealed with a forgotten agent's key."""
+    projection_retries: int = 0
+    last_batch_at: float | None = None
+    applied: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def covers(self, positions: Sequence[Position]) -> bool:
+        return all(self.applied.get((p.topic, p.partition), -1) >= p.offset for p in positions)
+
+    async def wait_for(self, positions: Sequence[Position], timeout: float = 30.0) -> None:
+        """Read-your-writes inside one process: until the processors passed every position."""
+        deadline = time.monotonic() + timeout
+        while not self.covers(positions):
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the projections did not apply {len(positions)} records within {timeout}s"
+                )
+            await asyncio.sleep(0.02)
+
+
+Ranges = Mapping[int, LogRange]
+"""Per partition number, where a batch's events landed in one derived topic."""
+
+
+def batch_markers(
+    records: Sequence[RawRecord], items: Ranges, lifecycle: Ranges, at: datetime
+) -> list[DerivedUpTo]:
+    """The markers of a batch whose derived events are all logged: one per partition number,
+    naming the highest offset of every source topic there, records that derived nothing or
+    were skipped included (a tick that derived nothing is then done too), and where the
+    batch's events landed in ``memory.items`` and ``memory.lifecycle``."""
+    upto: dict[int, dict[str, int]] = {}
+    for raw in records:
+        highest = upto.setdefault(raw.partition, {})
+        if highest.get(raw.topic, -1) < raw.offset:
+            highest[raw.topic] = raw.offset
+    return [
+        DerivedUpTo(
+            event_id=new_event_id(),
+            occurred_at=at,
+            partition=partition,
+            upto=tuple(
+                SourcePosition(topic=topic, partition=partition, offset=offset)
+                for topic, offset in sorted(highest.items())
+            ),
+            items=items.get(partition),
+            lifecycle=lifecycle.get(partition),
+        )
+        for partition, highest in sorted(upto.items())
+    ]
+
+
+def logged_ranges(
+    derived: Sequence[DerivedEvent], delivered: Sequence[Any]
+) -> tuple[dict[int, LogRange], dict[int, LogRange]]:
+    """Where the events landed, per partition number, in ``memory.items`` and in
+    ``memory.lifecycle``, from the producer's metadata (``delivered[i]`` is what sending
+    ``derived[i]`` returned). Metadata without an offset leaves its event uncovered: the
+    batch then counts for nothing, never for more than it is."""
+    spans: tuple[dict[int, LogRange], dict[int, LogRange]] = ({}, {})
+    for event, metadata in zip(derived, delivered, strict=False):
+        offset = getattr(metadata, "offset", None)
+        partition = getattr(metadata, "partition", None)
+        if not (isinstance(offset, int) and isinstance(partition, int) and offset >= 0):
+            continue
+        into = spans[0] if isinstance(event, MemoryRecorded) else spans[1]
+        known = into.get(partition)
+        into[partition] = (
+            LogRange(first=offset, last=offset)
+            if known is None
+            else LogRange(first=min(known.first, offset), last=max(known.last, offset))
+        )
+    return spans
+
+
+@dataclass
+class IngestPipeline:
+    config: ProcessingConfig
+    embedder: Embedder
+    topics: Topics
+    working: WorkingMemoryStore
+    episodic: EpisodicMemoryStore | None
+    """None when an episodic projector applies the log instead (Qdrant Edge in another process)."""
+    send: SendFn
+    summariser: Summariser = field(default_factory=ExtractiveSummariser)
+    recover: Recover | None = None
+    """Reads the derived log of partitions back; None for a pipeline that starts empty."""
+    should_stop: Callable[[], bool] = lambda: False
+    max_backoff: float = 5.0
+    stats: IngestStats = field(default_factory=IngestStats)
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held by every batch; :mod:`streams.rebuild.projection_switch` takes it to pause the
+    worker."""
+    sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
+    """Opens sealed input and seals the derived events with their agent's key (none: plain)."""
+
+    def __post_init__(self) -> None:
+        self.config_version = self.config.version(self.embedder.id, self.summariser.id)
+        self.ctx = Deriving(self.config, self.embedder, self.summariser, self.config_version)
+        self.folded = FoldedState(schedule_topic=self.topics.schedule)
+        self._recovered: set[int] = set()
+        self._partition_of: dict[str, int] = {}
+
+    @property
+    def stores(self) -> list[WorkingMemoryStore | EpisodicMemoryStore]:
+        return [self.working] if self.episodic is None else [self.working, self.episodic]
+
+    def load_state(self, agent_id: str) -> AgentMemoryState:
+        return self.folded.states.get(agent_id) or AgentMemoryState()
+
+    async def take_over(self, folded: FoldedState, logged: Sequence[DerivedEvent]) -> None:
+        """Adopt the state folded from the derived log of newly assigned partitions, and bring
+        the projections up to what that log holds (a crash may have cut in between)."""
+        self.folded.states.update(folded.states)
+        self.folded.derived_upto.update(folded.derived_upto)
+        self.folded.logged_upto.update(folded.logged_upto)
+        self.folded.marked |= folded.marked
+        self.folded.log_ends.update(folded.log_ends)
+        for event in logged:
+            if event.source_position is not None:
+                self._partition_of[event.agent_id] = event.source_position.partition
+        applied: dict[tuple[str, int], int] = {}
+        for topic, partition in folded.derived_upto:
+            marks = [await store.applied_offset(topic, partition) for store in self.stores]
+            applied[(topic, partition)] = min(-1 if m is None else m for m in marks)
+        tail = [
+            e
+            for e in logged
+            if e.source_position is None
+            or e.source_position.offset
+            >= applied.get((e.source_position.topic, e.source_position.partition), -1)
+        ]
+        await self.apply(tail)
+        self.stats.caught_up += len(tail)
+        if folded.logged_upto:
+            # A crash between a batch's marker and its advance: the marks move now.
+            logged_upto = dict(folded.logged_upto)
+            await self._on_every_store(lambda store: store.advance(logged_upto))
+
+    def release(self, partitions: set[int]) -> None:
+        """Forget partitions this worker no longer owns: if they come back, their state is
+        folded from the log again, since another worker may have moved it on meanwhile."""
+        self._recovered -= partitions
+        for key in [k for k in self.folded.derived_upto if k[1] in partitions]:
+            del self.folded.derived_upto[key]
+        for key in [k for k in self.folded.logged_upto if k[1] in partitions]:
+            del self.folded.logged_upto[key]
+        self.folded.marked -= partitions
+        for key in [k for k in self.folded.log_ends if k[1] in partitions]:
+            del self.folded.log_ends[key]
+        for agent in [a for a, p in self._partition_of.items() if p in partitions]:
+            del self._partition_of[agent]
+            self.folded.states.pop(agent, None)
+
+    async def _ensure_recovered(self, records: Sequence[RawRecord]) -> None:
+        """Fold the state of partitions seen for the first time before deriving from them.
+
+        Done here, on the processing path, rather than in Faust's assignment signal: Faust's
+        consumer runs in its own thread and can deliver records before that signal's handler
+        has finished.
+        """
+        missing = {r.partition for r in records} - self._recovered
+        if not missing:
+            return
+        if self.recover is not None:
+            folded, logged = await self.recover(missing)
+            await self.take_over(folded, logged)
+            log.info(
+                "took over partitions %s: %d agents, %d derived events, %d re-applied",
+                sorted(missing),
+                len(folded.states),
+                len(logged),
+                self.stats.caught_up,
+            )
+        await self._open_to_markers(missing)
+        self._recovered |= missing
+
+    async def _open_to_markers(self, partitions: set[int]) -> None:
+        """Log a first marker for each partition number that has none, naming what the log
+        holds (the older rule's marks, or nothing): from then on markers rule it, so a crash in
+        this worker's first batch there leaves nothing that counts. Once per partition number
+        in the life of a log."""
+        unmarked = sorted(partitions - self.folded.marked)
+        if not unmarked:
+            return
+        upto, ends = self.folded.derived_upto, self.folded.log_ends
+
+        def held(topic: str, partition: int) -> LogRange | None:
+            end = ends.get((topic, partition))
+            return None if end is None else LogRange(first=0, last=end)
+
+        now = datetime.now(UTC)
+        markers = [
+            DerivedUpTo(
+                event_id=new_event_id(),
+                occurred_at=now,
+                partition=partition,
+                upto=tuple(
+                    SourcePosition(topic=topic, partition=partition, offset=offset)
+                    for (topic, p), offset in sorted(upto.items())
+                    if p == partition
+                ),
+                items=held(self.topics.items, partition),
+                lifecycle=held(self.topics.lifecycle, partition),
+            )
+            for partition in unmarked
+        ]
+        await self._log_markers(markers)
+        self.folded.marked |= set(unmarked)
+
+    async def _log_markers(self, markers: Sequence[DerivedUpTo]) -> None:
+        """Send markers to their partition of ``memory.lifecycle`` and wait until logged."""
+        lifecycle = self.topics.lifecycle
+        await self._await_deliveries(
+            [await self.send(lifecycle, None, encode_event(m), m.partition) for m in markers]
+        )
+
+    def agents_of_partition(self, partition: int) -> list[str]:
+        """The agents a tick of ``partition`` concerns: every agent this worker holds there."""
+        return [a for a, p in self._partition_of.items() if p == partition]
+
+    def derive(self, records: Sequence[RawRecord]) -> BatchResult:
+        return process_batch(
+            records,
+            self.load_state,
+            ctx=self.ctx,
+            failed_at=datetime.now(UTC),
+            agents_of_partition=self.agents_of_partition,
+            opener=self.sealer,
+        )
+
+    async def handle(self, records: Sequence[RawRecord]) -> BatchResult:
+        """One batch, under the write lock, so a projection switch (which takes the lock to
+        pause this worker) never falls in the middle of a batch."""
+        async with self.write_lock:
+            return await self._handle(records)
+
+    async def _handle(self, records: Sequence[RawRecord]) -> BatchResult:
+        await self._ensure_recovered(records)
+        await self._with_keyring(self._prepare_keys, records)
+        upto = self.folded.derived_upto
+        fresh = [r for r in records if r.offset > upto.get((r.topic, r.partition), -1)]
+        if self.summariser.blocking:
+            # A summariser that waits on a network must not stall the consumer's heartbeats.
+            result = await asyncio.to_thread(self.derive, fresh)
+        else:
+            result = self.derive(fresh)
+        deliveries = await self._send(result.derived)
+        for letter in result.dead_letters:
+            log.warning(
+                "dead letter",
+                extra={
+                    "topic": letter.topic,
+                    "partition": letter.partition,
+                    "offset": letter.offset,
+                    "reason": letter.reason,
+                },
+            )
+            key = base64.b64decode(letter.key_b64) if letter.key_b64 else None
+            deliveries.append(
+                await self.send(self.topics.deadletter, key, encode_event(letter), None)
+            )
+        # The log is the truth: the batch is done only once the broker has every derived record,
+        # and readers count it only once its markers follow them. Only then do the projections
+        # apply it: a batch cut short is derived again, maybe otherwise (a redelivery may
+        # interleave the source topics differently), and they must not hold the first try.
+        delivered = await self._await_deliveries(deliveries)
+        items, lifecycle = logged_ranges(result.derived, delivered)
+        markers = batch_markers(records, items, lifecycle, datetime.now(UTC))
+        await self._log_markers(markers)
+        await self.apply(result.derived)
+        await self.advance_past(records, result.derived)
+        self.folded.states.update(result.states)
+        partition_of = self._partition_of
+        for event in result.derived:
+            if event.source_position is not None:
+                partition_of[event.agent_id] = event.source_position.partition
+        for raw in fresh:
+            if upto.get((raw.topic, raw.partition), -1) < raw.offset:
+                upto[(raw.topic, raw.partition)] = raw.offset
+        await self._forget_agents(result)
+        self.stats.skipped += len(records) - len(fresh)
+        self._count(records, result)
+        return result
+
+    async def _prepare_keys(self, records: Sequence[RawRecord]) -> None:
+        await self.sealer.refresh()
+        await self.sealer.prepare_open(r.value for r in records)
+
+    async def _with_keyring(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """A keyring that is down (by default it lives in the projections' Redis) pauses the
+        batch like a projection that is down: retried with backoff, never skipped."""
+        return await self._retrying("keyring", lambda: call(*args))
+
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``call`` until a backend that is down is back (backoff up to ``max_backoff``),
+        instead of losing the batch, unless the worker is stopping."""
+        delay = 0.1
+        while True:
+            try:
+                return await call()
+            except (ProjectionError, KeyringError) as exc:
+                if self.should_stop():
+                    raise
+                self.stats.projection_retries += 1
+                log.warning("%s unavailable, retrying in %.1fs: %s", what, delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.max_backoff)
+
+    async def _forget_agents(self, result: BatchResult) -> None:
+        """Delete the keys of the agents the batch forgot, once their erasure is logged and
+        applied, and drop what this worker holds of them. A crash before this redelivers the
+        command, which does it again (deleting keys is idempotent)."""
+        for agent, key_ids in result.forgotten_agents.items():
+            keyring = self.sealer.keyring
+            if keyring is not None and key_ids:
+                deleted = await self._with_keyring(keyring.forget, agent, key_ids)
+                log.info("forgot agent", extra={"agent_id": agent, "keys_deleted": deleted})
+            self.sealer.forget(agent, key_ids)
+            if agent not in result.states:
+                self.folded.states.pop(agent, None)
+                self._partition_of.pop(agent, None)
+        self.stats.forgotten_records += result.forgotten_records
+
+    async def _send(self, events: Sequence[DerivedEvent]) -> list[Any]:
+        """Hand derived events to the producer, each to its source's partition number."""
+        send, items, lifecycle = self.send, self.topics.items, self.topics.lifecycle
+        sealer = self.sealer
+        agents = {e.agent_id for e in events if not isinstance(e, AgentForgotten)}
+        await self._with_keyring(sealer.prepare_seal, agents)
+        deliveries: list[Any] = []
+        # Sequential awaits: each only enqueues, and no Task is made per record.
+        for event in events:
+            position = event.source_position
+            delivery = await send(
+                items if isinstance(event, MemoryRecorded) else lifecycle,
+                event.agent_id.encode("utf-8"),
+                # What erases an agent must stay readable once its keys are gone.
+                encode_event(event)
+                if isinstance(event, AgentForgotten)
+                else sealer.seal(event.agent_id, encode_event(event)),
+                position.partition if position is not None else None,
+            )
+            deliveries.append(delivery)
+        return deliveries
+
+    @staticmethod
+    async def _await_deliveries(deliveries: Sequence[Any]) -> list[Any]:
+        """The producer's metadata of every record; raise unless the broker took them all (a
+        producer flush never raises, so a failed delivery would otherwise go unnoticed)."""
+        results = await asyncio.gather(*deliveries, return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            raise DeliveryError(f"{len(failed)} derived records were not delivered: {failed[0]!r}")
+        return results
+
+    async def apply(self, events: Sequence[DerivedEvent]) -> None:
+        """Apply to both projections; retry while a backend is down instead of losing the batch."""
+        if not events:
+            return
+        await self._on_every_store(lambda store: store.apply(events))
+
+    async def _on_every_store(
+        self, write: Callable[[WorkingMemoryStore | EpisodicMemoryStore], Awaitable[None]]
+    ) -> None:
+        """Run ``write`` on both projections, retried while a backend is down."""
+
+        async def on_both() -> None:
+            await asyncio.gather(*(write(store) for store in self.stores))
+
+        await self._retrying("projection", on_both)
+
+    async def advance_past(
+        self, records: Sequence[RawRecord], derived: Sequence[DerivedEvent]
+    ) -> None:
+        """Move every store's applied offsets past the batch's records that left it nothing to
+        apply (dead letters, retrievals, most ticks, records already derived), so that a
+        read-your-writes wait on them completes. Called once the batch is applied and logged:
+        a store then skips any older event as the replay it is. Partitions whose last record
+        derived something were moved by ``apply`` already and cost nothing here."""
+        moved = latest_positions(derived)
+        behind: dict[tuple[str, int], int] = {}
+        for raw in records:
+            key = (raw.topic, raw.partition)
+            if raw.offset > max(moved.get(key, -1), behind.get(key, -1)):
+                behind[key] = raw.offset
+        if not behind:
+            return
+        await self._on_every_store(lambda store: store.advance(behind))
+
+    def _count(self, records: Sequence[RawRecord], result: BatchResult) -> None:
+        stats = self.stats
+        stats.batches += 1
+        stats.events += len(records)
+        stats.memories += sum(1 for e in result.derived if isinstance(e, MemoryRecorded))
+        stats.lifecycle_events += sum(
+            1 for e in result.derived if not isinstance(e, MemoryRecorded)
+        )
+        stats.dead_letters += len(result.dead_letters)
+        stats.last_batch_at = time.time()
+        for raw in records:
+            key = (raw.topic, raw.partition)
+            if stats.applied.get(key, -1) < raw.offset:
+                stats.applied[key] = raw.offset

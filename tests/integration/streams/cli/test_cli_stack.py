@@ -1,0 +1,137 @@
+"""The README's own flow: ``engram up``, publish and retrieve from the command line, SIGTERM."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streams.runtime.devstack.ports import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+ENGRAM = [sys.executable, "-m", "streams.cli.main"]
+
+
+@contextlib.contextmanager
+def engram_up(
+    data_dir: Path, port: int, workers: int
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``engram up`` running until its banner says it is up; killed if a test leaves it."""
+    env = {**os.environ, "ENGRAM_DATA_DIR": str(data_dir)}
+    up = subprocess.Popen(
+        [*ENGRAM, "up", "--port", str(port), "--workers", str(workers)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert up.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 90
+        while not any("Ctrl-C stops" in line for line in lines):
+            assert time.monotonic() < deadline, "".join(lines)
+            assert up.poll() is None, "".join(lines) + up.stdout.read()
+            lines.append(up.stdout.readline())
+        yield up, "".join(lines)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait(10)
+        if up.stdout is not None:
+            up.stdout.close()
+
+
+def retrieve_when_ready(port: int, env: dict[str, str], timeout: float) -> list[Any]:
+    """H001's memories through ``engram retrieve``, polled until there are some (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = subprocess.run(
+            [*ENGRAM, "retrieve", "H001", "--year", "3", "--url", f"http://127.0.0.1:{port}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        results: list[Any] = json.loads(got.stdout)["results"]
+        if results or time.monotonic() > deadline:
+            return results
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_up_publish_retrieve_stop_and_up_again(tmp_path: Path, workers: int) -> None:
+    """With 2 workers, episodic memory is written by the projector from the log. A second
+    ``engram up`` keeps the memories of the first."""
+    port = free_port()
+    env = {**os.environ, "ENGRAM_DATA_DIR": str(tmp_path)}
+    with engram_up(tmp_path, port, workers) as (up, banner):
+        bootstrap = re.search(r"kafka bootstrap\s+(\S+)", banner)
+        assert bootstrap, banner
+        cli_env = {**env, "ENGRAM_KAFKA_BOOTSTRAP": bootstrap.group(1)}
+        published = subprocess.run(
+            [
+                *ENGRAM,
+                "publish",
+                "H001",
+                "Year 2: A major flood caused $80,000 in damages",
+                "--kind",
+                "flood.major",
+                "--agent-type",
+                "household",
+                "--year",
+                "2",
+            ],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert json.loads(published.stdout)["topic"] == "agent.observations"
+        results = retrieve_when_ready(port, env, timeout=30)
+        assert results[0]["importance"] == 0.9
+        assert results[0]["store"] == "episodic"
+        assert results[0]["score"] == pytest.approx(0.9 * 0.95)
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(60) == 0
+    assert (tmp_path / "archive" / "manifest.json").exists()
+
+    # The broker kept its log in memory; the next run restores it from the archive, and the
+    # processors rebuild the projections from it: the memory is still there.
+    port = free_port()
+    with engram_up(tmp_path, port, workers) as (up, banner):
+        assert "restoring the log" in banner
+        again = retrieve_when_ready(port, env, timeout=60)
+        assert [(m["memory_id"], m["score"]) for m in again] == [
+            (m["memory_id"], m["score"]) for m in results
+        ]
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(60) == 0
+
+
+def test_up_stops_when_a_worker_process_dies(tmp_path: Path) -> None:
+    with engram_up(tmp_path, free_port(), 2) as (up, _):
+        children = Path(f"/proc/{up.pid}/task/{up.pid}/children").read_text().split()
+        workers = [
+            int(pid)
+            for pid in children
+            if "worker" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        ]
+        assert len(workers) == 2, children
+        os.kill(workers[0], signal.SIGKILL)
+        assert up.wait(60) == 2
+        assert up.stdout is not None
+        assert "a worker process exited" in up.stdout.read()

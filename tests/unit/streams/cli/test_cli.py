@@ -1,0 +1,157 @@
+"""The command line answers bad input and unreachable servers with one readable line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from typer.testing import CliRunner
+
+from streams.cli.main import app
+from streams.runtime.devstack.ports import free_port
+
+runner = CliRunner()
+
+
+def closed_port() -> int:
+    return free_port()  # nothing listens there once the probe socket is closed
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["publish", "H1", "x"], {}, "ENGRAM_KAFKA_BOOTSTRAP"),
+        (
+            ["publish", "bad id", "x", "--importance", "3"],
+            {"ENGRAM_KAFKA_BOOTSTRAP": "x:1"},
+            "importance: Input should be less than or equal to 1",
+        ),
+        (
+            ["publish", "H1", "x", "--type", "decision"],
+            {"ENGRAM_KAFKA_BOOTSTRAP": "x:1"},
+            "needs --skill",
+        ),
+        (["retrieve", "H1", "--mode", "psychic"], {}, "invalid retrieval: mode: Input should be"),
+        (["retrieve", "H1", "--mode", "relevance"], {}, "give a query"),
+        (["retrieve", "H1", "--kind", "dream"], {}, "invalid retrieval: filter.kinds.0"),
+        (
+            ["retrieve", "H1", "--step-from", "9", "--step-to", "2"],
+            {},
+            "invalid retrieval: filter: step_from (9)",
+        ),
+        (["retrieve", "H1", "--weight", "recency=1"], {}, "--weight applies to --mode weighted"),
+        (
+            ["retrieve", "H1", "--mode", "weighted", "--weight", "recency=lots"],
+            {},
+            "--weight: 'recency=lots' is not name=number",
+        ),
+        (
+            ["retrieve", "H1", "--mode", "weighted", "--weight", "luck=1"],
+            {},
+            "invalid retrieval: weights.luck: Extra inputs are not permitted",
+        ),
+        (
+            ["retrieve", "H1", "--mode", "generative", "--query", "x", "--weight", "recency=-1"],
+            {},
+            "invalid retrieval: generative.recency",
+        ),
+        (["worker"], {}, "cluster mode needs"),
+        (["worker"], {"ENGRAM_PARTITIONS": "zero"}, "partitions: Input should be a valid integer"),
+    ],
+)
+def test_bad_input_is_one_readable_error(
+    args: list[str], env: dict[str, str], message: str
+) -> None:
+    result = runner.invoke(app, args, env=env)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert "errors.pydantic.dev" not in result.output
+
+
+def test_an_unreachable_query_service_is_named() -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
+    result = runner.invoke(app, ["retrieve", "H1", "--url", url])
+    assert result.exit_code == 2
+    assert f"cannot reach the query service at {url}" in result.output
+    assert "Exit" not in result.output
+
+
+def test_schemas_are_exported(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["schemas", "export", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    listed = result.output.split()
+    assert str(tmp_path / "observation.v1.schema.json") in listed
+    assert all(Path(p).exists() for p in listed)
+
+
+class _RecordingService(BaseHTTPRequestHandler):
+    """Answers every retrieval with no memories and keeps the bodies it was sent."""
+
+    bodies: ClassVar[list[dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.bodies.append(body)
+        answer = json.dumps(
+            {
+                "agent_id": "H1",
+                "mode": body["mode"],
+                "clock": {"axis": "year", "now": 0},
+                "working_count": 0,
+                "episodic_count": 0,
+                "results": [],
+                "took_ms": 0.1,
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def service_url() -> Iterator[str]:
+    server = HTTPServer(("127.0.0.1", 0), _RecordingService)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _RecordingService.bodies.clear()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("mode_args", "field", "expected"),
+    [
+        (
+            ["--mode", "weighted", "--query", "flood"],
+            "weights",
+            {"recency": 0.1, "relevance": 0.6},
+        ),
+        (["--mode", "generative", "--query", "flood"], "generative", {"recency": 0.1}),
+    ],
+)
+def test_weights_and_step_filters_reach_the_request(
+    service_url: str, mode_args: list[str], field: str, expected: dict[str, float]
+) -> None:
+    weights = [arg for name, value in expected.items() for arg in ("--weight", f"{name}={value}")]
+    steps = ["--step-from", "2", "--step-to", "9"]
+    result = runner.invoke(
+        app, ["retrieve", "H1", *mode_args, *weights, *steps, "--url", service_url]
+    )
+    assert result.exit_code == 0, result.output
+    [body] = _RecordingService.bodies
+    assert {k: body[field][k] for k in expected} == expected
+    assert (body["filter"]["step_from"], body["filter"]["step_to"]) == (2, 9)
