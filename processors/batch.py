@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Literal, Protocol, assert_never
 
 from processors.lifecycle import Deriving, on_agent_event, on_retrieval, on_tick
 from processors.recording import AgentMemoryState
-from schemas.agent_events import AgentEvent
+from schemas.agent_events import AgentEvent, Decision, Feedback, Observation
 from schemas.codec import DecodeError, decode_agent_event, decode_retrieval, decode_schedule
 from schemas.deadletter import DeadLetter
 from schemas.memory_events import (
@@ -56,8 +56,7 @@ FORGOTTEN = "forgotten"
 
 class RecordOpener(Protocol):
     """Turns a record's value into event bytes: the identity, or :mod:`streams.privacy.sealing`,
-    which
-    decrypts sealed records (keys fetched before the batch) and raises ``forgotten``."""
+    which decrypts sealed records (keys fetched before the batch) and raises ``forgotten``."""
 
     def open(self, raw: bytes) -> bytes: ...
 
@@ -94,11 +93,15 @@ def _decode(
     if raw.value is None:
         raise DecodeError("empty", "record has no value (a tombstone?)")
     value = opener.open(raw.value)
-    if raw.kind == "tick":
-        return decode_schedule(value)
-    if raw.kind == "retrieval":
-        return decode_retrieval(value)
-    return decode_agent_event(value, expected_type=raw.expected_type)
+    match raw.kind:
+        case "tick":
+            return decode_schedule(value)
+        case "retrieval":
+            return decode_retrieval(value)
+        case "agent":
+            return decode_agent_event(value, expected_type=raw.expected_type)
+        case _:
+            assert_never(raw.kind)
 
 
 def agent_forgotten(command: ForgetAgent, position: SourcePosition) -> AgentForgotten:
@@ -143,58 +146,93 @@ def process_batch(
 ) -> BatchResult:
     """Derive from a batch in record order. ``agents_of_partition`` names the agents a tick
     of that partition concerns, besides those this batch already touched."""
-    result = BatchResult()
-    touched_in: dict[int, set[str]] = {}
-    opener = opener or PlainRecords()
+    batch = _Batch(load_state, ctx, agents_of_partition, opener or PlainRecords())
     for raw in records:
         position = SourcePosition(topic=raw.topic, partition=raw.partition, offset=raw.offset)
         try:
-            event = _decode(raw, opener)
+            event = _decode(raw, batch.opener)
         except DecodeError as exc:
-            if exc.kind == FORGOTTEN:
-                result.forgotten_records += 1
-                continue
-            result.dead_letters.append(
-                DeadLetter(
-                    reason=exc.reason + _cut_note(raw),
-                    error_kind=exc.kind,
-                    topic=raw.topic,
-                    partition=raw.partition,
-                    offset=raw.offset,
-                    key_b64=DeadLetter.b64(_kept(raw.key)),
-                    value_b64=DeadLetter.b64(_kept(raw.value)) or "",
-                    failed_at=failed_at,
-                )
+            batch.refuse(raw, exc, failed_at)
+            continue
+        match event:
+            case ForgetAgent():
+                batch.forget(event, position)
+            case ScheduleTick():
+                batch.tick(event, position)
+            case MemoryRetrieved():
+                batch.retrieval(event)
+            case Observation() | Decision() | Feedback():
+                batch.agent_event(event, position)
+            case _:
+                assert_never(event)
+    return batch.result
+
+
+@dataclass
+class _Batch:
+    """One batch in progress: what it derived so far, and which agents each partition's
+    records touched (a tick concerns them too)."""
+
+    load_state: Callable[[str], AgentMemoryState]
+    ctx: Deriving
+    agents_of_partition: Callable[[int], Iterable[str]]
+    opener: RecordOpener
+    result: BatchResult = field(default_factory=BatchResult)
+    touched_in: dict[int, set[str]] = field(default_factory=dict)
+
+    def refuse(self, raw: RawRecord, exc: DecodeError, failed_at: datetime) -> None:
+        """A record that does not decode: a dead letter, unless its agent was forgotten."""
+        if exc.kind == FORGOTTEN:
+            self.result.forgotten_records += 1
+            return
+        self.result.dead_letters.append(
+            DeadLetter(
+                reason=exc.reason + _cut_note(raw),
+                error_kind=exc.kind,
+                topic=raw.topic,
+                partition=raw.partition,
+                offset=raw.offset,
+                key_b64=DeadLetter.b64(_kept(raw.key)),
+                value_b64=DeadLetter.b64(_kept(raw.value)) or "",
+                failed_at=failed_at,
             )
-            continue
-        if isinstance(event, ForgetAgent):
-            agent = event.agent_id
-            opener.forget(agent, event.key_ids)
-            result.derived.append(agent_forgotten(event, position))
-            result.states.pop(agent, None)
-            result.forgotten_agents[agent] = event.key_ids
-            for touched in touched_in.values():
-                touched.discard(agent)
-            continue
-        if isinstance(event, ScheduleTick):
-            agents = set(agents_of_partition(raw.partition)) | touched_in.get(raw.partition, set())
-            agents -= set(result.forgotten_agents)
-            states = {a: result.states.get(a) or load_state(a) for a in agents}
-            derived, changed = on_tick(event, states, ctx, position)
-            result.derived.extend(derived)
-            result.states.update(changed)
-            continue
-        agent = event.agent_id
-        state = result.states.get(agent) or (
-            AgentMemoryState() if agent in result.forgotten_agents else load_state(agent)
         )
-        if isinstance(event, MemoryRetrieved):
-            updated = on_retrieval(event, state)
-            if updated is not state:
-                result.states[agent] = updated
-            continue
-        outcome = on_agent_event(event, state, ctx, position)
-        result.states[agent] = outcome.state
-        result.derived.extend(outcome.events)
-        touched_in.setdefault(raw.partition, set()).add(agent)
-    return result
+
+    def forget(self, command: ForgetAgent, position: SourcePosition) -> None:
+        result, agent = self.result, command.agent_id
+        self.opener.forget(agent, command.key_ids)
+        result.derived.append(agent_forgotten(command, position))
+        result.states.pop(agent, None)
+        result.forgotten_agents[agent] = command.key_ids
+        for touched in self.touched_in.values():
+            touched.discard(agent)
+
+    def tick(self, tick: ScheduleTick, position: SourcePosition) -> None:
+        result, partition = self.result, position.partition
+        agents = set(self.agents_of_partition(partition)) | self.touched_in.get(partition, set())
+        agents -= set(result.forgotten_agents)
+        states = {a: result.states.get(a) or self.load_state(a) for a in agents}
+        derived, changed = on_tick(tick, states, self.ctx, position)
+        result.derived.extend(derived)
+        result.states.update(changed)
+
+    def _state_of(self, agent: str) -> AgentMemoryState:
+        """The agent's state as this batch left it; a forgotten agent's starts afresh."""
+        result = self.result
+        return result.states.get(agent) or (
+            AgentMemoryState() if agent in result.forgotten_agents else self.load_state(agent)
+        )
+
+    def retrieval(self, retrieval: MemoryRetrieved) -> None:
+        agent = retrieval.agent_id
+        state = self._state_of(agent)
+        updated = on_retrieval(retrieval, state)
+        if updated is not state:
+            self.result.states[agent] = updated
+
+    def agent_event(self, event: AgentEvent, position: SourcePosition) -> None:
+        agent = event.agent_id
+        outcome = on_agent_event(event, self._state_of(agent), self.ctx, position)
+        self.result.states[agent] = outcome.state
+        self.result.derived.extend(outcome.events)
+        self.touched_in.setdefault(position.partition, set()).add(agent)

@@ -1,7 +1,7 @@
 """The versioned configuration of processing: profiles per agent type, routing and capacities.
 
 A derived event records ``config_version``, a hash of this configuration and the embedder, so a
-replay or a reprocess can tell which rules produced a memory (DESIGN.md, invariant 2).
+replay or a reprocess can tell which rules produced a memory (streams/README.md, invariant 2).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Importance of an agent event, with the inputs that produced it.
 
-Order of precedence: an explicit ``importance`` on the event; else the event-type table of seed
-004_b17958cd3fbe918a.txt (sections 5.2 and 10: major flood 0.9, elevate 0.8, ...); else
-``emotional weight x source weight`` of seed 003_534f01cf6e2c2ecf.txt (section 1.C), with the
-emotion and source classified by keywords as that seed's engine does.
+Order of precedence: an explicit ``importance`` on the event; else the event-type table of
+seed 004 (sections 5.2 and 10: major flood 0.9, elevate 0.8, ...); else ``emotional weight x
+source weight`` of seed 003 (section 1.C), with the emotion and source classified by keywords
+as that seed's engine does.
 """
 
 from __future__ import annotations

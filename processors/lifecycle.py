@@ -1,7 +1,7 @@
 """Memory over time, as events: year-end consolidation, L1/L2 summaries and utility pruning.
 
-Pure functions of an agent's state and the event that triggers them, so the live path, a
-reprocess and the tests all decide the same (DESIGN.md, invariant 2). Two clocks trigger them:
+Pure functions of an agent's state and the event that triggers them, so the live path, a reprocess
+and the tests all decide the same (streams/README.md, invariant 2). Two clocks trigger them:
 
 * **simulation time**, read from the agent's own stream: when an event carries a later step (or,
   without steps, a later year) than the agent's clock, the session that just ended is closed

@@ -1,10 +1,10 @@
 """From an agent event to the derived events that change memory: the processor's pure core.
 
-``record`` is ``(event, state) -> (events, new state)``: it scores importance, routes, embeds,
-reads surprise (:mod:`processors.surprise`, carried on the recording) and applies the
-capacities of seed 004_b17958cd3fbe918a.txt (working memory 10 items, FIFO; episodic 50
-items, the least important evicted first, as ``max_longterm`` of seed 003). Every
-eviction is a :class:`MemoryForgotten` event, so projections only apply what the log says.
+``record`` is ``(event, state) -> (events, new state)``: it scores importance, routes, embeds, reads
+surprise (:mod:`processors.surprise`, carried on the recording) and applies the capacities of seed
+004 (working memory 10 items, FIFO; episodic 50 items, the least important evicted first, as
+``max_longterm`` of seed 003). Every eviction is a :class:`MemoryForgotten` event, so projections
+only apply what the log says.
 """
 
 from __future__ import annotations

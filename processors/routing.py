@@ -1,6 +1,6 @@
 """Where a memory goes: episodic when important enough, else working memory.
 
-Threshold 0.7 by default (seed 004_b17958cd3fbe918a.txt, section 2.3: ``importance >= 0.7``).
+Threshold 0.7 by default (seed 004, section 2.3: ``importance >= 0.7``).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from processors.embedding import keywords
+from schemas.errors import EngramError
 
 INSTALL_HINT = "pip install torch==2.13.0 && pip install -e '.[semantic]'"
 """torch first: with no torch installed, resolving sentence-transformers takes the newest torch
@@ -37,7 +38,7 @@ _OFFLINE_ENVIRONMENT = {
 }
 
 
-class SemanticExtraMissingError(RuntimeError):
+class SemanticExtraMissingError(EngramError, RuntimeError):
     """The ``semantic`` extra is not installed; the message names the command that installs it."""
 
 

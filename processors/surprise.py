@@ -1,4 +1,4 @@
-"""Surprise and arousal from an agent's own event stream (seed 003_534f01cf6e2c2ecf.txt).
+"""Surprise and arousal from an agent's own event stream (seed 003).
 
 Three strategies behind one protocol (seed 003, section 2b, P1 ``SurpriseStrategy``), each a
 pure ``observe(state, event) -> (reading, new state)`` over an immutable state that travels in

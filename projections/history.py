@@ -21,11 +21,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, get_args
+from typing import Literal, assert_never, get_args
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from schemas.envelope import AgentId
+from schemas.errors import BackendUnavailableError
 from schemas.memory_events import (
     AgentForgotten,
     ConsolidationCompleted,
@@ -69,7 +70,7 @@ _TOPIC_RANK: dict[EntryKind, int] = {
 """Rank of the topic each kind is written to (items, lifecycle, access), by the topic contract."""
 
 
-class LogUnavailableError(RuntimeError):
+class LogUnavailableError(BackendUnavailableError):
     """The event log cannot be read; the message says where and why."""
 
 
@@ -168,74 +169,83 @@ def _entry(logged: PositionedEvent) -> TimelineEntry:
 
 
 def _describe(event: LoggedEvent) -> tuple[EntryKind, str | None, tuple[str, ...], str]:
-    if isinstance(event, MemoryRecorded):
-        kind = f" ({event.kind})" if event.kind else ""
-        return (
-            "recorded",
-            event.memory_id,
-            (),
-            f"into {event.destination}, importance {event.importance:.2f}{kind}: "
-            f'"{preview(event.content)}"',
-        )
-    if isinstance(event, MemoryPromoted):
-        decision = event.decision
-        return (
-            "promoted",
-            event.memory_id,
-            (event.promoted_from,),
-            f"copied to {event.destination} from {short(event.promoted_from)} "
-            f"({decision.rule} rule, year {decision.consolidated_year}), importance "
-            f'{event.importance:.2f}: "{preview(event.content)}"',
-        )
-    if isinstance(event, MemorySummarised):
-        n = len(event.summarises)
-        return (
-            "summarised",
-            event.memory_id,
-            event.summarises,
-            f"L{event.level} summary of {n} {'memory' if n == 1 else 'memories'} "
-            f'({event.trigger}) into {event.destination}: "{preview(event.content)}"',
-        )
-    if isinstance(event, MemoryForgotten):
-        level = f" L{event.level}" if event.level else ""
-        why: str = event.reason
-        if event.mus is not None:
-            mus = event.mus
-            why = (
-                f"utility: MUS {mus.score:.3f}, threshold {mus.threshold:.3f}, "
-                f"{mus.retrievals} retrievals"
+    """The entry's kind, memory id, related ids and text. Every event type is named: one the
+    timeline does not know fails mypy (``assert_never``) and raises, never renders as another."""
+    match event:
+        case MemoryRecorded():
+            kind = f" ({event.kind})" if event.kind else ""
+            return (
+                "recorded",
+                event.memory_id,
+                (),
+                f"into {event.destination}, importance {event.importance:.2f}{kind}: "
+                f'"{preview(event.content)}"',
             )
-        return ("forgotten", event.memory_id, (), f"left {event.destination}{level} ({why})")
-    if isinstance(event, ConsolidationCompleted):
-        outcomes = [c.outcome for c in event.considered]
-        return (
-            "consolidated",
-            None,
-            event.promoted,
-            f"year {event.consolidated_year} consolidated: {len(outcomes)} considered, "
-            f"{outcomes.count('promoted')} promoted, {outcomes.count('burned')} burned; "
-            f"after: working {event.working_after}, episodic {event.episodic_after}",
+        case MemoryPromoted():
+            decision = event.decision
+            return (
+                "promoted",
+                event.memory_id,
+                (event.promoted_from,),
+                f"copied to {event.destination} from {short(event.promoted_from)} "
+                f"({decision.rule} rule, year {decision.consolidated_year}), importance "
+                f'{event.importance:.2f}: "{preview(event.content)}"',
+            )
+        case MemorySummarised():
+            n = len(event.summarises)
+            return (
+                "summarised",
+                event.memory_id,
+                event.summarises,
+                f"L{event.level} summary of {n} {'memory' if n == 1 else 'memories'} "
+                f'({event.trigger}) into {event.destination}: "{preview(event.content)}"',
+            )
+        case MemoryForgotten():
+            return ("forgotten", event.memory_id, (), _forgotten_text(event))
+        case ConsolidationCompleted():
+            outcomes = [c.outcome for c in event.considered]
+            return (
+                "consolidated",
+                None,
+                event.promoted,
+                f"year {event.consolidated_year} consolidated: {len(outcomes)} considered, "
+                f"{outcomes.count('promoted')} promoted, {outcomes.count('burned')} burned; "
+                f"after: working {event.working_after}, episodic {event.episodic_after}",
+            )
+        case AgentForgotten():
+            # What was erased is not named: the entry must not say more than the log still can.
+            keys = len(event.key_ids)
+            return (
+                "agent_forgotten",
+                None,
+                (),
+                f"agent forgotten: every memory left the projections, {keys} sealing "
+                f"{'key' if keys == 1 else 'keys'} deleted",
+            )
+        case MemoryRetrieved():
+            ids = tuple(r.memory_id for r in sorted(event.results, key=lambda r: r.rank))
+            return ("retrieved", None, ids, _retrieved_text(event, ids))
+        case _:
+            assert_never(event)
+
+
+def _forgotten_text(event: MemoryForgotten) -> str:
+    level = f" L{event.level}" if event.level else ""
+    why: str = event.reason
+    if event.mus is not None:
+        mus = event.mus
+        why = (
+            f"utility: MUS {mus.score:.3f}, threshold {mus.threshold:.3f}, "
+            f"{mus.retrievals} retrievals"
         )
-    if isinstance(event, AgentForgotten):
-        # What was erased is not named: the entry must not say more than the log still can.
-        keys = len(event.key_ids)
-        return (
-            "agent_forgotten",
-            None,
-            (),
-            f"agent forgotten: every memory left the projections, {keys} sealing "
-            f"{'key' if keys == 1 else 'keys'} deleted",
-        )
-    ids = tuple(r.memory_id for r in sorted(event.results, key=lambda r: r.rank))
+    return f"left {event.destination}{level} ({why})"
+
+
+def _retrieved_text(event: MemoryRetrieved, ids: tuple[str, ...]) -> str:
     listed = ", ".join(short(i) for i in ids[:LISTED_IDS])
     more = f" +{len(ids) - LISTED_IDS} more" if len(ids) > LISTED_IDS else ""
     returned = f"{len(ids)} returned: {listed}{more}" if ids else "nothing returned"
-    return (
-        "retrieved",
-        None,
-        ids,
-        f"{event.mode} retrieval, {returned} ({event.took_ms:.1f} ms)",
-    )
+    return f"{event.mode} retrieval, {returned} ({event.took_ms:.1f} ms)"
 
 
 def preview(content: str, limit: int = PREVIEW_CHARS) -> str:

@@ -23,10 +23,11 @@ import numpy as np
 from processors.lexical import SparseQuery
 from projections.memory import StoredMemory
 from projections.retrieval.filters import MemoryFilter
+from schemas.errors import BackendUnavailableError
 from schemas.memory_events import DerivedEvent, SourcePosition, SurpriseReading
 
 
-class ProjectionError(RuntimeError):
+class ProjectionError(BackendUnavailableError):
     """A projection backend failed (unreachable, refused); the message says which and why."""
 
 

@@ -8,9 +8,21 @@ working memory of one version with the episodic memory of another.
 
 Processes that write projections (workers, the episodic projector) and processes that read
 them (query services) register here with a heartbeat, saying which version they use. The
-heartbeats let a switch wait for writers to pause (the *fence*, see :mod:`streams.rebuild.replay`)
-and
-let a drop wait until nobody uses the old version any more.
+heartbeats let a switch wait for writers to pause and let a drop wait until nobody uses the old
+version any more.
+
+This module owns the whole switch protocol, so it can be read in one place:
+
+* the *pointer* (:meth:`ProjectionVersions.active`, :meth:`ProjectionVersions.activate`);
+* the *write lock* (:class:`WriteLock`): one per process, held by every write batch (a
+  worker's batch, the episodic projector's fetch), so a pause never falls inside a batch;
+* the *fence*: a switch (:func:`fenced`, run by :mod:`streams.rebuild.replay`) raises it with a
+  TTL and waits until every writer says it paused for it; a writer that sees it
+  (:func:`obey_fence`, run by :mod:`streams.rebuild.projection_switch`) takes its write lock,
+  which waits for the batch in flight, heartbeats that it paused, and lets the next batch
+  through only once the fence is lowered and it has followed the pointer. A fence that is
+  never lowered (the switch died) expires with its TTL, and a writer gives up a pause after
+  ``max_pause`` anyway: a dead switch must not stop the writers for good.
 
 Without a pointer the active version is the unversioned layout (namespace ``{base}``,
 collection ``{collection}``), so a store built before versions existed keeps working.
@@ -24,9 +36,12 @@ version must write there, under that group, with that configuration
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,17 +49,27 @@ import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from projections.interfaces import ProjectionError
+from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
+from schemas.errors import EngramError
 
 __all__ = [
     "DerivedLog",
     "Member",
+    "OpenStores",
+    "ProjectionStores",
     "ProjectionVersion",
     "ProjectionVersions",
     "Role",
+    "SwitchError",
     "VersionInfo",
     "VersionState",
+    "WriteLock",
+    "fenced",
+    "obey_fence",
+    "wait_until_unused",
 ]
+
+log = logging.getLogger("engram.projection_versions")
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 """Valid in a Redis namespace, a Qdrant collection name and a directory name alike."""
@@ -64,6 +89,15 @@ class ProjectionVersion:
     @property
     def label(self) -> str:
         return self.name or "(unversioned)"
+
+
+ProjectionStores = tuple[WorkingMemoryStore, EpisodicMemoryStore | None]
+"""The stores of one projection version as a process opens them: its working memory, and its
+episodic memory unless the process needs none there (a worker whose episodic memory a
+projector writes, an inactive version whose episodic store was never made)."""
+
+OpenStores = Callable[[ProjectionVersion], Awaitable[ProjectionStores]]
+"""Opens the stores of a projection version (the caller closes them)."""
 
 
 @dataclass(frozen=True)
@@ -313,3 +347,106 @@ class ProjectionVersions:
             return await awaitable
         except RedisError as exc:
             raise ProjectionError(f"redis (projection versions): {exc}") from exc
+
+
+class SwitchError(EngramError, RuntimeError):
+    """The new version was built but could not be switched to; the message says why."""
+
+
+class WriteLock:
+    """The lock of one process's projection writes. Every write batch holds it from start to
+    end (:meth:`batch`); a fence pauses the process's writers by taking it (:meth:`paused`),
+    which waits for the batch in flight and lets no other start. One per process, shared by
+    all its writers, so one fence pauses them all."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+
+    def batch(self) -> asyncio.Lock:
+        """Hold for one write batch: ``async with lock.batch(): ...``."""
+        return self._lock
+
+    def paused(self) -> asyncio.Lock:
+        """Hold while the writers are paused: ``async with lock.paused(): ...``."""
+        return self._lock
+
+
+@asynccontextmanager
+async def fenced(
+    versions: ProjectionVersions, target: ProjectionVersion, timeout: float
+) -> AsyncIterator[None]:
+    """Raise the fence for ``target`` and wait until every writer paused for it, then hold it
+    while the body runs (the last of the log is applied and the pointer moved); lowered
+    whatever happens. ``timeout`` bounds the wait for writers, and is the fence's TTL: a
+    switch that dies meanwhile pauses nobody for longer."""
+    await versions.raise_fence(target.name or "", timeout)
+    try:
+        await _wait_for_writers(versions, target, timeout)
+        yield
+    finally:
+        await versions.lower_fence()
+
+
+async def _wait_for_writers(
+    versions: ProjectionVersions, target: ProjectionVersion, timeout: float
+) -> None:
+    """Until every writer says it paused for this fence; a writer that is not there stops
+    mattering when its heartbeat expires."""
+    deadline = time.monotonic() + timeout
+    while True:
+        members = await versions.members()
+        waiting = [
+            m for m in members if m.role != "service" and m.paused_for != (target.name or "")
+        ]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            names = ", ".join(f"{m.role} {m.member_id}" for m in waiting)
+            raise SwitchError(
+                f"these writers did not pause within {timeout:.0f}s: {names}; "
+                f"version {target.label} is built and can be caught up and switched to later "
+                f"(`engram replay --into {target.label}`)"
+            )
+        await asyncio.sleep(0.1)
+
+
+async def obey_fence(
+    versions: ProjectionVersions,
+    fence: str,
+    lock: WriteLock,
+    *,
+    max_pause: float,
+    heartbeat: Callable[[str], Awaitable[None]],
+    resume: Callable[[], Awaitable[None]],
+) -> None:
+    """A writer's side of a fence raised for version ``fence``: take the write lock (the batch
+    in flight finishes first), say by ``heartbeat(fence)`` that it paused until the fence is
+    lowered, expires, or ``max_pause`` passed, then ``resume`` (follow the pointer) before the
+    lock is let go, so the next batch writes to the new version."""
+    async with lock.paused():
+        log.info("paused writing for the switch to projection version %s", fence or "-")
+        started = time.monotonic()
+        try:
+            while await versions.fence() == fence:
+                if time.monotonic() - started > max_pause:
+                    log.warning("a fence held for %.0fs; writing again", max_pause)
+                    break
+                await heartbeat(fence)
+                await asyncio.sleep(0.05)
+        finally:
+            await resume()
+
+
+async def wait_until_unused(
+    versions: ProjectionVersions, version: ProjectionVersion, timeout: float
+) -> None:
+    """Until no running process uses ``version`` (so its stores can be dropped)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        users = [m for m in await versions.members() if m.uses(version.name)]
+        if not users:
+            return
+        if time.monotonic() > deadline:
+            names = ", ".join(f"{m.role} {m.member_id}" for m in users)
+            raise SwitchError(f"version {version.label} is still in use by {names}")
+        await asyncio.sleep(0.2)

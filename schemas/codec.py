@@ -13,6 +13,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from schemas.agent_events import AGENT_EVENT_TYPES, AgentEvent
+from schemas.errors import EngramError
 from schemas.memory_events import (
     AgentForgotten,
     ConsolidationCompleted,
@@ -51,7 +52,7 @@ CURRENT_VERSIONS: dict[str, int] = {
 UPCASTERS: dict[tuple[str, int], Upcaster] = {}
 """``(event_type, version) -> step to version + 1``. Register one for every bump of a version."""
 
-_DERIVED_TYPES: dict[str, type[BaseModel]] = {
+_DERIVED_TYPES: dict[str, type[DerivedRecord]] = {
     "memory.recorded": MemoryRecorded,
     "memory.promoted": MemoryPromoted,
     "memory.summarised": MemorySummarised,
@@ -60,9 +61,11 @@ _DERIVED_TYPES: dict[str, type[BaseModel]] = {
     "memory.agent_forgotten": AgentForgotten,
     "memory.logged": DerivedUpTo,
 }
+"""``event_type`` -> model of every :data:`DerivedRecord`; a type missing here is refused as
+``unknown_event_type``, never decoded as another (a unit test holds it to the union)."""
 
 
-class DecodeError(ValueError):
+class DecodeError(EngramError, ValueError):
     """A record that cannot become an event; ``kind`` classifies it for the dead-letter topic."""
 
     def __init__(self, kind: str, reason: str) -> None:
@@ -145,8 +148,7 @@ def decode_derived_record(raw: bytes) -> DerivedRecord:
     if model is None:
         raise DecodeError("unknown_event_type", f"{payload['event_type']!r} is not derived")
     try:
-        record: DerivedRecord = model.model_validate(payload)  # type: ignore[assignment]
-        return record
+        return model.model_validate(payload)
     except ValidationError as exc:
         raise DecodeError("invalid", _validation_message(exc)) from None
 

@@ -2,7 +2,7 @@
 year-end consolidation record), plus the schedule ticks and retrieval records they read
 (schema version 1 each).
 
-Projections are functions of these events alone (DESIGN.md, invariant 7), so they carry
+Projections are functions of these events alone (streams/README.md, invariant 7), so they carry
 everything a projection needs, the embedding included: a replay never re-embeds.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import uuid
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, assert_never
 
 import numpy as np
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
@@ -158,8 +158,8 @@ Level = Literal[0, 1, 2]
 class MemoryWritten(Event):
     """Fields shared by every event that puts a memory into a projection.
 
-    Recorded, promoted and summarised memories all carry the whole memory, embedding included,
-    so a projection applies any of them without reading anything else (DESIGN.md, invariant 7).
+    Recorded, promoted and summarised memories all carry the whole memory, embedding included, so a
+    projection applies any of them without reading anything else (streams/README.md, invariant 7).
     """
 
     memory_id: str
@@ -309,7 +309,7 @@ class AgentForgotten(Event):
     in log order, so whatever the agent published before the command is applied first and
     erased by this. It carries no content (it must stay readable once the keys are gone); the
     agent's sealed events before it can no longer be decrypted, so a replay skips them and
-    then applies this, which erases nothing more (README, "Forgetting an agent").
+    then applies this, which erases nothing more (deploy/README.md, "Forgetting an agent").
     """
 
     event_type: Literal["memory.agent_forgotten"] = "memory.agent_forgotten"
@@ -332,6 +332,29 @@ DerivedEvent = (
     | AgentForgotten
 )
 
+DerivedTopic = Literal["items", "lifecycle"]
+"""The two topics derived events are logged on: ``memory.items`` and ``memory.lifecycle``."""
+
+
+def derived_topic_of(event: DerivedEvent) -> DerivedTopic:
+    """The derived topic ``event`` is logged on: recordings on ``memory.items``, everything else
+    on ``memory.lifecycle``. The one place that says so: the worker sends by it, and the
+    markers and every reader of the log tell the two topics' events apart by it. A type this
+    match does not name fails mypy, and raises here at run time."""
+    match event:
+        case MemoryRecorded():
+            return "items"
+        case (
+            MemoryPromoted()
+            | MemorySummarised()
+            | MemoryForgotten()
+            | ConsolidationCompleted()
+            | AgentForgotten()
+        ):
+            return "lifecycle"
+        case _:
+            assert_never(event)
+
 
 class LogRange(BaseModel):
     """Offsets ``first`` to ``last`` (both included) of one partition of a derived topic."""
@@ -353,7 +376,7 @@ class DerivedUpTo(BaseModel):
     batch's events landed (``items``, ``lifecycle``: the producer's offsets), and only events
     there count: what an attempt cut short by a crash logged is left out by every reader of the
     log, and the batch is derived again (the fold, takeover, replay; see
-    :mod:`processors.state_fold`), possibly with other outcomes, since a redelivery may
+    :mod:`processors.batch_markers`), possibly with other outcomes, since a redelivery may
     interleave the source topics otherwise.
 
     Not an :class:`~schemas.envelope.Event` nor part of :data:`DerivedEvent`: it concerns a
@@ -388,7 +411,7 @@ class DerivedUpTo(BaseModel):
 
     def covers(self, where: SourcePosition, event: DerivedEvent) -> bool:
         """Whether ``event``, read at ``where`` in the derived log, is one of this batch's."""
-        logged = self.items if isinstance(event, MemoryRecorded) else self.lifecycle
+        logged = self.items if derived_topic_of(event) == "items" else self.lifecycle
         source = event.source_position
         if logged is None or where.partition != self.partition or where.offset not in logged:
             return False
@@ -408,7 +431,7 @@ class ScheduleTick(BaseModel):
     """A wall-clock tick on ``memory.schedule``, one per partition per interval.
 
     Its own time is what the lifecycle rules read, never the processor's clock, so a replay
-    of the tick decides the same (DESIGN.md, invariant 2).
+    of the tick decides the same (streams/README.md, invariant 2).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -473,6 +496,7 @@ __all__ = [
     "ConsolidationOutcome",
     "DerivedEvent",
     "DerivedRecord",
+    "DerivedTopic",
     "DerivedUpTo",
     "Destination",
     "EmaState",
@@ -498,6 +522,7 @@ __all__ = [
     "SymbolicState",
     "decode_vector",
     "derived_event_id",
+    "derived_topic_of",
     "encode_vector",
     "memory_id_for",
 ]

@@ -3,7 +3,7 @@ copy of the event unreadable (on the topics, in exports, in backups of the broke
 
 The log is immutable; Kafka cannot delete one agent's records from a partition. Crypto-shredding
 is how an event-sourced store forgets: each agent's content is encrypted with a key of its own,
-and ``engram forget-agent`` deletes the key (README, "Forgetting an agent").
+and ``engram forget-agent`` deletes the key (deploy/README.md, "Forgetting an agent").
 
 Wire form, a JSON object whose first key tells it apart from an event without parsing it::
 
@@ -25,6 +25,8 @@ import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from schemas.errors import EngramError
+
 SEALED_PREFIX = b'{"sealed":1,'
 """orjson keeps key order, so every sealed record starts with these bytes; an event never does
 (its first key is ``schema_version`` or ``event_type``)."""
@@ -33,7 +35,7 @@ KEY_BYTES = 32
 NONCE_BYTES = 12
 
 
-class SealError(ValueError):
+class SealError(EngramError, ValueError):
     """A record claims to be sealed but its header, or its ciphertext under the key, is broken."""
 
 

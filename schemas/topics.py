@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schemas.memory_events import DerivedEvent, derived_topic_of
+
 
 @dataclass(frozen=True)
 class Topics:
@@ -49,6 +51,10 @@ class Topics:
     @property
     def deadletter(self) -> str:
         return self._derived("memory.deadletter")
+
+    def derived_topic(self, event: DerivedEvent) -> str:
+        """The topic ``event`` is logged on (:func:`schemas.memory_events.derived_topic_of`)."""
+        return {"items": self.items, "lifecycle": self.lifecycle}[derived_topic_of(event)]
 
     @property
     def agent_inputs(self) -> tuple[str, str, str]:

@@ -1,11 +1,11 @@
-"""The flood households of seed 004_b17958cd3fbe918a.txt, run through a live Engram.
+"""The flood households of seed 004, run through a live Engram.
 
 Each simulated year, every household lives through the year's flood (if any), files claims,
 watches its neighbours, then recalls its memories over HTTP before it decides, and the
 decision becomes a memory too. Importance comes from the 004 event-type tables (sections 5.2
-and 10) via the ``household`` profile. At the end the Year-11 trace of seed
-003_534f01cf6e2c2ecf.txt is replayed: the Year-1 flood must beat the Year-10 gardening day
-under the v2 weighted score (0.38 vs 0.315).
+and 10) via the ``household`` profile. At the end the Year-11 trace of seed 003 is replayed:
+the Year-1 flood must beat the Year-10 gardening day under the v2 weighted score (0.38 vs
+0.315).
 """
 
 from __future__ import annotations

@@ -8,15 +8,16 @@ wall-clock agents (``W*``: ticks end their sessions), ticks on ``memory.schedule
 on ``memory.access`` and the odd undecodable record. Importance is mixed on purpose: explicit
 values around every threshold, event-table entries, and emotion x source scores.
 
-:class:`Worker` is :meth:`streams.worker.pipeline.IngestPipeline.handle` without the I/O: skip what
-the
-log says was derived, run :func:`processors.batch.process_batch` with the state carried between
-batches, write the batch's derived events in emission order, each to its source's partition of
-``memory.items`` or ``memory.lifecycle``, then the batch's markers
-(:func:`streams.worker.pipeline.batch_markers`) to ``memory.lifecycle``. :meth:`Worker.take_over` is
-:func:`streams.eventlog.derived_log.recover_state`: it folds the state back from that log, leaving
-out
-batches whose marker is missing.
+:class:`Worker` drives the worker's own pure step (:mod:`processors.worker_step`, which
+:meth:`streams.worker.pipeline.IngestPipeline.handle` runs between its I/O) with a derived log
+held in memory: the first marker of a partition where the log has none, then per batch skip
+what the log says was derived and derive from the carried state
+(:func:`processors.worker_step.derive_batch`), write the derived events in emission order, each
+to its source's partition of ``memory.items`` or ``memory.lifecycle``, then the batch's markers
+(:meth:`processors.worker_step.DerivedBatch.markers`) to ``memory.lifecycle``, and move the
+carried state on (:func:`processors.worker_step.carry`). :meth:`Worker.take_over` is
+:func:`streams.eventlog.derived_log.recover_state`: it folds the state back from that log,
+leaving out batches whose marker is missing.
 """
 
 from __future__ import annotations
@@ -29,20 +30,20 @@ from datetime import UTC, datetime, timedelta
 
 from hypothesis import strategies as st
 
-from processors.batch import RawRecord, RecordKind, process_batch
+from processors.batch import RawRecord, RecordKind
+from processors.batch_markers import Logged, logged_batches, opening_markers
 from processors.config import LifecycleRules, PruningRules, SummaryRules, load_processing_config
 from processors.embedding import HashingEmbedder
+from processors.emission_order import causal_order
 from processors.lifecycle import Deriving
-from processors.recording import AgentMemoryState
-from processors.state_fold import FoldedState, Logged, causal_order, logged_batches
+from processors.state_fold import FoldedState
 from processors.summarising import ExtractiveSummariser
+from processors.worker_step import DerivedBatch, carry, derive_batch
 from schemas.agent_events import Decision, Observation
 from schemas.codec import decode_retrieval, encode_event
 from schemas.memory_events import (
     DerivedEvent,
     DerivedRecord,
-    DerivedUpTo,
-    LogRange,
     MemoryForgotten,
     MemoryPromoted,
     MemoryRecorded,
@@ -53,7 +54,6 @@ from schemas.memory_events import (
     SourcePosition,
 )
 from schemas.topics import Topics
-from streams.worker.pipeline import batch_markers, logged_ranges
 
 CONFIG = load_processing_config(
     working_capacity=4,
@@ -132,60 +132,35 @@ class Worker:
     """Partition numbers this worker has processed (``IngestPipeline._recovered``)."""
 
     def handle(self, records: Sequence[RawRecord]) -> list[DerivedEvent]:
-        derived = self.derive(records)
-        self.mark(records, self.write(derived))
-        return derived
+        batch = self.derive(records)
+        self.mark(batch, self.write(batch.result.derived))
+        return batch.result.derived
 
-    def derive(self, records: Sequence[RawRecord]) -> list[DerivedEvent]:
+    def derive(self, records: Sequence[RawRecord]) -> DerivedBatch:
         """Process a batch without writing its derived events (the caller decides what the
         broker took)."""
-        upto = self.folded.derived_upto
-        for partition in sorted({r.partition for r in records} - self.opened):
-            # IngestPipeline._open_to_markers: a first marker where the log has none.
-            if partition not in self.folded.marked:
-                first = DerivedUpTo(
-                    event_id=f"opened-{partition}",
-                    occurred_at=FAILED_AT,
-                    partition=partition,
-                    upto=tuple(
-                        SourcePosition(topic=t, partition=p, offset=o)
-                        for (t, p), o in sorted(upto.items())
-                        if p == partition
-                    ),
-                    items=self._held(TOPICS.items, partition),
-                    lifecycle=self._held(TOPICS.lifecycle, partition),
-                )
-                self.log.setdefault((TOPICS.lifecycle, partition), []).append(first)
-                self.folded.marked.add(partition)
-            self.opened.add(partition)
-        fresh = [r for r in records if r.offset > upto.get((r.topic, r.partition), -1)]
-        result = process_batch(
-            fresh,
-            lambda agent: self.folded.states.get(agent) or AgentMemoryState(),
-            ctx=CTX,
-            failed_at=FAILED_AT,
-            agents_of_partition=lambda p: [a for a, q in self.partition_of.items() if q == p],
-        )
-        self.applied.append(result.derived)
-        self.folded.states.update(result.states)
-        for event in result.derived:
-            self.partition_of[event.agent_id] = partition_of(event)
-        for raw in fresh:
-            upto[(raw.topic, raw.partition)] = max(
-                upto.get((raw.topic, raw.partition), -1), raw.offset
-            )
-        return result.derived
+        self.open(records)
+        batch = derive_batch(records, self.folded, self.partition_of, ctx=CTX, failed_at=FAILED_AT)
+        self.applied.append(batch.result.derived)
+        carry(self.folded, self.partition_of, batch)
+        return batch
 
-    def _held(self, topic: str, partition: int) -> LogRange | None:
-        """All that one partition of the log holds, as a range (None: nothing)."""
-        held = self.log.get((topic, partition), [])
-        return LogRange(first=0, last=len(held) - 1) if held else None
+    def open(self, records: Sequence[RawRecord]) -> None:
+        """Log a first marker for the batch's partitions where the log has none, as
+        ``IngestPipeline._open_to_markers`` does before a worker's first batch there."""
+        new = {r.partition for r in records} - self.opened
+        ends = {key: len(held) - 1 for key, held in self.log.items() if held}
+        unmarked = new - self.folded.marked
+        for marker in opening_markers(unmarked, self.folded.derived_upto, ends, TOPICS, FAILED_AT):
+            self.log.setdefault((TOPICS.lifecycle, marker.partition), []).append(marker)
+        self.folded.marked |= unmarked
+        self.opened |= new
 
     def write(self, events: Iterable[DerivedEvent]) -> list[SourcePosition]:
         """Log ``events``; returns where each landed (what the producer's metadata says)."""
         landed: list[SourcePosition] = []
         for event in events:
-            topic = TOPICS.items if isinstance(event, MemoryRecorded) else TOPICS.lifecycle
+            topic = TOPICS.derived_topic(event)
             logged = self.log.setdefault((topic, partition_of(event)), [])
             logged.append(event)
             landed.append(
@@ -193,11 +168,9 @@ class Worker:
             )
         return landed
 
-    def mark(self, records: Sequence[RawRecord], landed: list[SourcePosition]) -> None:
+    def mark(self, batch: DerivedBatch, landed: list[SourcePosition]) -> None:
         """Log the batch's markers, once everything it derived is in the log."""
-        derived = self.applied[-1]
-        items, lifecycle = logged_ranges(derived, landed)
-        for marker in batch_markers(records, items, lifecycle, FAILED_AT):
+        for marker in batch.markers(landed, FAILED_AT):
             self.log.setdefault((TOPICS.lifecycle, marker.partition), []).append(marker)
 
     @property

@@ -20,16 +20,16 @@ A crash between two steps leaves the positions at or behind the data, never ahea
 restart replays a little and the idempotent upserts and deletes absorb the replay.
 
 Why flush on every apply although Edge has a write-ahead log: the WAL survives a killed process
-(checked: a point upserted without a flush is back after ``os._exit``), but an update returns
-in ~0.3 ms, far quicker than a disk sync, so the WAL is not synced per update and after a power
-loss the positions file could outlive the data it vouches for.
-Flushing first makes "``apply`` returned" mean "durable", which is what lets the caller commit
-its Kafka offsets right after (STYLE.md, point 6). It is affordable, measured on a shared 2-core
-VM: a flush takes ~7-30 ms after a small batch and ~40-180 ms after 2,000 points of 384
-dimensions, mostly waiting on I/O (~15 ms of CPU), and a whole apply of 2,000 memories runs at
-~4.5-9k memories/s. The cost is per batch, and batches grow with load (the consumer takes what
-arrived while the last apply ran), so it never caps throughput below Faust's ~5-7k events/s,
-of which only the important share reaches episodic memory.
+(checked: a point upserted without a flush is back after ``os._exit``), but an update returns in
+~0.3 ms, far quicker than a disk sync, so the WAL is not synced per update and after a power loss
+the positions file could outlive the data it vouches for. Flushing first makes "``apply`` returned"
+mean "durable", which is what lets the caller commit its Kafka offsets right after
+(streams/README.md, invariant 3). It is affordable, measured on a shared 2-core VM: a flush takes
+~7-30 ms after a small batch and ~40-180 ms after 2,000 points of 384 dimensions, mostly waiting on
+I/O (~15 ms of CPU), and a whole apply of 2,000 memories runs at ~4.5-9k memories/s. The cost is per
+batch, and batches grow with load (the consumer takes what arrived while the last apply ran), so it
+never caps throughput below Faust's ~5-7k events/s, of which only the important share reaches
+episodic memory.
 
 Writes run in a worker thread (``asyncio.to_thread``) because the flush and the fsyncs would
 otherwise stall the event loop for milliseconds; reads stay inline, a filtered search taking
@@ -53,7 +53,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 import numpy as np
 import qdrant_edge as qe
@@ -75,7 +75,16 @@ from projections.episodic.hybrid import (
 from projections.interfaces import ProjectionError, latest_positions
 from projections.memory import StoredMemory, memory_from_point, point_payload
 from projections.retrieval.filters import MemoryFilter
-from schemas.memory_events import AgentForgotten, DerivedEvent, MemoryForgotten, MemoryWritten
+from schemas.memory_events import (
+    AgentForgotten,
+    ConsolidationCompleted,
+    DerivedEvent,
+    MemoryForgotten,
+    MemoryPromoted,
+    MemoryRecorded,
+    MemorySummarised,
+    MemoryWritten,
+)
 
 __all__ = [
     "EdgeEpisodicMemory",
@@ -122,23 +131,29 @@ class EpisodicChanges:
 def episodic_changes(events: Sequence[DerivedEvent], dim: int) -> EpisodicChanges:
     """Fold a batch, its vectors checked against the store's dimension; positions come from
     every event, since a working-memory event or a consolidation record is applied too (as a
-    no-op) and a read-your-writes wait must see the store move past it."""
+    no-op) and a read-your-writes wait must see the store move past it. Every event type is
+    named, so one this fold does not know fails mypy and raises rather than being dropped."""
     upserts: dict[str, MemoryWritten] = {}
     deletes: set[str] = set()
     erased: set[str] = set()
     for event in events:
-        if isinstance(event, MemoryWritten):
-            if event.destination == "episodic":
-                upserts[event.memory_id] = event
-                deletes.discard(event.memory_id)
-        elif isinstance(event, MemoryForgotten):
-            if event.destination == "episodic":
-                upserts.pop(event.memory_id, None)
-                deletes.add(event.memory_id)
-        elif isinstance(event, AgentForgotten):
-            agent = event.agent_id
-            upserts = {k: m for k, m in upserts.items() if m.agent_id != agent}
-            erased.add(agent)
+        match event:
+            case MemoryRecorded() | MemoryPromoted() | MemorySummarised():
+                if event.destination == "episodic":
+                    upserts[event.memory_id] = event
+                    deletes.discard(event.memory_id)
+            case MemoryForgotten():
+                if event.destination == "episodic":
+                    upserts.pop(event.memory_id, None)
+                    deletes.add(event.memory_id)
+            case AgentForgotten():
+                agent = event.agent_id
+                upserts = {k: m for k, m in upserts.items() if m.agent_id != agent}
+                erased.add(agent)
+            case ConsolidationCompleted():
+                pass
+            case _:
+                assert_never(event)
     for memory in upserts.values():
         checked_vector(memory.vector(), dim, f"the embedding of {memory.memory_id}")
     return EpisodicChanges(upserts, frozenset(deletes), latest_positions(events), frozenset(erased))

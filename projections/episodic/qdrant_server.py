@@ -2,7 +2,8 @@
 
 The same code runs on the client's local mode (``":memory:"`` or a directory), which is how the
 contract tests run it where no server exists. Local mode ignores payload indexes and loops over
-every payload in Python (PARTS.md: ~210 ms per filtered search at 20k points), so it is a test
+every payload in Python (measured on the dev machines: ~210 ms per filtered search at 20k
+points), so it is a test
 double, never a deployment.
 
 Applied positions live in a companion collection, ``<collection>_applied``: one vector-less

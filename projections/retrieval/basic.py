@@ -1,4 +1,4 @@
-"""Basic ranking and the cognitive-constraint profiles of seed ``003_534f01cf6e2c2ecf.txt``.
+"""Basic ranking and the cognitive-constraint profiles of seed 003.
 
 * :func:`basic`, the "WRR-Validated Configuration": the 5 most recent memories (the recent
   window) plus the 2 highest by decayed importance ``I * exp(-0.1 * age)`` among the rest.

@@ -77,6 +77,7 @@ from projections.retrieval.relevance import (
 )
 from projections.retrieval.saliency import saliency
 from projections.retrieval.scoring import Ranking, Weights, two_phase, weighted
+from schemas.errors import EngramError
 from schemas.topics import Topics
 
 SOURCE_TOPICS = (*Topics().agent_inputs, Topics().schedule, Topics().access)
@@ -100,7 +101,7 @@ more). 16,384 covers the working memories of the ~1,600 most recently queried ag
 at 384 dimensions (tracemalloc)."""
 
 
-class UnknownTopicError(ValueError):
+class UnknownTopicError(EngramError, ValueError):
     """A position of ``after`` is on a topic the processors do not consume: waiting for it
     could only time out."""
 
@@ -113,7 +114,7 @@ class UnknownTopicError(ValueError):
         self.topic = topic
 
 
-class PositionsNotAppliedError(TimeoutError):
+class PositionsNotAppliedError(EngramError, TimeoutError):
     """The stores had not applied every position of ``after`` when the wait ended."""
 
     def __init__(

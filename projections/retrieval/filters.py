@@ -2,8 +2,8 @@
 
 A :class:`MemoryFilter` is applied in process to what the stores returned (:meth:`admits`), so it
 holds whichever store is read; a store may also filter natively to read less, but the in-process
-check stays the guarantee. The kinds follow seed ``000_fd8f58c52694f869.txt``'s layers: working
-and episodic memories, L1/L2 summaries, and the semantic ("fact") and procedural ("procedure")
+check stays the guarantee. The kinds follow seed 000's layers: working and episodic memories,
+L1/L2 summaries, and the semantic ("fact") and procedural ("procedure")
 layers that no memory belongs to yet; asking for those returns nothing rather than an error, so
 a caller written against the full layer set keeps working when they arrive.
 """

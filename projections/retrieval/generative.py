@@ -1,5 +1,5 @@
-"""Generative Agents retrieval (Park et al. 2023, cited by seed ``003_534f01cf6e2c2ecf.txt``
-as reference [4], "Recency x Importance x Relevance").
+"""Generative Agents retrieval (Park et al. 2023, cited by seed 003 as reference [4], "Recency
+x Importance x Relevance").
 
 ``score = w_rec * norm(recency) + w_imp * norm(importance) + w_rel * norm(relevance)`` with
 ``recency = recency_decay ** age`` (Park: 0.995 per game hour; here per unit of the clock's

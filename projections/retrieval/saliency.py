@@ -1,4 +1,4 @@
-"""Model v1 of seed ``003_534f01cf6e2c2ecf.txt`` (section 1.A, worked example in section 2):
+"""Model v1 of seed 003 (section 1.A, worked example in section 2):
 saliency ``S = I * exp(-lambda * age)`` with lambda 0.1, the availability heuristic of a habitual
 agent. Pure: see :mod:`projections.retrieval.scoring` for the clock and time imputation."""
 

@@ -2,9 +2,9 @@
 
 Two modes live here, each after one seed:
 
-* :func:`two_phase`, seed ``004_b17958cd3fbe918a.txt`` section 3.1: working memories first,
+* :func:`two_phase`, seed 004 section 3.1: working memories first,
   then an episodic supplement ranked by ``0.95 ** years_passed * importance``.
-* :func:`weighted`, seed ``003_534f01cf6e2c2ecf.txt`` section 2 ("Model v2") and 2b (P2):
+* :func:`weighted`, seed 003 section 2 ("Model v2") and 2b (P2):
   ``S = Wr*R + Wi*I + Wc*C + Wrel*Rel - Wint*Int``.
 
 The other modes have a module each (:mod:`~projections.retrieval.saliency`,
@@ -22,7 +22,7 @@ has a time on the axis, they all sit at ``now``. Imputed times are flagged in th
 Ages are clamped at zero, so a memory newer than the requested ``now`` is not boosted.
 
 Nothing here does I/O, reads a clock or draws a random number: the same memories and request
-always give the same ranking (DESIGN.md, invariant 2).
+always give the same ranking (streams/README.md, invariant 2).
 """
 
 from __future__ import annotations

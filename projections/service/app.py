@@ -127,25 +127,44 @@ def create_app(
     retrieval is answered anyway. ``history`` reads an agent's history from the log; without
     it the history route answers 503.
     """
-    check = readiness or engine.readiness
     app = FastAPI(title=title, version=version or _package_version(), description=DESCRIPTION)
     audit = RetrievalAudit()
     app.state.retrieval_audit = audit
+    _add_error_handlers(app)
+    _add_retrieval_route(app, engine, _recorder(on_retrieval, on_retrieval_timeout_s, audit))
+    _add_history_route(app, history)
+    _add_probe_routes(app, readiness or engine.readiness, readiness_timeout_s)
+    return app
 
+
+RetrievalRecorder = Callable[[str, RetrievalRequest, RetrievalResponse], Awaitable[None]]
+"""Hands an answered retrieval to the hook; never raises, so the agent gets its memories."""
+
+
+def _recorder(
+    hook: RetrievalHook | None, timeout_s: float, audit: RetrievalAudit
+) -> RetrievalRecorder:
     async def record(agent_id: str, request: RetrievalRequest, response: RetrievalResponse) -> None:
-        if on_retrieval is None:
+        if hook is None:
             return
         try:
-            async with asyncio.timeout(on_retrieval_timeout_s):
-                await on_retrieval(retrieval_record(agent_id, request, response))
+            async with asyncio.timeout(timeout_s):
+                await hook(retrieval_record(agent_id, request, response))
         except Exception as error:  # the audit must never cost the agent its memories
             audit.failed += 1
             reason = str(error) or type(error).__name__
             if isinstance(error, TimeoutError):
-                reason = f"no answer within {on_retrieval_timeout_s} s"
+                reason = f"no answer within {timeout_s} s"
             log.warning("retrieval of %s not recorded: %s", agent_id, reason)
         else:
             audit.recorded += 1
+
+    return record
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Known failures become answers a client can act on: 422 naming the field, 503 when a
+    store cannot be read, 504 when the writes to wait for were not applied in time."""
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(_: Request, error: RequestValidationError) -> JSONResponse:
@@ -178,6 +197,8 @@ def create_app(
         )
         return JSONResponse(status_code=WAIT_TIMEOUT_STATUS, content=body.model_dump(mode="json"))
 
+
+def _add_retrieval_route(app: FastAPI, engine: RetrievalEngine, record: RetrievalRecorder) -> None:
     @app.post(
         "/v1/agents/{agent_id}/retrieve",
         tags=["retrieval"],
@@ -207,6 +228,8 @@ def create_app(
         await record(agent_id, request, response)
         return response
 
+
+def _add_history_route(app: FastAPI, history: HistoryReader | None) -> None:
     @app.get(
         "/v1/agents/{agent_id}/history",
         tags=["history"],
@@ -234,6 +257,8 @@ def create_app(
             log.warning("event log unavailable: %s", error)
             raise HTTPException(503, f"event log unavailable: {error}") from error
 
+
+def _add_probe_routes(app: FastAPI, check: Readiness, readiness_timeout_s: float) -> None:
     @app.get("/healthz", tags=["probes"], summary="The process is alive")
     async def healthz() -> Health:
         return Health()
@@ -257,8 +282,6 @@ def create_app(
         ready = all(status == "ok" for status in checks.values())
         report = ReadinessReport(status="ready" if ready else "not_ready", checks=checks)
         return JSONResponse(status_code=200 if ready else 503, content=report.model_dump())
-
-    return app
 
 
 def retrieval_record(

@@ -2,8 +2,7 @@
 
 ``retrieve(..., after=positions)`` reads your writes: it takes the positions publishing
 returned (``streams.eventlog.publisher.Position`` or dicts of topic, partition and offset), and
-raises
-:class:`WaitTimeoutError` when the service answers that they were not applied in time.
+raises :class:`WaitTimeoutError` when the service answers that they were not applied in time.
 
 :func:`format_for_prompt` (also ``client.format_for_prompt``) renders what a retrieval returned
 as the memory block of an LLM prompt.
@@ -27,6 +26,7 @@ from projections.retrieval.models import (
     RetrievalResponse,
     WaitTimedOut,
 )
+from schemas.errors import EngramError
 
 __all__ = [
     "PROMPT_HEADER",
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 
-class QueryError(RuntimeError):
+class QueryError(EngramError, RuntimeError):
     """The query service refused or failed a request; ``status`` and the server's message."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -60,8 +60,8 @@ class WaitTimeoutError(QueryError):
 
 
 class HasPosition(Protocol):
-    """What ``streams.eventlog.publisher.Position`` offers (not imported: projections stand
-    alone)."""
+    """What ``streams.eventlog.publisher.Position`` offers (not imported:
+    projections stand alone)."""
 
     @property
     def topic(self) -> str: ...
@@ -164,8 +164,8 @@ def format_for_prompt(
     empty: str = NOTHING_REMEMBERED,
 ) -> str:
     """The memory block of an LLM prompt: ``header``, then ``- {content}`` per memory in the
-    order given (rank order for a response), as ``build_household_prompt`` of seed
-    ``004_b17958cd3fbe918a.txt`` (section 6.1) writes it; plain strings are taken as contents.
+    order given (rank order for a response), as ``build_household_prompt`` of seed 004 (section
+    6.1) writes it; plain strings are taken as contents.
 
     ``with_time`` opens a line with the memory's time, ``Year 2: ...`` (or ``Step 14: ...``) as
     the tool results of section 8.3 read, unless the content already opens with it (the seed's

@@ -9,10 +9,10 @@ OpenAI function list, say) would serve the same one.
 
 The tools (:func:`memory_tools`):
 
-* ``retrieve_memory``: the retrieval skill of seed ``004_b17958cd3fbe918a.txt`` (sections 3.3
-  and 8), read-only, every mode of :class:`RetrievalRequest`.
-* ``recall_similar_experience``: episodic search by a query of seed
-  ``000_fd8f58c52694f869.txt`` (``EpisodicMemory.search``, the ``recall_memory_node``).
+* ``retrieve_memory``: the retrieval skill of seed 004 (sections 3.3 and 8), read-only, every
+  mode of :class:`RetrievalRequest`.
+* ``recall_similar_experience``: episodic search by a query of seed 000
+  (``EpisodicMemory.search``, the ``recall_memory_node``).
 * ``publish_observation``: records what the agent observed; returns the log position a following
   retrieval passes as ``after`` to see it (read your writes).
 
@@ -58,6 +58,7 @@ from projections.service.client import (
 )
 from schemas.agent_events import Content, JsonObject, Observation
 from schemas.envelope import MAX_CONTENT_CHARS, AgentId, Tag
+from schemas.errors import EngramError
 
 __all__ = [
     "MAX_RETRIEVE",
@@ -92,7 +93,7 @@ RECALL_MIN_IMPORTANCE = 0.3
 Query = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS)]
 
 
-class ToolError(Exception):
+class ToolError(EngramError):
     """A failed call, in words for the model that made it: what went wrong and, where it can
     say, what to change."""
 

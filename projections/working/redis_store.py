@@ -18,8 +18,8 @@ The two per-agent keys are everything the namespace holds about an agent, so an
 position): the agent's working memory is gone, and a later event of the agent starts a new one.
 
 Every event is one ``EVALSHA`` that writes the data and advances the applied offset together
-(STYLE.md, point 6), so a crash between the two cannot happen. A batch is one pipeline without
-``MULTI``: atomicity per event is enough because every event is idempotent on its own.
+(streams/README.md, invariant 3), so a crash between the two cannot happen. A batch is one pipeline
+without ``MULTI``: atomicity per event is enough because every event is idempotent on its own.
 
 Redelivery: an event whose source offset is *below* the applied offset is skipped, and a
 recording whose seq a capacity eviction has passed (``#evicted``, see ``_APPLY``) is skipped
@@ -38,7 +38,7 @@ import hashlib
 import math
 import re
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import Any, Self, assert_never
 
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
@@ -52,7 +52,10 @@ from schemas.memory_events import (
     ConsolidationCompleted,
     DerivedEvent,
     MemoryForgotten,
+    MemoryPromoted,
+    MemoryPut,
     MemoryRecorded,
+    MemorySummarised,
     SurpriseReading,
 )
 
@@ -232,15 +235,41 @@ class RedisWorkingMemory:
         """The EVALSHA that applies one event, framed; None if working memory ignores the event.
 
         Framed here rather than by redis-py, whose generic packing costs ~15 µs per command,
-        more than everything else the client does per event.
+        more than everything else the client does per event. Every event type is named: a new
+        one fails mypy here (``assert_never``), and raises at run time, rather than passing by.
         """
-        if isinstance(event, ConsolidationCompleted):
-            return None
-        op = b"r"
-        if not isinstance(event, AgentForgotten) and event.destination != "working":
-            if not isinstance(event, MemoryRecorded) or event.surprise is None:
+        match event:
+            case MemoryRecorded() | MemoryPromoted() | MemorySummarised():
+                return self._put(event)
+            case MemoryForgotten():
+                if event.destination != "working":
+                    return None
+                fifo = b"fifo" if event.reason == "capacity" else b""
+                return self._script(event, b"f", event.memory_id.encode(), fifo)
+            case AgentForgotten():
+                return self._script(event, b"a")
+            case ConsolidationCompleted():
                 return None
-            op = b"s"
+            case _:
+                assert_never(event)
+
+    def _put(self, event: MemoryPut) -> bytes | None:
+        """A working memory (``r``), or only the surprise reading an episodic recording carries
+        (``s``); None for an episodic memory without one."""
+        surprise = event.surprise if isinstance(event, MemoryRecorded) else None
+        if event.destination == "working":
+            op, payload = b"r", memory_json(event)
+        elif surprise is not None:
+            op, payload = b"s", b""
+        else:
+            return None
+        argv: tuple[bytes, ...] = (event.memory_id.encode(), b"%d" % event.seq, payload)
+        if surprise is not None:
+            argv = (*argv, surprise.model_dump_json().encode())
+        return self._script(event, op, *argv)
+
+    def _script(self, event: DerivedEvent, op: bytes, *argv: bytes) -> bytes:
+        """``_APPLY`` on the agent's keys and, if the event has a position, its applied offset."""
         agent = event.agent_id
         position = event.source_position
         keys = [self._ids_key(agent), self._memories_key(agent)]
@@ -249,18 +278,7 @@ class RedisWorkingMemory:
         else:
             keys.append(self._applied_key(position.topic, position.partition))
             offset = b"%d" % position.offset
-        argv: tuple[bytes, ...]
-        if isinstance(event, AgentForgotten):
-            argv = (b"a", offset)
-        elif isinstance(event, MemoryForgotten):
-            fifo = b"fifo" if event.reason == "capacity" else b""
-            argv = (b"f", offset, event.memory_id.encode(), fifo)
-        else:
-            payload = memory_json(event) if op == b"r" else b""
-            argv = (op, offset, event.memory_id.encode(), b"%d" % event.seq, payload)
-            if isinstance(event, MemoryRecorded) and event.surprise is not None:
-                argv = (*argv, event.surprise.model_dump_json().encode())
-        return _resp(b"EVALSHA", _APPLY_SHA, b"%d" % len(keys), *keys, *argv)
+        return _resp(b"EVALSHA", _APPLY_SHA, b"%d" % len(keys), *keys, op, offset, *argv)
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
         """Apply ``events`` in order, in one pipelined round trip (per 10,000 events)."""

@@ -28,10 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 from aiokafka.errors import KafkaError
 
-from streams.eventlog.derived_log import at_end, log_reader
+from schemas.errors import EngramError
+from streams.eventlog.derived_log import at_end
+from streams.eventlog.kafka_clients import admin_client, archive_producer, log_reader
 from streams.eventlog.topic_admin import TOPIC_CONFIG
 
 FORMAT = 1
@@ -41,7 +43,7 @@ Progress = Callable[[int], None]
 """Called with the number of records just handled."""
 
 
-class ArchiveError(RuntimeError):
+class ArchiveError(EngramError, RuntimeError):
     """The archive or the target broker cannot be used; the message says why and what to do."""
 
 
@@ -202,14 +204,7 @@ async def import_log(
     """Load an archive into empty topics, record by record at the offsets it had."""
     summaries = read_manifest(directory)
     await _create_empty_topics(bootstrap, summaries)
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        acks="all",
-        enable_idempotence=False,
-        linger_ms=5,
-        max_batch_size=1 << 20,
-        max_request_size=16 << 20,
-    )
+    producer = archive_producer(bootstrap)
     try:
         await producer.start()
         for summary in summaries:
@@ -258,7 +253,7 @@ async def _import_partition(
 
 
 async def _create_empty_topics(bootstrap: str, summaries: Sequence[TopicSummary]) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
+    admin = admin_client(bootstrap)
     try:
         await admin.start()
         existing = set(await admin.list_topics())

@@ -2,8 +2,10 @@
 catch-up on what was logged but not yet applied.
 
 The two derived topics are read one after the other and put back in causal order
-(:func:`processors.state_fold.causal_order`), so folding and re-applying see them as they were
-emitted; the retrievals on ``memory.access`` are folded in after them.
+(:func:`processors.emission_order.causal_order`), so folding and re-applying see them as they were
+emitted; the retrievals on ``memory.access`` are folded in after them. Which derived events
+count (those of wholly logged batches) is decided by :mod:`processors.batch_markers`; this module
+is the one that reads the log for every reader of it (takeover, history, replay, reprocess).
 """
 
 from __future__ import annotations
@@ -15,29 +17,19 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from processors.state_fold import FoldedState, logged_batches
+from processors.batch_markers import marked_events
+from processors.state_fold import FoldedState
 from schemas.codec import DecodeError, decode_derived_record, decode_retrieval
-from schemas.memory_events import DerivedEvent, DerivedRecord, DerivedUpTo, SourcePosition
+from schemas.memory_events import DerivedEvent, DerivedRecord, SourcePosition
 from schemas.topics import Topics
+from streams.eventlog.kafka_clients import log_reader
 from streams.privacy.sealing import FORGOTTEN, RecordSealer
 
 log = logging.getLogger("engram.derived_log")
 
 
 Decoded = TypeVar("Decoded")
-
-
-def log_reader(bootstrap: str) -> AIOKafkaConsumer:
-    """A group-less consumer for reading partitions from the start, in large fetches."""
-    return AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_partition_fetch_bytes=8 << 20,
-        fetch_max_bytes=64 << 20,
-        # The read ends with an empty poll, and Tansu holds a fetch for about the whole wait.
-        fetch_max_wait_ms=50,
-    )
+OnRecord = Callable[[TopicPartition, ConsumerRecord[Any, Any]], None]
 
 
 def at_end(position: int, reported_end: int, got_records: bool) -> bool:
@@ -56,7 +48,7 @@ def at_end(position: int, reported_end: int, got_records: bool) -> bool:
 async def read_to_end(
     bootstrap: str,
     tps: Sequence[TopicPartition],
-    on_record: Callable[[TopicPartition, ConsumerRecord[Any, Any]], None],
+    on_record: OnRecord,
     *,
     starts: Mapping[TopicPartition, int] | None = None,
     timeout: float = 120.0,
@@ -65,37 +57,49 @@ async def read_to_end(
     ``starts`` (default: the beginning) to the end each had when reading started (see
     :func:`at_end`); returns the position reached in each. One loop for every reader of the
     log (takeover, history, replay, reprocess), so the Tansu end rule lives in one place."""
-    reached: dict[TopicPartition, int] = {}
     if not tps:
-        return reached
+        return {}
     consumer = log_reader(bootstrap)
     await consumer.start()
     try:
-        consumer.assign(list(tps))
-        for tp in tps:
-            if starts is not None and tp in starts:
-                consumer.seek(tp, starts[tp])
-            else:
-                await consumer.seek_to_beginning(tp)
-        ends = await consumer.end_offsets(list(tps))
-        # An end of 0 is exact (an empty partition); only a non-empty end may under-report.
-        remaining = {tp for tp in tps if ends[tp] > 0}
-        reached = {tp: await consumer.position(tp) for tp in tps}
-        deadline = time.monotonic() + timeout
-        while remaining:
-            if time.monotonic() > deadline:
-                names = ", ".join(sorted({tp.topic for tp in remaining}))
-                raise TimeoutError(f"reading {names} back took longer than {timeout:.0f}s")
-            batch = await consumer.getmany(*remaining, timeout_ms=300, max_records=50_000)
-            for tp, records in batch.items():
-                for record in records:
-                    on_record(tp, record)
-            for tp in list(remaining):
-                reached[tp] = await consumer.position(tp)
-                if at_end(reached[tp], ends[tp], bool(batch.get(tp))):
-                    remaining.discard(tp)
+        return await read_with(consumer, tps, on_record, starts=starts, timeout=timeout)
     finally:
         await consumer.stop()
+
+
+async def read_with(
+    consumer: AIOKafkaConsumer,
+    tps: Sequence[TopicPartition],
+    on_record: OnRecord,
+    *,
+    starts: Mapping[TopicPartition, int] | None = None,
+    timeout: float = 120.0,
+    poll_ms: int = 300,
+) -> dict[TopicPartition, int]:
+    """:func:`read_to_end` with a consumer the caller started (and stops)."""
+    consumer.assign(list(tps))
+    for tp in tps:
+        if starts is not None and tp in starts:
+            consumer.seek(tp, starts[tp])
+        else:
+            await consumer.seek_to_beginning(tp)
+    ends = await consumer.end_offsets(list(tps))
+    # An end of 0 is exact (an empty partition); only a non-empty end may under-report.
+    remaining = {tp for tp in tps if ends[tp] > 0}
+    reached = {tp: await consumer.position(tp) for tp in tps}
+    deadline = time.monotonic() + timeout
+    while remaining:
+        if time.monotonic() > deadline:
+            names = ", ".join(sorted({tp.topic for tp in remaining}))
+            raise TimeoutError(f"reading {names} back took longer than {timeout:.0f}s")
+        batch = await consumer.getmany(*remaining, timeout_ms=poll_ms, max_records=50_000)
+        for tp, records in batch.items():
+            for record in records:
+                on_record(tp, record)
+        for tp in list(remaining):
+            reached[tp] = await consumer.position(tp)
+            if at_end(reached[tp], ends[tp], bool(batch.get(tp))):
+                remaining.discard(tp)
     return reached
 
 
@@ -152,19 +156,6 @@ def decode_opened(
         return None
 
 
-def decode_logged(
-    tp: TopicPartition, record: ConsumerRecord[Any, Any], decode: Callable[[bytes], Decoded]
-) -> Decoded | None:
-    """The decoded record, or None (logged) for a tombstone or a record that does not decode."""
-    if record.value is None:
-        return None
-    try:
-        return decode(record.value)
-    except DecodeError as exc:
-        log.error("unreadable record %s[%d]@%d: %s", tp.topic, tp.partition, record.offset, exc)
-        return None
-
-
 async def read_partitions(
     bootstrap: str,
     topic_names: Iterable[str],
@@ -175,18 +166,11 @@ async def read_partitions(
 ) -> list[DerivedEvent]:
     """Every derived event of the given partitions, topic by topic, in log order: in a
     partition number with markers (read with ``memory.lifecycle``), those of wholly logged
-    batches (see :func:`processors.state_fold.logged_batches`); elsewhere all."""
+    batches (see :func:`processors.batch_markers.marked_events`); elsewhere all."""
     records = await read_records(
         bootstrap, topic_names, partitions, decode_derived_record, timeout=timeout, sealer=sealer
     )
-    logged = logged_batches(records)
-    counted = {id(event) for event in logged.events}
-    return [
-        record
-        for where, record in records
-        if not isinstance(record, DerivedUpTo)
-        and (where.partition not in logged.marked or id(record) in counted)
-    ]
+    return marked_events(records)
 
 
 async def read_derived_log(
@@ -208,7 +192,7 @@ async def recover_state(
     bootstrap: str, topics: Topics, partitions: Iterable[int], sealer: RecordSealer | None = None
 ) -> tuple[FoldedState, list[DerivedEvent]]:
     """The folded processor state of these partitions, and the derived events it came from
-    (of wholly logged batches only: see :func:`processors.state_fold.logged_batches`).
+    (of wholly logged batches only: see :func:`processors.batch_markers.logged_batches`).
 
     Retrievals are folded after the derived events: they only count uses of summaries that
     exist, and their counts are order-free (see :func:`processors.lifecycle.on_retrieval`).

@@ -4,33 +4,38 @@
 Every record of an agent is keyed by its id, and all topics share one partition count, so the
 agent's records are on one partition number in every topic (the one the default partitioner
 gives its key). Only that partition is read, from the beginning to the end; the timeline is
-then built by :func:`projections.history.build_timeline`.
+then built by :func:`projections.history.build_timeline`. Of the derived events, only those of
+wholly logged batches are the agent's history (:mod:`processors.batch_markers`): what an attempt
+cut short by a crash logged never reached a projection, and was derived again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
+from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 from pydantic import TypeAdapter
 
+from processors.batch_markers import Logged, logged_batches
 from projections.history import (
     AgentHistory,
-    LoggedEvent,
     LogPosition,
     LogUnavailableError,
     PositionedEvent,
     build_timeline,
 )
-from schemas.codec import DecodeError, decode_derived_record, decode_retrieval
+from schemas.codec import decode_derived_record, decode_retrieval
 from schemas.envelope import AgentId
-from schemas.memory_events import DerivedUpTo
+from schemas.memory_events import DerivedUpTo, SourcePosition
 from schemas.topics import Topics
-from streams.eventlog.derived_log import at_end, log_reader
-from streams.privacy.sealing import FORGOTTEN, RecordSealer
+from streams.eventlog.derived_log import decode_opened, read_with
+from streams.eventlog.kafka_clients import log_reader
+from streams.privacy.sealing import RecordSealer
 
 log = logging.getLogger("engram.history")
 
@@ -105,62 +110,54 @@ async def _read_agent(
             tps.append(TopicPartition(name, partition))
         if not tps:
             return []
-        return await _read_to_end(consumer, tps, agent_id, topics.access, sealer)
+        return await _read_agent_records(consumer, tps, agent_id, topics, sealer)
     except KafkaError as exc:
         raise LogUnavailableError(f"cannot read the event log at {bootstrap}: {exc}") from exc
     finally:
         await consumer.stop()
 
 
-async def _read_to_end(
+async def _read_agent_records(
     consumer: AIOKafkaConsumer,
     tps: list[TopicPartition],
     agent_id: str,
-    access: str,
+    topics: Topics,
     sealer: RecordSealer,
 ) -> list[PositionedEvent]:
-    consumer.assign(tps)
-    await consumer.seek_to_beginning(*tps)
-    ends = await consumer.end_offsets(tps)
     key = agent_id.encode("utf-8")
-    events: list[PositionedEvent] = []
     found: list[tuple[TopicPartition, int, bytes]] = []
-    remaining = {tp for tp in tps if ends[tp] > 0}  # an end of 0 is exact: empty
-    while remaining:
-        batch = await consumer.getmany(*remaining, timeout_ms=_POLL_MS, max_records=50_000)
-        for tp, records in batch.items():
-            for record in records:
-                # Other agents share the partition; their key tells without decoding.
-                if record.value is None or (record.key is not None and record.key != key):
-                    continue
-                found.append((tp, record.offset, record.value))
-        for tp in list(remaining):
-            if at_end(await consumer.position(tp), ends[tp], bool(batch.get(tp))):
-                remaining.discard(tp)
+
+    def keep(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> None:
+        # Other agents share the partition; their key tells without decoding. Markers have
+        # no key: they are the partition's, and say which derived events count.
+        if record.value is None or (record.key is not None and record.key != key):
+            return
+        found.append((tp, record.offset, record.value))
+
+    # No deadline of its own: the caller's ``asyncio.timeout`` bounds the read.
+    await read_with(consumer, tps, keep, timeout=math.inf, poll_ms=_POLL_MS)
     opened = await sealer.open_all([value for _, _, value in found])
+    events: list[PositionedEvent] = []
+    derived: list[Logged] = []
     for (tp, offset, _), value in zip(found, opened, strict=True):
-        if value is None or (isinstance(value, DecodeError) and value.kind == FORGOTTEN):
-            continue  # a forgotten agent's: its erasure shows instead
-        event = _decode(tp, offset, value, access=tp.topic == access)
-        if event is not None and event.agent_id == agent_id:
-            position = LogPosition(topic=tp.topic, partition=tp.partition, offset=offset)
-            events.append(PositionedEvent(event, position))
+        # A forgotten agent's record does not open, and is left out: its erasure shows instead.
+        where = SourcePosition(topic=tp.topic, partition=tp.partition, offset=offset)
+        if tp.topic == topics.access:
+            retrieval = decode_opened(where, value, decode_retrieval)
+            if retrieval is not None and retrieval.agent_id == agent_id:
+                events.append(PositionedEvent(retrieval, _at(where)))
+            continue
+        record = decode_opened(where, value, decode_derived_record)
+        if record is not None:
+            derived.append((where, record))
+    counted = {id(e) for e in logged_batches(derived, topics.schedule).events}
+    for where, record in derived:
+        if isinstance(record, DerivedUpTo) or id(record) not in counted:
+            continue
+        if record.agent_id == agent_id:
+            events.append(PositionedEvent(record, _at(where)))
     return events
 
 
-def _decode(
-    tp: TopicPartition, offset: int, raw: bytes | DecodeError, *, access: bool
-) -> LoggedEvent | None:
-    """A record that cannot be read is logged and left out: one bad record must not hide the
-    rest of an agent's history."""
-    try:
-        if isinstance(raw, DecodeError):
-            raise raw
-        if access:
-            return decode_retrieval(raw)
-        record = decode_derived_record(raw)
-        # A batch's "logged up to" marker is no agent's: not part of any history.
-        return None if isinstance(record, DerivedUpTo) else record
-    except DecodeError as exc:
-        log.error("unreadable record %s[%d]@%d: %s", tp.topic, tp.partition, offset, exc)
-        return None
+def _at(where: SourcePosition) -> LogPosition:
+    return LogPosition(topic=where.topic, partition=where.partition, offset=where.offset)

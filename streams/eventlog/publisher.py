@@ -1,8 +1,8 @@
 """The client agents publish with. Any Kafka client writing valid JSON works too; this one adds
 validation before sending, keying by agent id, the record's position in the log, and sealing
 with the agent's key when given a keyring (``keyring_for``), without which
-``engram forget-agent`` cannot make the agent's events unreadable (README, "Forgetting an
-agent")."""
+``engram forget-agent`` cannot make the agent's events unreadable (deploy/README.md,
+"Forgetting an agent")."""
 
 from __future__ import annotations
 
@@ -14,19 +14,20 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
-from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from schemas.agent_events import AgentEvent, Decision, Feedback, Observation
 from schemas.codec import encode_event
+from schemas.errors import BackendUnavailableError
 from schemas.topics import Topics
+from streams.eventlog.kafka_clients import record_producer
 from streams.privacy.keyring import Keyring, KeyringError, keyring_from_setting
 from streams.privacy.sealing import RecordSealer
 
 T = TypeVar("T")
 
 
-class PublishError(RuntimeError):
+class PublishError(BackendUnavailableError):
     """The broker did not take the record; the message says why."""
 
 
@@ -37,18 +38,6 @@ class Position:
     topic: str
     partition: int
     offset: int
-
-
-def producer_for(bootstrap: str, *, linger: float = 0.0) -> AIOKafkaProducer:
-    """acks=all without idempotence: portable to Tansu, which rejects idempotent producers."""
-    return AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        acks="all",
-        enable_idempotence=False,
-        linger_ms=int(linger * 1000),
-        max_batch_size=1 << 20,
-        request_timeout_ms=30_000,
-    )
 
 
 KEY_REFRESH_S = 5.0
@@ -66,7 +55,7 @@ class AsyncPublisher:
         keyring: Keyring | None = None,
     ):
         self.topics = topics or Topics()
-        self._producer = producer_for(bootstrap, linger=linger)
+        self._producer = record_producer(bootstrap, linger=linger)
         self._sealer = RecordSealer(keyring)
 
     async def start(self) -> AsyncPublisher:

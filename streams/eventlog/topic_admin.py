@@ -10,22 +10,24 @@ from __future__ import annotations
 
 import contextlib
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from schemas.errors import BackendUnavailableError, EngramError
 from schemas.topics import Topics
+from streams.eventlog.kafka_clients import admin_client
 
 TOPIC_CONFIG = {"retention.ms": "-1"}
 
 
-class TopicLayoutError(RuntimeError):
+class TopicLayoutError(EngramError, RuntimeError):
     """Existing topics do not have the partition count Engram is configured for."""
 
 
 async def ensure_topics(
     bootstrap: str, topics: Topics, partitions: int, *, replication: int = 1
 ) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
+    admin = admin_client(bootstrap)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -50,6 +52,7 @@ async def ensure_topics(
                     f"{partitions}: {wrong}; all Engram topics must share one count"
                 )
     except KafkaError as exc:
-        raise RuntimeError(f"cannot create Engram's topics on {bootstrap}: {exc}") from exc
+        message = f"cannot create Engram's topics on {bootstrap}: {exc}"
+        raise BackendUnavailableError(message) from exc
     finally:
         await admin.close()

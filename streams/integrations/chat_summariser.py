@@ -26,6 +26,7 @@ from processors.summarising import (
     period_of,
     shorten,
 )
+from schemas.errors import EngramError
 
 log = logging.getLogger("engram.chat_summariser")
 
@@ -43,7 +44,7 @@ _LEVELS = {
 }
 
 
-class ChatAnswerError(Exception):
+class ChatAnswerError(EngramError):
     """The endpoint answered, but not with a usable summary."""
 
 

@@ -25,7 +25,7 @@ from schemas.agent_events import Observation
 from schemas.topics import Topics
 from streams.eventlog.publisher import AsyncPublisher, Position, PublishError
 from streams.privacy.keyring import Keyring, KeyringError, open_keyring
-from streams.runtime.settings import EngramSettings
+from streams.settings import EngramSettings
 
 __all__ = ["LogPublisher", "ToolServerSettings", "Transport", "run_tool_server"]
 

@@ -5,9 +5,8 @@ The request is an event, :class:`schemas.memory_events.ForgetAgent`, put on
 ``memory.schedule`` at the agent's partition. The worker owning that partition handles it in
 order with the agent's events (:func:`processors.batch.process_batch`): whatever the agent
 published before it is applied, then erased by the ``AgentForgotten`` it derives; then the
-worker deletes the agent's keys (:mod:`streams.privacy.keyring`), which makes every sealed copy of
-its
-events, raw and derived, unreadable. Doing it in the worker, in log order, rather than here,
+worker deletes the agent's keys (:mod:`streams.privacy.keyring`), which makes every sealed copy
+of its events, raw and derived, unreadable. Doing it in the worker, in log order, rather than here,
 means no batch in flight can write the agent back after the erasure, and no fence is needed.
 
 Here: read the agent's key ids, publish the request, wait (bounded) until the keys are gone
@@ -20,29 +19,27 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka.errors import KafkaError
 
-from projections.interfaces import EpisodicMemoryStore, WorkingMemoryStore
-from projections.versions import ProjectionVersion, ProjectionVersions
+from projections.interfaces import WorkingMemoryStore
+from projections.versions import OpenStores, ProjectionVersion, ProjectionVersions
 from schemas.codec import encode_event
+from schemas.errors import EngramError
 from schemas.memory_events import AgentForgotten, ForgetAgent
 from schemas.topics import Topics
-from streams.eventlog.publisher import Position, PublishError, producer_for
+from streams.eventlog.kafka_clients import record_producer
+from streams.eventlog.publisher import Position, PublishError
 from streams.privacy.keyring import Keyring
 
-OpenStores = Callable[
-    [ProjectionVersion], Awaitable[tuple[WorkingMemoryStore, EpisodicMemoryStore | None]]
-]
-"""Opens an inactive version's stores; None for the episodic part when it does not exist."""
 OpenWorking = Callable[[ProjectionVersion], WorkingMemoryStore]
 
 
-class ForgetTimeoutError(TimeoutError):
+class ForgetTimeoutError(EngramError, TimeoutError):
     """The request is in the log but no worker completed it in time."""
 
 
@@ -69,7 +66,7 @@ async def request_forget(
 ) -> Position:
     """Put the request on ``memory.schedule``, keyed by the agent: the default partitioner
     puts it on the partition of the agent's events (every topic has one partition count)."""
-    producer = producer_for(bootstrap)
+    producer = record_producer(bootstrap)
     try:
         await asyncio.wait_for(producer.start(), timeout)
         metadata = await asyncio.wait_for(

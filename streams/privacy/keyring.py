@@ -25,13 +25,14 @@ from typing import Literal, Protocol
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from schemas.errors import BackendUnavailableError
 from schemas.sealed import AgentKey, new_agent_key
 
 Lookup = AgentKey | Literal["forgotten"] | None
 """A key, ``"forgotten"`` (deleted by ``engram forget-agent``), or None (never known here)."""
 
 
-class KeyringError(RuntimeError):
+class KeyringError(BackendUnavailableError):
     """The keyring cannot be reached or read; the message says where and why."""
 
 

@@ -4,7 +4,7 @@ the log cannot give back.
 The bulk path of :mod:`streams.rebuild.replay` without versions or a switch: for stores nobody else
 writes (a benchmark, a test, a repair with the processors stopped). Reads ``memory.items`` and
 ``memory.lifecycle`` from the beginning, one partition number at a time, puts each back in
-emission order (:func:`processors.state_fold.causal_order`) and applies it in large batches.
+emission order (:func:`processors.emission_order.causal_order`) and applies it in large batches.
 Every store's ``apply`` is idempotent, so rebuilding into stores that already hold part of the
 log is safe too.
 """

@@ -7,13 +7,11 @@ and reads the pointer and the fence of :class:`~projections.versions.ProjectionV
 * when the pointer names another version, it opens that version's stores, hands them to the
   process (``on_switch``), and closes the old ones after a grace period, so a retrieval that
   started on the old version finishes on it;
-* a writer (worker, episodic projector) that sees a fence takes the process's *write lock*,
-  which waits for the batch in flight, says it paused, and holds the lock until the fence is
-  lowered, then follows the pointer before it lets the next batch through. The replay reads
+* a writer (worker, episodic projector) that sees a fence obeys it
+  (:func:`projections.versions.obey_fence`): it takes the process's write lock, which waits
+  for the batch in flight, says it paused, and holds the lock until the fence is lowered or
+  expires, then follows the pointer before it lets the next batch through. The replay reads
   the last of the log meanwhile (see :mod:`streams.rebuild.replay`).
-
-A fence that is never lowered (the replay died) expires with its TTL, and the follower gives
-up a pause after ``max_pause`` anyway: a dead replay must not stop the processors for good.
 
 A version reprocessed with another configuration (:class:`~projections.versions.DerivedLog`)
 cannot be followed by every process: a worker derives into one derived log with one
@@ -33,19 +31,26 @@ import contextlib
 import logging
 import os
 import socket
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
-from projections.versions import DerivedLog, ProjectionVersion, ProjectionVersions, Role
+from projections.interfaces import ProjectionError
+from projections.versions import (
+    DerivedLog,
+    OpenStores,
+    ProjectionStores,
+    ProjectionVersion,
+    ProjectionVersions,
+    Role,
+    WriteLock,
+    obey_fence,
+)
+from schemas.errors import EngramError
 
 log = logging.getLogger("engram.projection_switch")
 
-Stores = tuple[WorkingMemoryStore, EpisodicMemoryStore | None]
-OpenStores = Callable[[ProjectionVersion], Awaitable[Stores]]
-OnSwitch = Callable[[ProjectionVersion, Stores], Awaitable[None]]
+OnSwitch = Callable[[ProjectionVersion, ProjectionStores], Awaitable[None]]
 Refusal = Callable[[ProjectionVersion], Awaitable[str | None]]
 OnLeave = Callable[[ProjectionVersion, str], None]
 
@@ -57,7 +62,7 @@ __all__ = [
 ]
 
 
-class WrongConfigurationError(RuntimeError):
+class WrongConfigurationError(EngramError, RuntimeError):
     """The active projection version needs another configuration than this process has."""
 
 
@@ -117,10 +122,10 @@ class ProjectionFollower:
     versions: ProjectionVersions
     role: Role
     version: ProjectionVersion
-    stores: Stores
+    stores: ProjectionStores
     open_stores: OpenStores
     on_switch: OnSwitch
-    write_lock: asyncio.Lock | None = None
+    write_lock: WriteLock | None = None
     """The lock every write batch of this process holds; None for a process that only reads."""
     refusal: Refusal | None = None
     """Why this process cannot serve a version (None: it can); None follows every version."""
@@ -185,20 +190,19 @@ class ProjectionFollower:
 
     async def _pause(self, fence: str) -> None:
         assert self.write_lock is not None
-        async with self.write_lock:
-            self.pauses += 1
-            log.info("paused writing for the switch to projection version %s", fence or "-")
-            started = time.monotonic()
-            try:
-                while await self.versions.fence() == fence:
-                    if time.monotonic() - started > self.max_pause:
-                        log.warning("a fence held for %.0fs; writing again", self.max_pause)
-                        break
-                    await self._heartbeat(paused_for=fence)
-                    await asyncio.sleep(0.05)
-            finally:
-                # Before the lock is let go: the next batch must write to the new version.
-                await self.follow()
+        self.pauses += 1
+
+        async def paused(fence: str) -> None:
+            await self._heartbeat(paused_for=fence)
+
+        await obey_fence(
+            self.versions,
+            fence,
+            self.write_lock,
+            max_pause=self.max_pause,
+            heartbeat=paused,
+            resume=self.follow,
+        )
         await self._heartbeat()
         if self.left_for is None:
             log.info("writing again, on projection version %s", self.version.label)
@@ -230,7 +234,7 @@ class ProjectionFollower:
             active.label,
         )
 
-    async def _retire(self, version: ProjectionVersion, stores: Stores) -> None:
+    async def _retire(self, version: ProjectionVersion, stores: ProjectionStores) -> None:
         await asyncio.sleep(self.grace)
         for store in stores:
             if store is not None:

@@ -3,13 +3,13 @@
 Qdrant Edge lives inside one process, so with several worker processes the workers write
 working memory (Redis, shared) and this projector, in the process that owns the Edge shard,
 applies ``memory.items`` and ``memory.lifecycle`` to episodic memory. It is a plain consumer
-(no Faust hop: PARTS.md puts a raw ``getmany`` at ~300k records/s).
+(no Faust hop: a raw ``getmany`` reads ~300k records/s on the dev broker).
 
 Markers. A worker ends every batch with a "logged up to" marker per partition number (on
 ``memory.lifecycle``, after everything the batch derived; :class:`DerivedUpTo`), naming where
 the batch's events landed. In a partition of which a marker has been read, events wait until
 a marker covers them, and are then applied in the order the worker emitted them
-(:func:`processors.state_fold.causal_order`); one no marker covers that a later batch followed
+(:func:`processors.emission_order.causal_order`); one no marker covers that a later batch followed
 was logged by an attempt a crash cut short, whose batch was derived again (maybe otherwise:
 a redelivery may interleave the source topics differently), and is dropped. A marker waits in
 lifecycle order, and for the batch's last recording (``items``) to be read; it then moves the
@@ -40,18 +40,22 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
-from processors.state_fold import MarkerIndex, causal_order
+from processors.batch_markers import MarkerIndex
+from processors.emission_order import causal_order
 from projections.interfaces import EpisodicMemoryStore, latest_positions
-from schemas.codec import DecodeError, decode_derived_record
+from projections.versions import WriteLock
+from schemas.codec import decode_derived_record
 from schemas.memory_events import (
     DerivedEvent,
     DerivedRecord,
     DerivedUpTo,
-    MemoryRecorded,
     SourcePosition,
+    derived_topic_of,
 )
 from schemas.topics import Topics
-from streams.privacy.sealing import FORGOTTEN, RecordSealer
+from streams.eventlog.derived_log import decode_opened
+from streams.eventlog.kafka_clients import projector_consumer
+from streams.privacy.sealing import RecordSealer
 
 log = logging.getLogger("engram.episodic_projector")
 
@@ -97,25 +101,20 @@ class EpisodicProjector:
     """Events dropped: logged by an attempt at a batch that a crash cut short."""
     records: int = 0
     failures: int = 0
-    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    write_lock: WriteLock = field(default_factory=WriteLock)
+    """Held while a fetch is applied; a fence takes it to pause the projector
+    (:func:`projections.versions.obey_fence`)."""
     sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
     """Opens sealed records; a forgotten agent's are skipped."""
-    """Held while a batch is applied; :mod:`streams.rebuild.projection_switch` takes it to pause."""
     _consumer: AIOKafkaConsumer | None = None
     _task: asyncio.Task[None] | None = None
 
     async def start(self) -> EpisodicProjector:
-        self._consumer = AIOKafkaConsumer(
-            self.topics.items,
-            self.topics.lifecycle,
-            bootstrap_servers=self.bootstrap,
-            group_id=self.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            fetch_max_wait_ms=int(self.fetch_max_wait * 1000),
-            max_partition_fetch_bytes=4 << 20,
-            session_timeout_ms=6_000,
-            heartbeat_interval_ms=1_000,
+        self._consumer = projector_consumer(
+            self.bootstrap,
+            (self.topics.items, self.topics.lifecycle),
+            self.group_id,
+            fetch_max_wait=self.fetch_max_wait,
         )
         await self._consumer.start()
         self._task = asyncio.create_task(self._run(), name="episodic-projector")
@@ -145,7 +144,7 @@ class EpisodicProjector:
             try:
                 batch = await self._consumer.getmany(timeout_ms=100, max_records=10_000)
                 if batch:
-                    async with self.write_lock:
+                    async with self.write_lock.batch():
                         await self.project(batch)
                 delay = 0.1
             except asyncio.CancelledError:
@@ -196,27 +195,22 @@ class EpisodicProjector:
         opened = await self.sealer.open_all([value for _, _, value in fetched])
         decoded: list[tuple[TopicPartition, int, DerivedRecord]] = []
         for (tp, offset, _), value in zip(fetched, opened, strict=True):
-            if value is None:
-                continue
-            try:
-                if isinstance(value, DecodeError):
-                    raise value
-                decoded.append((tp, offset, decode_derived_record(value)))
-            except DecodeError as exc:
-                if exc.kind != FORGOTTEN:
-                    log.error("unreadable derived record %s@%d: %s", tp, offset, exc)
+            where = SourcePosition(topic=tp.topic, partition=tp.partition, offset=offset)
+            derived = decode_opened(where, value, decode_derived_record)
+            if derived is not None:
+                decoded.append((tp, offset, derived))
         # Markers first: whether an event waits for one depends on any of its partition.
         for _, offset, event in decoded:
             if isinstance(event, DerivedUpTo):
                 self.markers.add(event, offset)
-        recorded: list[MemoryRecorded] = []
+        recorded: list[DerivedEvent] = []
         arriving: list[HeldEvent] = []
         for tp, offset, event in decoded:
             if isinstance(event, DerivedUpTo):
                 arriving.append(HeldEvent(event, tp, offset))
             elif tp.partition in self.markers.marked:
                 self.waiting.append(WaitingEvent(event, tp, offset))
-            elif isinstance(event, MemoryRecorded):
+            elif derived_topic_of(event) == "items":
                 recorded.append(event)
             else:
                 arriving.append(HeldEvent(event, tp, offset))
@@ -244,7 +238,7 @@ class EpisodicProjector:
         self.held = held
         # What no marker covers and a later batch followed was logged by an attempt a crash
         # cut short: its batch was derived again, maybe otherwise, and that copy counts.
-        waiting = [h for h in self.waiting if not self.markers.superseded(h.where, h.event)]
+        waiting = [h for h in self.waiting if self.markers.verdict(h.where, h.event) != "left_out"]
         self.left_out += len(self.waiting) - len(waiting)
         self.waiting = waiting
         self.records += sum(len(r) for r in batch.values())

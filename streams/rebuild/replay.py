@@ -11,6 +11,10 @@ The running system keeps serving and writing the active version meanwhile. The r
 4. reads the last of the log into the new version, points ``{ns}#projection:active`` at it,
    and lowers the fence. Writers and query services move to the new version at once.
 
+The pointer, the fence and the writers' pause are the protocol of :mod:`projections.versions`
+(:func:`projections.versions.fenced`); which events a pass may apply is the markers' rule
+(:class:`processors.batch_markers.MarkerIndex`).
+
 Why a cut is needed: a worker logs what a batch derived on two topics, then a "logged up to"
 marker per partition number (:class:`schemas.memory_events.DerivedUpTo`), and the stores skip
 an event whose source offset is below the one they have applied. A pass that applied half of a
@@ -30,32 +34,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import ConsumerRecord, TopicPartition
 
-from processors.state_fold import MarkerIndex, SourceKey, causal_order, marked_upto
+from processors.batch_markers import MarkerIndex, SourceKey, marked_upto
+from processors.emission_order import causal_order
 from projections.interfaces import EpisodicMemoryStore, WorkingMemoryStore
-from projections.versions import ProjectionVersion, ProjectionVersions
+from projections.versions import OpenStores, ProjectionVersion, ProjectionVersions, fenced
 from schemas.codec import decode_derived_record
 from schemas.memory_events import DerivedEvent, DerivedRecord, DerivedUpTo, SourcePosition
 from schemas.topics import Topics
-from streams.eventlog.derived_log import decode_opened, log_reader, read_to_end
+from streams.eventlog.derived_log import decode_opened, read_to_end
+from streams.eventlog.kafka_clients import group_offsets_client, log_reader
 from streams.privacy.sealing import RecordSealer
 
 log = logging.getLogger("engram.replay")
 
-Stores = Sequence[WorkingMemoryStore | EpisodicMemoryStore]
-OpenStores = Callable[[ProjectionVersion], Awaitable[Stores]]
+Targets = Sequence[WorkingMemoryStore | EpisodicMemoryStore]
+"""The stores a pass applies the log to."""
 Advance = Callable[[int], None]
 """Called with the number of events just applied (drives a progress bar)."""
-
-
-class SwitchError(RuntimeError):
-    """The new version was built but could not be switched to; the message says why."""
 
 
 @dataclass
@@ -156,9 +158,7 @@ async def committed_offsets(
 ) -> dict[TopicPartition, int]:
     """The consumer group's committed offsets (next record to process) of the source
     partitions; a partition it never committed is absent."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False
-    )
+    consumer = group_offsets_client(bootstrap, group_id)
     await consumer.start()
     try:
         out = {}
@@ -192,9 +192,10 @@ def split_at_markers(
             continue
         if tp.partition in index.marked:
             where = SourcePosition(topic=tp.topic, partition=tp.partition, offset=offset)
-            if not index.covers(where, event):
-                if not index.superseded(where, event):
-                    held[tp] = min(held.get(tp, offset), offset)
+            verdict = index.verdict(where, event)
+            if verdict == "waits":
+                held[tp] = min(held.get(tp, offset), offset)
+            if verdict != "counts":
                 continue
         elif _uncommitted(event, committed):
             held[tp] = min(held.get(tp, offset), offset)
@@ -217,7 +218,7 @@ def _uncommitted(event: DerivedEvent, committed: dict[TopicPartition, int] | Non
 
 async def apply_in_batches(
     events: Sequence[DerivedEvent],
-    stores: Stores,
+    stores: Targets,
     batch_size: int,
     advance: Advance | None,
 ) -> None:
@@ -230,7 +231,7 @@ async def apply_in_batches(
 
 async def replay_pass(
     cursor: DerivedLogCursor,
-    stores: Stores,
+    stores: Targets,
     committed: dict[TopicPartition, int] | None,
     *,
     batch_size: int,
@@ -300,7 +301,7 @@ class Replay:
         expected = await cursor.start_at(since)
         if total is not None:
             total(expected)
-        stores = await self.open_stores(target)
+        stores = [store for store in await self.open_stores(target) if store is not None]
         try:
             for _ in range(1 + self.tail_passes):
                 committed = await committed_offsets(
@@ -331,58 +332,21 @@ class Replay:
     async def _switch(
         self,
         cursor: DerivedLogCursor,
-        stores: Stores,
+        stores: Targets,
         report: ReplayReport,
         advance: Advance | None,
     ) -> None:
         target = report.version
-        await self.versions.raise_fence(target.name or "", self.fence_timeout)
         paused_at = time.perf_counter()
         try:
-            await self._wait_for_writers(target)
-            applied, _ = await replay_pass(
-                cursor, stores, None, batch_size=self.batch_size, advance=advance
-            )
-            report.events += applied
-            report.fenced_events = applied
-            report.passes += 1
-            report.previous = await self.versions.activate(target.name)
-            report.switched = True
-        finally:
-            await self.versions.lower_fence()
-            report.pause_seconds = time.perf_counter() - paused_at
-
-    async def _wait_for_writers(self, target: ProjectionVersion) -> None:
-        """Until every writer says it paused for this fence; a writer that is not there stops
-        mattering when its heartbeat expires."""
-        deadline = time.monotonic() + self.fence_timeout
-        while True:
-            members = await self.versions.members()
-            waiting = [
-                m for m in members if m.role != "service" and m.paused_for != (target.name or "")
-            ]
-            if not waiting:
-                return
-            if time.monotonic() > deadline:
-                names = ", ".join(f"{m.role} {m.member_id}" for m in waiting)
-                raise SwitchError(
-                    f"these writers did not pause within {self.fence_timeout:.0f}s: {names}; "
-                    f"version {target.label} is built and can be switched to later "
-                    "(engram versions switch)"
+            async with fenced(self.versions, target, self.fence_timeout):
+                applied, _ = await replay_pass(
+                    cursor, stores, None, batch_size=self.batch_size, advance=advance
                 )
-            await asyncio.sleep(0.1)
-
-
-async def wait_until_unused(
-    versions: ProjectionVersions, version: ProjectionVersion, timeout: float
-) -> None:
-    """Until no running process uses ``version`` (so its stores can be dropped)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        users = [m for m in await versions.members() if m.uses(version.name)]
-        if not users:
-            return
-        if time.monotonic() > deadline:
-            names = ", ".join(f"{m.role} {m.member_id}" for m in users)
-            raise SwitchError(f"version {version.label} is still in use by {names}")
-        await asyncio.sleep(0.2)
+                report.events += applied
+                report.fenced_events = applied
+                report.passes += 1
+                report.previous = await self.versions.activate(target.name)
+                report.switched = True
+        finally:
+            report.pause_seconds = time.perf_counter() - paused_at

@@ -1,15 +1,13 @@
 """Reprocess: re-derive every memory from the raw agent events with a new configuration.
 
 A replay (:mod:`streams.rebuild.replay`) rebuilds the projections from the *derived* log, so it
-keeps the
-importance, routing, lifecycle decisions and embeddings the live run made. A reprocess goes one
-step further back: it reads the *raw* input topics (the agent topics, ``memory.schedule`` and
-``memory.access``) of every partition number from the beginning and runs the same pure pipeline
-(:func:`processors.batch.process_batch`, through :class:`streams.worker.pipeline.IngestPipeline`)
-with the
-configuration the operator sets now (``ENGRAM_*``: importance profiles, thresholds, capacities,
-lifecycle rules, embedder, summariser). Every derived event carries the new configuration
-version. Its output goes
+keeps the importance, routing, lifecycle decisions and embeddings the live run made. A
+reprocess goes one step further back: it reads the *raw* input topics (the agent topics,
+``memory.schedule`` and ``memory.access``) of every partition number from the beginning and
+runs the same pure pipeline (:func:`processors.batch.process_batch`, through
+:class:`streams.worker.pipeline.IngestPipeline`) with the configuration the operator sets now
+(``ENGRAM_*``: importance profiles, thresholds, capacities, lifecycle rules, embedder,
+summariser). Every derived event carries the new configuration version. Its output goes
 
 - to a derived log of its own, ``{prefix}{version}.memory.items``, ``….memory.lifecycle`` and
   ``….memory.deadletter`` (same partition count; each derived event keeps its raw record's
@@ -25,10 +23,9 @@ version, and commits for that group the offsets of the raw records it derived (t
 each raw partition it read). ``engram versions activate`` then moves the pointer; the running
 workers, which write another derived log, exit and ask to be restarted with this configuration
 (:mod:`streams.rebuild.projection_switch`), and a worker started with it writes this version's
-derived
-log under that group, from the committed offsets on: every raw record is derived into it once,
-either here or by the workers. Folding the state back from this log on takeover also marks what
-was derived here, so a worker would skip it even without the commits.
+derived log under that group, from the committed offsets on: every raw record is derived into
+it once, either here or by the workers. Folding the state back from this log on takeover also
+marks what was derived here, so a worker would skip it even without the commits.
 
 Order. The live worker saw one partition number's raw topics interleaved in arrival order, which
 the log does not keep. Per partition number a reprocess merges the topics by each record's Kafka
@@ -36,7 +33,7 @@ timestamp; records with equal timestamps go in topic order (agent topics, then t
 then retrievals), and each topic's own records keep their offset order whatever their
 timestamps (:func:`merge_in_time_order`). Producer clocks and batching can make this order
 differ from the live one, so a tick or a retrieval may fall on the other side of an agent event
-than it did live (README, "Memory over time").
+than it did live (processors/README.md, "The order of the input topics").
 
 Memory: a reprocess holds one partition number's raw records at a time (and reads the next one
 while the current one is processed).
@@ -48,11 +45,11 @@ import asyncio
 import heapq
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
@@ -60,11 +57,11 @@ from processors.batch import RawRecord, RecordKind
 from processors.config import ProcessingConfig
 from processors.embedding import Embedder
 from processors.summarising import Summariser
-from projections.interfaces import EpisodicMemoryStore, WorkingMemoryStore
-from projections.versions import DerivedLog, ProjectionVersion, ProjectionVersions
+from projections.versions import DerivedLog, OpenStores, ProjectionVersion, ProjectionVersions
+from schemas.errors import EngramError
 from schemas.topics import Topics
-from streams.eventlog.derived_log import log_reader, read_to_end
-from streams.eventlog.publisher import producer_for
+from streams.eventlog.derived_log import read_to_end
+from streams.eventlog.kafka_clients import group_offsets_client, log_reader, record_producer
 from streams.eventlog.topic_admin import ensure_topics
 from streams.privacy.sealing import RecordSealer
 from streams.worker.pipeline import IngestPipeline
@@ -87,16 +84,13 @@ __all__ = [
 TimedRecord = tuple[int, RawRecord]
 """A raw record with its Kafka timestamp (ms)."""
 
-OpenStores = Callable[
-    [ProjectionVersion], Awaitable[tuple[WorkingMemoryStore, EpisodicMemoryStore]]
-]
 Advance = Callable[[int], None]
 """Called with the number of raw records just processed (drives a progress bar)."""
 
 READ_TIMEOUT_S = 600.0
 
 
-class ReprocessError(RuntimeError):
+class ReprocessError(EngramError, RuntimeError):
     """A reprocess cannot start or finish; the message says why and what is left behind."""
 
 
@@ -125,9 +119,7 @@ async def commit_offsets(bootstrap: str, group: str, offsets: dict[TopicPartitio
     a worker that joins it starts there."""
     if not offsets:
         return
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
-    )
+    consumer = group_offsets_client(bootstrap, group)
     await consumer.start()
     try:
         consumer.assign(list(offsets))
@@ -297,7 +289,7 @@ class Reprocess:
         """Derive every raw partition; returns the next offset of each raw partition read."""
         derived_upto: dict[TopicPartition, int] = {}
         working, episodic = await self.open_stores(report.version)
-        producer = producer_for(self.bootstrap, linger=self.producer_linger)
+        producer = record_producer(self.bootstrap, linger=self.producer_linger)
         try:
             await producer.start()
 
@@ -348,7 +340,8 @@ class Reprocess:
         finally:
             await producer.stop()
             await working.close()
-            await episodic.close()
+            if episodic is not None:
+                await episodic.close()
         return derived_upto
 
     async def _read(self, partition: int) -> list[RawRecord]:

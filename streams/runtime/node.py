@@ -24,20 +24,28 @@ from projections.history import AgentHistory
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
 from projections.retrieval.engine import RetrievalEngine
 from projections.service.app import HistoryReader, RetrievalHook, create_app
-from projections.versions import DerivedLog, ProjectionVersion, ProjectionVersions
+from projections.versions import (
+    DerivedLog,
+    ProjectionStores,
+    ProjectionVersion,
+    ProjectionVersions,
+    WriteLock,
+)
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.codec import encode_event
+from schemas.errors import BackendUnavailableError
 from schemas.memory_events import MemoryRetrieved
 from schemas.topics import Topics
 from streams.eventlog.history import read_agent_history
-from streams.eventlog.publisher import KEY_REFRESH_S, producer_for
+from streams.eventlog.kafka_clients import record_producer
+from streams.eventlog.publisher import KEY_REFRESH_S
 from streams.eventlog.topic_admin import ensure_topics
 from streams.integrations.chat_summariser import summariser_from_url
 from streams.privacy.keyring import Keyring, KeyringError, open_keyring
 from streams.privacy.sealing import RecordSealer
 from streams.rebuild.projection_switch import ProjectionFollower, Serving, WrongConfigurationError
 from streams.rebuild.projector import EpisodicProjector
-from streams.runtime.settings import EngramSettings
+from streams.settings import EngramSettings
 from streams.worker.app import ProcessorApp, create_processor_app
 from streams.worker.pipeline import IngestPipeline
 
@@ -85,7 +93,7 @@ class RetrievalRecorder:
         """A query names what the agent asked: sealed with its key like its events."""
         self.delivered = 0
         self.failed = 0
-        self._producer = producer_for(bootstrap, linger=linger)
+        self._producer = record_producer(bootstrap, linger=linger)
 
     async def start(self) -> RetrievalRecorder:
         try:
@@ -94,7 +102,8 @@ class RetrievalRecorder:
             await self._producer.partitions_for(self.topic)
         except KafkaError as exc:
             await self._producer.stop()
-            raise RuntimeError(f"cannot record retrievals on {self.topic}: {exc}") from exc
+            message = f"cannot record retrievals on {self.topic}: {exc}"
+            raise BackendUnavailableError(message) from exc
         return self
 
     async def __call__(self, event: MemoryRetrieved) -> None:
@@ -151,7 +160,7 @@ class Node:
     says why): its owner stops it, and it is restarted with the version's configuration."""
     left_reason: str | None = field(default=None, init=False)
     _logs: dict[str | None, DerivedLog | None] = field(default_factory=dict, init=False)
-    _write_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _write_lock: WriteLock = field(default_factory=WriteLock, init=False)
     """One lock for every writer of this process, so one fence pauses them all."""
     http_port: int | None = field(default=None, init=False)
     _server: uvicorn.Server | None = field(default=None, init=False)
@@ -256,9 +265,7 @@ class Node:
         self.left_reason = reason
         self.left.set()
 
-    async def _open_stores(
-        self, version: ProjectionVersion
-    ) -> tuple[WorkingMemoryStore, EpisodicMemoryStore | None]:
+    async def _open_stores(self, version: ProjectionVersion) -> ProjectionStores:
         """The stores of one projection version that this process's roles need, answering."""
         settings = self.settings
         working = RedisWorkingMemory.from_url(
@@ -288,11 +295,7 @@ class Node:
             raise
         return working, episodic
 
-    async def _use_version(
-        self,
-        version: ProjectionVersion,
-        stores: tuple[WorkingMemoryStore, EpisodicMemoryStore | None],
-    ) -> None:
+    async def _use_version(self, version: ProjectionVersion, stores: ProjectionStores) -> None:
         """Every role of this process on the new version at once (no await in between)."""
         working, episodic = stores
         self.version, self.working, self.episodic = version, working, episodic

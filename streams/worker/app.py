@@ -1,7 +1,8 @@
 """The Faust application: a thin shell that feeds batches of raw records to the pipeline.
 
 Built by ``create_processor_app`` (no global app at import time). One agent reads all three
-agent topics as raw bytes, so each event costs one Faust hop (PARTS.md: ~200 us per hop).
+agent topics as raw bytes, so each event costs one Faust hop (~200 us of CPU per hop on the dev
+machines).
 Per-agent state is not a Faust table: before the first record of a partition is processed, the
 pipeline folds that partition's state back from the derived topics, which also lets it skip
 records it had already derived. Revocation (Faust's signal) makes it fold again on return.
@@ -26,7 +27,7 @@ from processors.state_fold import FoldedState
 from schemas.memory_events import DerivedEvent
 from schemas.topics import Topics
 from streams.eventlog.derived_log import recover_state
-from streams.runtime.settings import EngramSettings
+from streams.settings import EngramSettings
 from streams.worker.faust_tuning import TunedFaustApp
 from streams.worker.pipeline import IngestPipeline, SendFn
 from streams.worker.scheduler import publish_ticks, ticks_for
@@ -55,8 +56,29 @@ def create_processor_app(
     reprocessed projection version has its own (:class:`projections.versions.DerivedLog`)."""
     topics = topics or Topics(settings.topic_prefix)
     app_id = app_id or f"{settings.topic_prefix}{settings.app_id}"
+    app = _faust_app(settings, bootstrap, app_id)
+    holder: dict[str, IngestPipeline] = {}
+    _add_ingest_agent(app, settings, topics, holder)
+    send = _sender(app)
+    if settings.schedule_interval > 0:
+        _add_schedule_timer(app, settings, topics, send)
+    _release_on_revocation(app, topics, holder)
+
+    def bind(make_pipeline: PipelineFactory) -> IngestPipeline:
+
+        async def recover(partitions: set[int]) -> tuple[FoldedState, list[DerivedEvent]]:
+            return await recover_state(bootstrap, topics, partitions, pipeline.sealer)
+
+        pipeline = make_pipeline(send=send, recover=recover, should_stop=lambda: app.should_stop)
+        holder["pipeline"] = pipeline
+        return pipeline
+
+    return ProcessorApp(app=app, topics=topics, bind=bind)
+
+
+def _faust_app(settings: EngramSettings, bootstrap: str, app_id: str) -> faust.App:
     (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
-    app = TunedFaustApp(
+    return TunedFaustApp(
         app_id,
         fetch_max_wait=settings.fetch_max_wait,
         broker=f"kafka://{bootstrap}",
@@ -73,13 +95,21 @@ def create_processor_app(
         web_enabled=False,
         datadir=str(settings.data_dir / "faust" / app_id),
     )
+
+
+def _inputs(topics: Topics) -> tuple[str, ...]:
+    """Every topic the worker consumes: the agent topics, the schedule and the retrievals."""
+    return (*topics.agent_inputs, topics.schedule, topics.access)
+
+
+def _add_ingest_agent(
+    app: faust.App, settings: EngramSettings, topics: Topics, holder: dict[str, IngestPipeline]
+) -> None:
+    """The one agent: batches of raw records from every input, handed to the pipeline."""
     # One channel for every input, so Faust assigns the same partition numbers of all of them
     # to one worker: an agent's events, its retrievals and its partition's ticks meet there.
-    inputs = (*topics.agent_inputs, topics.schedule, topics.access)
-    source = app.topic(*inputs, key_serializer="raw", value_serializer="raw")
-    holder: dict[str, IngestPipeline] = {}
+    source = app.topic(*_inputs(topics), key_serializer="raw", value_serializer="raw")
     type_of = topics.event_type_of
-    agent_topics = set(inputs)
     kind_of: dict[str, RecordKind] = {topics.schedule: "tick", topics.access: "retrieval"}
 
     async def handle(records: list[RawRecord]) -> None:
@@ -128,45 +158,46 @@ def create_processor_app(
 
     app.agent(source, name=f"{settings.topic_prefix}ingest")(ingest)
 
+
+def _sender(app: faust.App) -> SendFn:
+    """Sends through the app's producer (Faust flushes it before committing offsets)."""
+
     async def send(topic: str, key: bytes | None, value: bytes, partition: int | None) -> Any:
         return await app.producer.send(
             topic, key, value, partition=partition, timestamp=None, headers=None
         )
 
-    typed_send: SendFn = send
+    return send
 
-    if settings.schedule_interval > 0:
 
-        async def tick(*_: Any) -> None:
-            """Runs on the group leader only (Faust's ``on_leader``), so one tick per interval
-            reaches each partition however many workers run."""
-            ticks = ticks_for(settings.partitions, datetime.now(UTC), settings.schedule_interval)
-            try:
-                await publish_ticks(typed_send, topics, ticks)
-            except Exception:
-                log.warning("could not publish a schedule tick; the next one will", exc_info=True)
+def _add_schedule_timer(
+    app: faust.App, settings: EngramSettings, topics: Topics, send: SendFn
+) -> None:
+    async def tick(*_: Any) -> None:
+        """Runs on the group leader only (Faust's ``on_leader``), so one tick per interval
+        reaches each partition however many workers run."""
+        ticks = ticks_for(settings.partitions, datetime.now(UTC), settings.schedule_interval)
+        try:
+            await publish_ticks(send, topics, ticks)
+        except Exception:
+            log.warning("could not publish a schedule tick; the next one will", exc_info=True)
 
-        app.timer(settings.schedule_interval, on_leader=True, name="engram-schedule")(tick)
+    app.timer(settings.schedule_interval, on_leader=True, name="engram-schedule")(tick)
+
+
+def _release_on_revocation(
+    app: faust.App, topics: Topics, holder: dict[str, IngestPipeline]
+) -> None:
+    """Partitions revoked are forgotten by the pipeline: if they come back, it folds them
+    from the log again."""
+    inputs = set(_inputs(topics))
 
     @app.on_partitions_revoked.connect
     async def release(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
         revoked: set[TP] = args[0]
         pipeline = holder.get("pipeline")
         if pipeline is not None:
-            pipeline.release({tp.partition for tp in revoked if tp.topic in agent_topics})
-
-    def bind(make_pipeline: PipelineFactory) -> IngestPipeline:
-
-        async def recover(partitions: set[int]) -> tuple[FoldedState, list[DerivedEvent]]:
-            return await recover_state(bootstrap, topics, partitions, pipeline.sealer)
-
-        pipeline = make_pipeline(
-            send=typed_send, recover=recover, should_stop=lambda: app.should_stop
-        )
-        holder["pipeline"] = pipeline
-        return pipeline
-
-    return ProcessorApp(app=app, topics=topics, bind=bind)
+            pipeline.release({tp.partition for tp in revoked if tp.topic in inputs})
 
 
 async def drain_on_stop(batch: Awaitable[None], size: int) -> None:

@@ -1,19 +1,21 @@
 """The hot path: one Faust hop from the agent topics to the log of derived events and the
 projections.
 
-Per batch (``stream.take_events``): decode and record (pure, ``processors.batch``), hand the
-derived events and dead letters to the producer and wait until the broker took them all, then
-log one "logged up to" marker (:class:`DerivedUpTo`) per partition number of the batch, naming
-where its events landed, and wait for it: two round trips per batch, whatever it holds. Then
+Per batch (``stream.take_events``): skip what the log says was derived, decode and record
+(pure: :func:`processors.worker_step.derive_batch`), hand the derived events and dead letters
+to the producer and wait until the broker took them all, then log one "logged up to" marker
+(:class:`DerivedUpTo`, see :mod:`processors.batch_markers`) per partition number of the batch,
+naming where its events landed, and wait for it: two round trips per batch, whatever it holds. Then
 apply the derived events to both projections and keep the per-agent states (in memory: they
 are folded back from the derived log when a worker takes a partition over, see
 :mod:`processors.state_fold`). Faust acks the batch only after this returns and flushes the
 producer before it commits offsets, so the order is: log written, marker written, projections
-applied, offsets committed (DESIGN.md, invariants 3 and 7). A crash before the marker leaves
+applied, offsets committed (streams/README.md, invariants 3 and 7). A crash before the marker leaves
 events that every reader of the log leaves out, and the batch is derived again whole (maybe
 otherwise: a redelivery may interleave the source topics differently), so the projections must
 not have applied the first attempt. A projection that is down pauses the batch and is retried
-with backoff; the batch is never acked past it.
+with backoff; the batch is never acked past it. Every batch holds the process's write lock
+(:class:`projections.versions.WriteLock`), so a projection switch never pauses it half done.
 """
 
 from __future__ import annotations
@@ -22,34 +24,29 @@ import asyncio
 import base64
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-from processors.batch import BatchResult, RawRecord, process_batch
+from processors.batch import BatchResult, RawRecord
+from processors.batch_markers import opening_markers
 from processors.config import ProcessingConfig
 from processors.embedding import Embedder
 from processors.lifecycle import Deriving
-from processors.recording import AgentMemoryState
 from processors.state_fold import FoldedState
 from processors.summarising import ExtractiveSummariser, Summariser
+from processors.worker_step import DerivedBatch, carry, derive_batch
 from projections.interfaces import (
     EpisodicMemoryStore,
     ProjectionError,
     WorkingMemoryStore,
     latest_positions,
 )
+from projections.versions import WriteLock
 from schemas.codec import encode_event
-from schemas.envelope import new_event_id
-from schemas.memory_events import (
-    AgentForgotten,
-    DerivedEvent,
-    DerivedUpTo,
-    LogRange,
-    MemoryRecorded,
-    SourcePosition,
-)
+from schemas.errors import BackendUnavailableError
+from schemas.memory_events import AgentForgotten, DerivedEvent, DerivedUpTo, derived_topic_of
 from schemas.topics import Topics
 from streams.eventlog.publisher import Position
 from streams.privacy.keyring import KeyringError
@@ -70,7 +67,7 @@ class SendFn(Protocol):
 Recover = Callable[[set[int]], Awaitable[tuple[FoldedState, list[DerivedEvent]]]]
 
 
-class DeliveryError(RuntimeError):
+class DeliveryError(BackendUnavailableError):
     """The broker did not take a derived record; the batch must not be acknowledged."""
 
 
@@ -108,61 +105,6 @@ class IngestStats:
             await asyncio.sleep(0.02)
 
 
-Ranges = Mapping[int, LogRange]
-"""Per partition number, where a batch's events landed in one derived topic."""
-
-
-def batch_markers(
-    records: Sequence[RawRecord], items: Ranges, lifecycle: Ranges, at: datetime
-) -> list[DerivedUpTo]:
-    """The markers of a batch whose derived events are all logged: one per partition number,
-    naming the highest offset of every source topic there, records that derived nothing or
-    were skipped included (a tick that derived nothing is then done too), and where the
-    batch's events landed in ``memory.items`` and ``memory.lifecycle``."""
-    upto: dict[int, dict[str, int]] = {}
-    for raw in records:
-        highest = upto.setdefault(raw.partition, {})
-        if highest.get(raw.topic, -1) < raw.offset:
-            highest[raw.topic] = raw.offset
-    return [
-        DerivedUpTo(
-            event_id=new_event_id(),
-            occurred_at=at,
-            partition=partition,
-            upto=tuple(
-                SourcePosition(topic=topic, partition=partition, offset=offset)
-                for topic, offset in sorted(highest.items())
-            ),
-            items=items.get(partition),
-            lifecycle=lifecycle.get(partition),
-        )
-        for partition, highest in sorted(upto.items())
-    ]
-
-
-def logged_ranges(
-    derived: Sequence[DerivedEvent], delivered: Sequence[Any]
-) -> tuple[dict[int, LogRange], dict[int, LogRange]]:
-    """Where the events landed, per partition number, in ``memory.items`` and in
-    ``memory.lifecycle``, from the producer's metadata (``delivered[i]`` is what sending
-    ``derived[i]`` returned). Metadata without an offset leaves its event uncovered: the
-    batch then counts for nothing, never for more than it is."""
-    spans: tuple[dict[int, LogRange], dict[int, LogRange]] = ({}, {})
-    for event, metadata in zip(derived, delivered, strict=False):
-        offset = getattr(metadata, "offset", None)
-        partition = getattr(metadata, "partition", None)
-        if not (isinstance(offset, int) and isinstance(partition, int) and offset >= 0):
-            continue
-        into = spans[0] if isinstance(event, MemoryRecorded) else spans[1]
-        known = into.get(partition)
-        into[partition] = (
-            LogRange(first=offset, last=offset)
-            if known is None
-            else LogRange(first=min(known.first, offset), last=max(known.last, offset))
-        )
-    return spans
-
-
 @dataclass
 class IngestPipeline:
     config: ProcessingConfig
@@ -178,9 +120,9 @@ class IngestPipeline:
     should_stop: Callable[[], bool] = lambda: False
     max_backoff: float = 5.0
     stats: IngestStats = field(default_factory=IngestStats)
-    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    """Held by every batch; :mod:`streams.rebuild.projection_switch` takes it to pause the
-    worker."""
+    write_lock: WriteLock = field(default_factory=WriteLock)
+    """Held by every batch; a fence takes it to pause the worker
+    (:func:`projections.versions.obey_fence`)."""
     sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
     """Opens sealed input and seals the derived events with their agent's key (none: plain)."""
 
@@ -194,9 +136,6 @@ class IngestPipeline:
     @property
     def stores(self) -> list[WorkingMemoryStore | EpisodicMemoryStore]:
         return [self.working] if self.episodic is None else [self.working, self.episodic]
-
-    def load_state(self, agent_id: str) -> AgentMemoryState:
-        return self.folded.states.get(agent_id) or AgentMemoryState()
 
     async def take_over(self, folded: FoldedState, logged: Sequence[DerivedEvent]) -> None:
         """Adopt the state folded from the derived log of newly assigned partitions, and bring
@@ -270,33 +209,15 @@ class IngestPipeline:
         holds (the older rule's marks, or nothing): from then on markers rule it, so a crash in
         this worker's first batch there leaves nothing that counts. Once per partition number
         in the life of a log."""
-        unmarked = sorted(partitions - self.folded.marked)
+        unmarked = partitions - self.folded.marked
         if not unmarked:
             return
-        upto, ends = self.folded.derived_upto, self.folded.log_ends
-
-        def held(topic: str, partition: int) -> LogRange | None:
-            end = ends.get((topic, partition))
-            return None if end is None else LogRange(first=0, last=end)
-
-        now = datetime.now(UTC)
-        markers = [
-            DerivedUpTo(
-                event_id=new_event_id(),
-                occurred_at=now,
-                partition=partition,
-                upto=tuple(
-                    SourcePosition(topic=topic, partition=partition, offset=offset)
-                    for (topic, p), offset in sorted(upto.items())
-                    if p == partition
-                ),
-                items=held(self.topics.items, partition),
-                lifecycle=held(self.topics.lifecycle, partition),
-            )
-            for partition in unmarked
-        ]
+        folded = self.folded
+        markers = opening_markers(
+            unmarked, folded.derived_upto, folded.log_ends, self.topics, datetime.now(UTC)
+        )
         await self._log_markers(markers)
-        self.folded.marked |= set(unmarked)
+        folded.marked |= unmarked
 
     async def _log_markers(self, markers: Sequence[DerivedUpTo]) -> None:
         """Send markers to their partition of ``memory.lifecycle`` and wait until logged."""
@@ -305,36 +226,31 @@ class IngestPipeline:
             [await self.send(lifecycle, None, encode_event(m), m.partition) for m in markers]
         )
 
-    def agents_of_partition(self, partition: int) -> list[str]:
-        """The agents a tick of ``partition`` concerns: every agent this worker holds there."""
-        return [a for a, p in self._partition_of.items() if p == partition]
-
-    def derive(self, records: Sequence[RawRecord]) -> BatchResult:
-        return process_batch(
+    def derive(self, records: Sequence[RawRecord]) -> DerivedBatch:
+        return derive_batch(
             records,
-            self.load_state,
+            self.folded,
+            self._partition_of,
             ctx=self.ctx,
             failed_at=datetime.now(UTC),
-            agents_of_partition=self.agents_of_partition,
             opener=self.sealer,
         )
 
     async def handle(self, records: Sequence[RawRecord]) -> BatchResult:
         """One batch, under the write lock, so a projection switch (which takes the lock to
         pause this worker) never falls in the middle of a batch."""
-        async with self.write_lock:
+        async with self.write_lock.batch():
             return await self._handle(records)
 
     async def _handle(self, records: Sequence[RawRecord]) -> BatchResult:
         await self._ensure_recovered(records)
         await self._with_keyring(self._prepare_keys, records)
-        upto = self.folded.derived_upto
-        fresh = [r for r in records if r.offset > upto.get((r.topic, r.partition), -1)]
         if self.summariser.blocking:
             # A summariser that waits on a network must not stall the consumer's heartbeats.
-            result = await asyncio.to_thread(self.derive, fresh)
+            batch = await asyncio.to_thread(self.derive, records)
         else:
-            result = self.derive(fresh)
+            batch = self.derive(records)
+        result = batch.result
         deliveries = await self._send(result.derived)
         for letter in result.dead_letters:
             log.warning(
@@ -355,21 +271,12 @@ class IngestPipeline:
         # apply it: a batch cut short is derived again, maybe otherwise (a redelivery may
         # interleave the source topics differently), and they must not hold the first try.
         delivered = await self._await_deliveries(deliveries)
-        items, lifecycle = logged_ranges(result.derived, delivered)
-        markers = batch_markers(records, items, lifecycle, datetime.now(UTC))
-        await self._log_markers(markers)
+        await self._log_markers(batch.markers(delivered, datetime.now(UTC)))
         await self.apply(result.derived)
         await self.advance_past(records, result.derived)
-        self.folded.states.update(result.states)
-        partition_of = self._partition_of
-        for event in result.derived:
-            if event.source_position is not None:
-                partition_of[event.agent_id] = event.source_position.partition
-        for raw in fresh:
-            if upto.get((raw.topic, raw.partition), -1) < raw.offset:
-                upto[(raw.topic, raw.partition)] = raw.offset
+        carry(self.folded, self._partition_of, batch)
         await self._forget_agents(result)
-        self.stats.skipped += len(records) - len(fresh)
+        self.stats.skipped += batch.skipped
         self._count(records, result)
         return result
 
@@ -399,23 +306,19 @@ class IngestPipeline:
 
     async def _forget_agents(self, result: BatchResult) -> None:
         """Delete the keys of the agents the batch forgot, once their erasure is logged and
-        applied, and drop what this worker holds of them. A crash before this redelivers the
-        command, which does it again (deleting keys is idempotent)."""
+        applied (what this worker held of them was dropped by :func:`carry`). A crash before
+        this redelivers the command, which does it again (deleting keys is idempotent)."""
         for agent, key_ids in result.forgotten_agents.items():
             keyring = self.sealer.keyring
             if keyring is not None and key_ids:
                 deleted = await self._with_keyring(keyring.forget, agent, key_ids)
                 log.info("forgot agent", extra={"agent_id": agent, "keys_deleted": deleted})
             self.sealer.forget(agent, key_ids)
-            if agent not in result.states:
-                self.folded.states.pop(agent, None)
-                self._partition_of.pop(agent, None)
         self.stats.forgotten_records += result.forgotten_records
 
     async def _send(self, events: Sequence[DerivedEvent]) -> list[Any]:
         """Hand derived events to the producer, each to its source's partition number."""
-        send, items, lifecycle = self.send, self.topics.items, self.topics.lifecycle
-        sealer = self.sealer
+        send, topics, sealer = self.send, self.topics, self.sealer
         agents = {e.agent_id for e in events if not isinstance(e, AgentForgotten)}
         await self._with_keyring(sealer.prepare_seal, agents)
         deliveries: list[Any] = []
@@ -423,7 +326,7 @@ class IngestPipeline:
         for event in events:
             position = event.source_position
             delivery = await send(
-                items if isinstance(event, MemoryRecorded) else lifecycle,
+                topics.derived_topic(event),
                 event.agent_id.encode("utf-8"),
                 # What erases an agent must stay readable once its keys are gone.
                 encode_event(event)
@@ -482,10 +385,9 @@ class IngestPipeline:
         stats = self.stats
         stats.batches += 1
         stats.events += len(records)
-        stats.memories += sum(1 for e in result.derived if isinstance(e, MemoryRecorded))
-        stats.lifecycle_events += sum(
-            1 for e in result.derived if not isinstance(e, MemoryRecorded)
-        )
+        recorded = sum(1 for e in result.derived if derived_topic_of(e) == "items")
+        stats.memories += recorded
+        stats.lifecycle_events += len(result.derived) - recorded
         stats.dead_letters += len(result.dead_letters)
         stats.last_batch_at = time.time()
         for raw in records:

@@ -3,7 +3,7 @@
 A tick is written into every partition of ``memory.schedule`` by one worker of the cluster (the
 consumer group's leader), so each partition's owner sees it in order with that partition's
 agent events. What a tick triggers depends on the tick's own time only, so a replay of the log
-decides the same whenever it runs (DESIGN.md, invariant 2).
+decides the same whenever it runs (streams/README.md, invariant 2).
 """
 
 from __future__ import annotations

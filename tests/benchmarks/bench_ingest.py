@@ -4,7 +4,7 @@
 
 After a warm-up, the clock runs from the start of publishing (a separate process, as fast as it
 can) until the last event is applied: the publisher shares the two cores, as agents would. The
-naive baseline is what PARTS.md calls a parse-and-forward Faust agent (one record at a time,
+naive baseline is a parse-and-forward Faust agent (one record at a time,
 ``json.loads`` and ``topic.send``), run on the same broker in the same run.
 """
 
@@ -29,7 +29,7 @@ from streams.eventlog.publisher import Position
 from streams.eventlog.topic_admin import ensure_topics
 from streams.runtime.devstack.stack import DevStack
 from streams.runtime.node import Endpoints, Node
-from streams.runtime.settings import EngramSettings
+from streams.settings import EngramSettings
 
 
 def publish_backlog(

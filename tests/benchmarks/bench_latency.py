@@ -20,7 +20,7 @@ from typing import Any
 
 from schemas.memory_events import DerivedEvent, MemoryRecorded
 from streams.runtime.node import Endpoints, Node
-from streams.runtime.settings import EngramSettings
+from streams.settings import EngramSettings
 from tests.benchmarks.bench_ingest import publish_backlog
 from tests.benchmarks.servers import fresh_servers, percentile
 

@@ -28,7 +28,7 @@ from streams.rebuild.from_log import rebuild_projections
 from streams.rebuild.replay import DerivedLogCursor
 from streams.runtime.devstack.stack import DevStack
 from streams.runtime.node import Node
-from streams.runtime.settings import EngramSettings
+from streams.settings import EngramSettings
 from tests.benchmarks.bench_ingest import applied_everywhere, publish_backlog
 
 

@@ -30,7 +30,7 @@ def test_mypy_strict_is_clean() -> None:
 
 
 def test_the_domain_imports_no_client_library() -> None:
-    """STYLE.md: only streams/ and projections/ talk to Kafka, Redis and Qdrant (ruff TID251)."""
+    """Only streams/ and projections/ talk to Kafka, Redis and Qdrant (ruff TID251)."""
     banned = ("faust", "aiokafka", "redis", "qdrant_client", "qdrant_edge")
     for folder in ("schemas", "processors"):
         for path in (ROOT / folder).rglob("*.py"):

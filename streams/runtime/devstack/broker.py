@@ -12,10 +12,11 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
+from schemas.errors import EngramError
 from streams.runtime.devstack.ports import free_port, wait_for_port
 
 
-class BrokerStartError(RuntimeError):
+class BrokerStartError(EngramError, RuntimeError):
     pass
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Literal, Self
 
+from schemas.errors import EngramError
 from streams.runtime.devstack.ports import free_port
 
 __all__ = ["RedisServer", "RedisServerError", "find_redis_server"]
@@ -31,7 +32,7 @@ _PORT_ATTEMPTS = 3
 """A free port found by binding port 0 can be taken by someone else before Redis binds it."""
 
 
-class RedisServerError(RuntimeError):
+class RedisServerError(EngramError, RuntimeError):
     """The server could not be found, started or stopped; the message carries its log tail."""
 
 

@@ -2,7 +2,7 @@
 
 Qdrant Edge needs no server: it runs inside the Engram process on a directory. The broker keeps
 its log in memory, so the stack starts its projections empty too: projections must never hold
-what the log does not (DESIGN.md, invariant 1).
+what the log does not (streams/README.md, invariant 1).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The projections' promises on real Redis and Qdrant, for derived logs of any shape.
 
-Applying a derived event twice equals applying it once, and rebuilding from the log equals what
-the worker applied live (DESIGN.md, invariants 2 and 3). The events are not built by hand: the
-processors derive them (:mod:`tests.agent_streams`) from generated agent streams in which
-sessions, years and chapters end, memories are promoted, summarised and forgotten, so every
-kind of derived event reaches the stores, in the batches the worker makes.
+Applying a derived event twice equals applying it once, and rebuilding from the log equals what the
+worker applied live (streams/README.md, invariants 2 and 3). The events are not built by hand: the
+processors derive them (:mod:`tests.agent_streams`) from generated agent streams in which sessions,
+years and chapters end, memories are promoted, summarised and forgotten, so every kind of derived
+event reaches the stores, in the batches the worker makes.
 
 Each example opens stores of its own (a fresh Redis namespace, a fresh episodic store): the
 stores are created in the test body, since function fixtures live across hypothesis examples.

@@ -1,6 +1,6 @@
 """The agent's arousal in Redis working memory: applied with the recording that carries it, in
 the same script and at the same position, so it is idempotent and never goes back in time
-(seed 003_534f01cf6e2c2ecf.txt; DESIGN.md, invariant 3)."""
+(seed 003; streams/README.md, invariant 3)."""
 
 from __future__ import annotations
 

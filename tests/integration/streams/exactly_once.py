@@ -1,6 +1,6 @@
 """The outcome a fault must not change, computed without the servers that fail.
 
-The processors are deterministic (DESIGN.md, invariant 2): run the pure batch function over
+The processors are deterministic (streams/README.md, invariant 2): run the pure batch function over
 every record that was published, in log order, and the result is exactly the derived log a
 faultless worker writes, event ids, contents and source positions included. A fault test
 compares what the real pipeline left in the log and in Redis with that: a lost batch shows as a
@@ -16,9 +16,10 @@ from datetime import UTC, datetime
 
 from processors.batch import RawRecord, process_batch
 from processors.embedding import embedder_from_name
+from processors.emission_order import causal_order
 from processors.lifecycle import Deriving
 from processors.recording import AgentMemoryState
-from processors.state_fold import FoldedState, causal_order
+from processors.state_fold import FoldedState
 from processors.summarising import ExtractiveSummariser
 from projections.memory import StoredMemory
 from schemas.agent_events import Observation
@@ -27,7 +28,7 @@ from schemas.topics import Topics
 from streams.eventlog.derived_log import read_partitions, read_records
 from streams.privacy.sealing import RecordSealer
 from streams.runtime.node import processing_config
-from streams.runtime.settings import EngramSettings
+from streams.settings import EngramSettings
 
 
 def workload(agents: int, per_agent: int) -> list[Observation]:

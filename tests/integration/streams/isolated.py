@@ -13,7 +13,7 @@ from typer.testing import CliRunner, Result
 from streams.cli.main import app as cli
 from streams.privacy.keyring import RedisKeyring
 from streams.privacy.sealing import RecordSealer
-from streams.runtime.settings import EngramSettings
+from streams.settings import EngramSettings
 
 
 def isolated_settings(prefix: str, data_dir: Path, **overrides: Any) -> EngramSettings:

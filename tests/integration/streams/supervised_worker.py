@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from streams.runtime.settings import EngramSettings
+from streams.settings import EngramSettings
 
 
 def worker_command() -> list[str]:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from streams.runtime.settings import EngramSettings
+from streams.settings import EngramSettings
 
 ENGRAM = Path(sys.executable).with_name("engram")
 """The console script of the venv the tests run in."""

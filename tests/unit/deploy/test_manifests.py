@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from streams.runtime.settings import EngramSettings
+from streams.settings import EngramSettings
 
 DEPLOY = Path(__file__).parents[3] / "deploy" / "kubernetes"
 

@@ -167,7 +167,7 @@ def test_folding_the_derived_log_rebuilds_the_processor_state(
     folded = FoldedState().apply_all(derived)
     assert folded.states == states
     # Read back from two topics: all recordings, then all forgettings; put back in order.
-    from processors.state_fold import causal_order
+    from processors.emission_order import causal_order
 
     as_read = [e for e in derived if isinstance(e, MemoryRecorded)] + [
         e for e in derived if isinstance(e, MemoryForgotten)

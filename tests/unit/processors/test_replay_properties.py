@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processors.batch import RawRecord
-from processors.state_fold import FoldedState, logged_batches
+from processors.batch_markers import logged_batches
+from processors.state_fold import FoldedState
 from schemas.codec import decode_retrieval
 from schemas.memory_events import (
     ConsolidationCompleted,
@@ -85,12 +86,13 @@ def take_over_after(
     next one, without its marker) crashed; the new one folds the log and the retrievals of the
     logged batches.
 
-    Retrievals that reach ``memory.access`` later are later arrivals, which may legitimately
-    count before or after agent events they raced with (README, "Memory over time").
+    Retrievals that reach ``memory.access`` later are later arrivals, which may legitimately count
+    before or after agent events they raced with (processors/README.md, "The order of the input
+    topics").
     """
     first = run(batches[:crashed])
     if in_flight is not None:
-        first.write(in_flight(first.derive(batches[crashed])))
+        first.write(in_flight(first.derive(batches[crashed]).result.derived))
     retrievals = [r for batch in batches[:crashed] for r in batch if r.kind == "retrieval"]
     return Worker.take_over(first.log, retrievals, seed)
 

@@ -15,14 +15,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processors.batch import RawRecord, process_batch
-from processors.recording import AgentMemoryState
-from processors.state_fold import (
-    FoldedState,
+from processors.batch_markers import (
     Logged,
-    causal_order,
+    MarkerIndex,
+    batch_markers,
     logged_batches,
+    logged_ranges,
     marked_upto,
 )
+from processors.emission_order import causal_order
+from processors.recording import AgentMemoryState
+from processors.state_fold import FoldedState
 from schemas.agent_events import Observation
 from schemas.codec import encode_event
 from schemas.memory_events import (
@@ -39,7 +42,6 @@ from schemas.memory_events import (
     ScheduleTick,
     SourcePosition,
 )
-from streams.worker.pipeline import batch_markers, logged_ranges
 from tests.agent_streams import CTX, START
 
 OBS, SCHED, ACCESS = "agent.observations", "memory.schedule", "memory.access"
@@ -377,7 +379,6 @@ def test_an_event_its_marker_covers_is_not_superseded_by_a_later_marker_read_wit
     projector lost lifecycle events in a ten-year run)."""
     from datetime import UTC, datetime
 
-    from processors.state_fold import MarkerIndex
     from schemas.memory_events import DerivedUpTo, LogRange, MemoryForgotten, SourcePosition
 
     at = datetime(2026, 1, 1, tzinfo=UTC)

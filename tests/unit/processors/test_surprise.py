@@ -1,4 +1,4 @@
-"""Surprise and arousal (seed 003_534f01cf6e2c2ecf.txt, sections 2b, 3.1 and 4): the numbers of
+"""Surprise and arousal (seed 003, sections 2b, 3.1 and 4): the numbers of
 the seed and hand-computed ones, because a retrieval's size depends on them (System 1 / 2), and
 the properties a state carried in the log needs: bounded, JSON-stable, probabilities that sum
 to one."""

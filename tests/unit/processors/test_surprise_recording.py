@@ -1,6 +1,6 @@
 """Surprise as part of processing: configured per agent type, versioned with the rules, carried
 on ``MemoryRecorded`` and folded back from the log, so a worker that takes an agent over
-continues its arousal exactly (seed 003_534f01cf6e2c2ecf.txt; DESIGN.md, invariants 1-2)."""
+continues its arousal exactly (seed 003; streams/README.md, invariants 1-2)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,10 @@ from processors.config import (
     load_processing_config,
 )
 from processors.embedding import HashingEmbedder
+from processors.emission_order import causal_order
 from processors.lifecycle import Deriving
 from processors.recording import AgentMemoryState, record
-from processors.state_fold import FoldedState, causal_order, fold
+from processors.state_fold import FoldedState, fold
 from processors.summarising import ExtractiveSummariser
 from schemas.agent_events import AgentEvent, Decision, Observation
 from schemas.codec import decode_derived_event, encode_event

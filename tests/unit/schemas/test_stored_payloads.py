@@ -1,5 +1,5 @@
 """Every payload ever stored decodes, through the readers' own decoders and the upcasters, to a
-valid event of the current version, and re-encodes stably (STYLE.md, point 3).
+valid event of the current version, and re-encodes stably.
 
 ``tests/fixtures/events/<type>/vN.json`` holds one payload per event type and schema version,
 written once by ``make_payloads.py`` from events the production code made; the log keeps

@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaProducer
 
 from schemas.topics import Topics
 from streams.eventlog.archive import ArchiveError, export_log, import_log, read_manifest
-from streams.eventlog.derived_log import log_reader
+from streams.eventlog.kafka_clients import log_reader
 from streams.eventlog.topic_admin import ensure_topics
 from streams.runtime.devstack.broker import TansuBroker
 

@@ -18,7 +18,13 @@ from processors.summarising import ExtractiveSummariser
 from projections.episodic.edge import EdgeEpisodicMemory
 from projections.memory import StoredMemory
 from projections.service.client import AsyncEngramClient
-from projections.versions import DerivedLog, ProjectionVersion, ProjectionVersions
+from projections.versions import (
+    DerivedLog,
+    ProjectionStores,
+    ProjectionVersion,
+    ProjectionVersions,
+    WriteLock,
+)
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import Observation
 from schemas.memory_events import DerivedEvent, MemoryRecorded
@@ -29,11 +35,10 @@ from streams.rebuild.from_log import rebuild_projections
 from streams.rebuild.projection_switch import (
     ProjectionFollower,
     Serving,
-    Stores,
     WrongConfigurationError,
 )
 from streams.runtime.node import Endpoints, Node, processing_config
-from streams.runtime.settings import EngramSettings
+from streams.settings import EngramSettings
 from tests.integration.streams.isolated import invoke, isolated_settings
 from tests.integration.streams.rebuild.test_reprocess import configurations
 from tests.integration.streams.worker_process import WorkerProcess, worker_environment
@@ -324,11 +329,11 @@ async def test_a_follower_that_cannot_serve_the_new_version_leaves_without_openi
     opened: list[ProjectionVersion] = []
     left: list[str] = []
 
-    async def open_stores(version: ProjectionVersion) -> Stores:
+    async def open_stores(version: ProjectionVersion) -> ProjectionStores:
         opened.append(version)
         raise AssertionError("a refused version's stores must not be opened")
 
-    async def on_switch(version: ProjectionVersion, stores: Stores) -> None:
+    async def on_switch(version: ProjectionVersion, stores: ProjectionStores) -> None:
         raise AssertionError("a refused version must not be switched to")
 
     async def refusal(version: ProjectionVersion) -> str | None:
@@ -342,7 +347,7 @@ async def test_a_follower_that_cannot_serve_the_new_version_leaves_without_openi
         stores=(working, None),
         open_stores=open_stores,
         on_switch=on_switch,
-        write_lock=asyncio.Lock(),
+        write_lock=WriteLock(),
         refusal=refusal,
         on_leave=lambda version, reason: left.append(reason),
         interval=0.05,

@@ -1,14 +1,13 @@
 """Process faults of a real ``engram worker`` (issue 4, item 6): SIGKILL in the middle of a
 stream, and SIGTERM, which must drain, flush and commit.
 
-The reference is the pure batch function (DESIGN.md, invariant 2) over the published records.
-An agent's events arrive on two topics (observations and decisions), and which of the two a
-worker fetches first is up to the fetcher, so no single "faultless" interleaving exists; the
-order a worker applied is in the log (every agent event is recorded once, with the agent's next
-``seq``). Re-deriving every agent's events in that order must give exactly the derived log the
-crashed and restarted workers wrote, and the projections must hold exactly what that log
-implies: a redelivery derived twice, a lost batch or a state folded back wrongly after the crash
-all show as a difference.
+The reference is the pure batch function (streams/README.md, invariant 2) over the published
+records. An agent's events arrive on two topics (observations and decisions), and which of the two a
+worker fetches first is up to the fetcher, so no single "faultless" interleaving exists; the order a
+worker applied is in the log (every agent event is recorded once, with the agent's next ``seq``).
+Re-deriving every agent's events in that order must give exactly the derived log the crashed and
+restarted workers wrote, and the projections must hold exactly what that log implies: a redelivery
+derived twice, a lost batch or a state folded back wrongly after the crash all show as a difference.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ from streams.eventlog.derived_log import read_partitions
 from streams.eventlog.publisher import AsyncPublisher, Position
 from streams.eventlog.topic_admin import ensure_topics
 from streams.runtime.node import processing_config
-from streams.runtime.settings import EngramSettings
+from streams.settings import EngramSettings
 from tests.benchmarks.workload import make_events
 from tests.integration.streams.isolated import isolated_settings, log_sealer
 from tests.integration.streams.worker_process import WorkerProcess, worker_environment

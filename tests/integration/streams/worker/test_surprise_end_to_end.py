@@ -1,5 +1,5 @@
 """Arousal through the real worker: decisions published to the broker switch the agent to
-System 2 in Redis when it breaks its habit (seed 003_534f01cf6e2c2ecf.txt, section 2b), and a
+System 2 in Redis when it breaks its habit (seed 003, section 2b), and a
 worker that takes the partition over continues the agent's action history from the log."""
 
 from __future__ import annotations

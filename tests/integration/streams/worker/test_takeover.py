@@ -15,7 +15,7 @@ from schemas.topics import Topics
 from streams.eventlog.derived_log import read_partitions
 from streams.eventlog.publisher import AsyncPublisher
 from streams.runtime.node import Endpoints, Node
-from streams.runtime.settings import EngramSettings
+from streams.settings import EngramSettings
 from tests.integration.streams.isolated import isolated_settings, log_sealer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

@@ -9,8 +9,8 @@ from pathlib import Path
 import orjson
 
 from processors.batch import PlainRecords, RawRecord, process_batch
+from processors.emission_order import causal_order
 from processors.recording import AgentMemoryState
-from processors.state_fold import causal_order
 from schemas.agent_events import Observation
 from schemas.codec import DecodeError, encode_event
 from schemas.memory_events import AgentForgotten, ForgetAgent, MemoryRecorded

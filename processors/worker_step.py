@@ -1,0 +1,92 @@
+"""The pure part of a worker's loop: one batch against the state carried between batches.
+
+:meth:`streams.worker.pipeline.IngestPipeline.handle` is this plus the I/O around it: it skips
+and derives with :func:`derive_batch`, logs the derived events, builds the batch's markers
+from where they landed (:meth:`DerivedBatch.markers`) and logs them, applies the events to the
+projections, then moves the carried state on with :func:`carry`. The property tests drive the
+same functions with a derived log held in memory, so what they check is the worker's code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from processors.batch import BatchResult, RawRecord, RecordOpener, process_batch
+from processors.batch_markers import batch_markers, logged_ranges
+from processors.lifecycle import Deriving
+from processors.recording import AgentMemoryState
+from processors.state_fold import FoldedState
+from schemas.memory_events import DerivedUpTo
+
+
+@dataclass(frozen=True)
+class DerivedBatch:
+    """What one batch derived, and from which of its records."""
+
+    records: Sequence[RawRecord]
+    """The whole batch, as the consumer gave it."""
+    fresh: list[RawRecord]
+    """Its records the log did not say were derived already: those it derived from."""
+    result: BatchResult
+
+    @property
+    def skipped(self) -> int:
+        """Redelivered records whose derived events were already in the log."""
+        return len(self.records) - len(self.fresh)
+
+    def markers(self, delivered: Sequence[object], at: datetime) -> list[DerivedUpTo]:
+        """The batch's markers, once the broker took every derived event: ``delivered[i]`` is
+        the producer's metadata of ``result.derived[i]`` (where it landed). Every record of
+        the batch is named, the skipped ones included."""
+        items, lifecycle = logged_ranges(self.result.derived, delivered)
+        return batch_markers(self.records, items, lifecycle, at)
+
+
+def agents_of_partition(partition_of: Mapping[str, int], partition: int) -> list[str]:
+    """The agents a tick of ``partition`` concerns: every agent the worker holds there."""
+    return [agent for agent, p in partition_of.items() if p == partition]
+
+
+def derive_batch(
+    records: Sequence[RawRecord],
+    folded: FoldedState,
+    partition_of: Mapping[str, int],
+    *,
+    ctx: Deriving,
+    failed_at: datetime,
+    opener: RecordOpener | None = None,
+) -> DerivedBatch:
+    """Derive from ``records`` what the log does not hold yet, from the carried state (read,
+    not changed: the batch changes it only once it is logged, see :func:`carry`)."""
+    upto = folded.derived_upto
+    fresh = [r for r in records if r.offset > upto.get((r.topic, r.partition), -1)]
+    states = folded.states
+    result = process_batch(
+        fresh,
+        lambda agent: states.get(agent) or AgentMemoryState(),
+        ctx=ctx,
+        failed_at=failed_at,
+        agents_of_partition=lambda partition: agents_of_partition(partition_of, partition),
+        opener=opener,
+    )
+    return DerivedBatch(records, fresh, result)
+
+
+def carry(folded: FoldedState, partition_of: dict[str, int], batch: DerivedBatch) -> None:
+    """Move the carried state past a logged batch: the agents' new states, the partition each
+    agent's records are on, the source offsets now derived, and forgotten agents dropped."""
+    result = batch.result
+    folded.states.update(result.states)
+    for event in result.derived:
+        if event.source_position is not None:
+            partition_of[event.agent_id] = event.source_position.partition
+    upto = folded.derived_upto
+    for raw in batch.fresh:
+        if upto.get((raw.topic, raw.partition), -1) < raw.offset:
+            upto[(raw.topic, raw.partition)] = raw.offset
+    for agent in result.forgotten_agents:
+        if agent not in result.states:
+            folded.states.pop(agent, None)
+            partition_of.pop(agent, None)

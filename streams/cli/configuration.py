@@ -1,0 +1,69 @@
+"""The ``ENGRAM_*`` configuration as the commands need it: validated into one readable error,
+and the servers it names (broker, Redis, keyring) checked before any work starts."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from streams.cli import deferred
+from streams.cli.console import fail, validation_lines
+from streams.runtime.logs import configure_logging
+from streams.settings import EngramSettings
+
+if TYPE_CHECKING:
+    from streams.privacy.keyring import Keyring
+    from streams.runtime.node import Endpoints
+
+
+def load_settings(**overrides: Any) -> EngramSettings:
+    """The configuration, with the options given on the command line (None: not given)."""
+    try:
+        return EngramSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        fail(f"invalid configuration:\n{validation_lines(exc)}")
+
+
+def configure(settings: EngramSettings) -> None:
+    configure_logging(settings.log_level, settings.log_format)
+
+
+def bootstrap_of(settings: EngramSettings) -> str:
+    """The configured broker, or the one-line error of commands that read or write the log."""
+    if not settings.kafka_bootstrap:
+        fail("set ENGRAM_KAFKA_BOOTSTRAP (engram up prints it)")
+    return settings.kafka_bootstrap
+
+
+def cluster_endpoints(settings: EngramSettings, *, kafka: bool = True) -> Endpoints:
+    """The broker and Redis of a cluster role, or the one-line error naming what is unset."""
+    if (kafka and not settings.kafka_bootstrap) or not settings.redis_url:
+        needed = "ENGRAM_KAFKA_BOOTSTRAP and ENGRAM_REDIS_URL" if kafka else "ENGRAM_REDIS_URL"
+        fail(
+            f"cluster mode needs {needed} (and ENGRAM_QDRANT_URL or ENGRAM_QDRANT_PATH); "
+            "for a local try, use `engram up`"
+        )
+    return deferred.node.Endpoints(
+        kafka_bootstrap=settings.kafka_bootstrap or "", redis_url=settings.redis_url
+    )
+
+
+async def open_keyring(settings: EngramSettings, redis_url: str | None = None) -> Keyring | None:
+    """The deployment's keyring (``ENGRAM_KEYRING``; see
+    :func:`streams.privacy.keyring.open_keyring`); None when sealing is off."""
+    return await deferred.keyring.open_keyring(
+        settings.keyring,
+        redis_url=redis_url or settings.redis_url,
+        namespace=settings.redis_namespace,
+        default_dir=settings.keyring_dir(),
+    )
+
+
+async def record_dev_keyring(settings: EngramSettings, redis_url: str) -> str:
+    """The dev stack's keyring is a directory that outlives its Redis (the log is restored on
+    the next ``engram up``, its keys must be there too); its Redis records where it is, so
+    every process pointed at that Redis opens the same one."""
+    location = settings.keyring or f"file:{settings.keyring_dir().resolve()}"
+    await deferred.keyring.record_location(redis_url, settings.redis_namespace, location)
+    return location

@@ -1,0 +1,111 @@
+"""The modules a command loads only when it runs, so that ``engram --help`` stays fast.
+
+``engram --help`` needs typer, rich and the settings (about 0.3 s). Engram's own modules bring
+numpy and the event models (importing :mod:`schemas` alone adds about 0.12 s), and the client
+libraries behind them (Faust, the MCP SDK, the Qdrant client, FastAPI, aiokafka, redis, httpx,
+cryptography) add about 1.3 s more. So the command modules import those here and nowhere else,
+and reach them as attributes, ``deferred.replay.Replay``: the first use imports the module
+(PEP 562), and mypy sees the real module through the ``TYPE_CHECKING`` imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import httpx
+
+    from processors import embedding
+    from projections import history as agent_history
+    from projections import interfaces as store_interfaces
+    from projections import versions as projection_versions
+    from projections.episodic import factory as episodic_factory
+    from projections.service import client as query_client
+    from projections.working import redis_store
+    from schemas import agent_events, envelope, errors, json_schema, topics
+    from streams import demo
+    from streams.eventlog import archive, publisher
+    from streams.eventlog import history as history_reader
+    from streams.integrations import chat_summariser, tool_server
+    from streams.privacy import forgetting, keyring, sealing
+    from streams.rebuild import projection_switch, replay, reprocess
+    from streams.runtime import node
+    from streams.runtime.devstack import broker, redis_server
+    from streams.runtime.devstack import stack as devstack
+
+_MODULES = {
+    "httpx": "httpx",
+    "embedding": "processors.embedding",
+    "agent_history": "projections.history",
+    "store_interfaces": "projections.interfaces",
+    "projection_versions": "projections.versions",
+    "episodic_factory": "projections.episodic.factory",
+    "query_client": "projections.service.client",
+    "redis_store": "projections.working.redis_store",
+    "agent_events": "schemas.agent_events",
+    "envelope": "schemas.envelope",
+    "errors": "schemas.errors",
+    "json_schema": "schemas.json_schema",
+    "topics": "schemas.topics",
+    "demo": "streams.demo",
+    "archive": "streams.eventlog.archive",
+    "history_reader": "streams.eventlog.history",
+    "publisher": "streams.eventlog.publisher",
+    "chat_summariser": "streams.integrations.chat_summariser",
+    "tool_server": "streams.integrations.tool_server",
+    "forgetting": "streams.privacy.forgetting",
+    "keyring": "streams.privacy.keyring",
+    "sealing": "streams.privacy.sealing",
+    "projection_switch": "streams.rebuild.projection_switch",
+    "replay": "streams.rebuild.replay",
+    "reprocess": "streams.rebuild.reprocess",
+    "node": "streams.runtime.node",
+    "broker": "streams.runtime.devstack.broker",
+    "redis_server": "streams.runtime.devstack.redis_server",
+    "devstack": "streams.runtime.devstack.stack",
+}
+
+__all__ = [
+    "agent_events",
+    "agent_history",
+    "archive",
+    "broker",
+    "chat_summariser",
+    "demo",
+    "devstack",
+    "embedding",
+    "envelope",
+    "episodic_factory",
+    "errors",
+    "forgetting",
+    "history_reader",
+    "httpx",
+    "json_schema",
+    "keyring",
+    "node",
+    "projection_switch",
+    "projection_versions",
+    "publisher",
+    "query_client",
+    "redis_server",
+    "redis_store",
+    "replay",
+    "reprocess",
+    "sealing",
+    "store_interfaces",
+    "tool_server",
+    "topics",
+]
+
+
+def __getattr__(name: str) -> ModuleType:
+    """Import the module called ``name`` on its first use, and keep it for the next."""
+    try:
+        path = _MODULES[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    module = importlib.import_module(path)
+    globals()[name] = module
+    return module

@@ -1,0 +1,160 @@
+"""The commands that read or write the log itself: ``export`` and ``import`` an archive, and
+an agent's ``history`` as the log tells it."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich import box
+from rich.table import Table
+
+from streams.cli import deferred
+from streams.cli.configuration import bootstrap_of, load_settings, open_keyring
+from streams.cli.console import console, fail, friendly_errors, run
+from streams.cli.progress import counted
+
+if TYPE_CHECKING:
+    from projections.history import AgentHistory
+    from streams.eventlog.archive import TopicSummary
+
+commands = typer.Typer()
+
+
+@commands.command(
+    "export",
+    help=(
+        "Write Engram's topics (ENGRAM_TOPIC_PREFIX) to DIRECTORY: one gzip JSON-lines file per "
+        "partition, every record with its offset, and a manifest. Reads the log as it is "
+        "when the export starts."
+    ),
+)
+def export_command(
+    directory: Annotated[Path, typer.Argument(help="Where to write the archive (replaced).")],
+) -> None:
+    settings = load_settings()
+    bootstrap = bootstrap_of(settings)
+
+    async def main() -> None:
+        with counted("exporting", None) as advance:
+            summaries = await deferred.archive.export_log(
+                bootstrap,
+                deferred.topics.Topics(settings.topic_prefix).all(),
+                directory,
+                progress=advance,
+            )
+        report("exported", summaries, directory)
+
+    run(main)
+
+
+@commands.command(
+    "import",
+    help=(
+        "Load an archive written by `engram export` into the broker at ENGRAM_KAFKA_BOOTSTRAP, "
+        "every record at the partition and offset it had. The topics must be empty or absent."
+    ),
+)
+def import_command(
+    directory: Annotated[Path, typer.Argument(help="An archive written by engram export.")],
+) -> None:
+    settings = load_settings()
+    bootstrap = bootstrap_of(settings)
+
+    async def main() -> None:
+        archive = deferred.archive
+        total = sum(s.total for s in archive.read_manifest(directory))
+        with counted("importing", total) as advance:
+            summaries = await archive.import_log(bootstrap, directory, progress=advance)
+        report("imported", summaries, directory)
+
+    run(main)
+
+
+def report(verb: str, summaries: list[TopicSummary], directory: Path) -> None:
+    for summary in summaries:
+        if summary.total:
+            console.print(f"  {summary.name:32} {summary.total:>10,} records")
+    total = sum(s.total for s in summaries)
+    console.print(f"{verb} {total:,} records ({directory})")
+
+
+@commands.command(
+    help=(
+        "Show what happened to an agent's memories, read from the log: recorded, promoted, "
+        "summarised, forgotten, year-end consolidations and retrievals, oldest first."
+    )
+)
+def history(
+    agent_id: Annotated[str, typer.Argument(help="Whose history.")],
+    limit: Annotated[
+        int, typer.Option(min=1, max=10_000, help="How many of the latest entries to show.")
+    ] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the history as JSON.")] = False,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to read the log for.")] = 30.0,
+) -> None:
+    settings = load_settings()
+    bootstrap = bootstrap_of(settings)
+
+    async def main() -> None:
+        keyring = await open_keyring(settings)
+        try:
+            timeline = await deferred.history_reader.read_agent_history(
+                bootstrap,
+                deferred.topics.Topics(settings.topic_prefix),
+                agent_id,
+                settings.partitions,
+                limit=limit,
+                timeout=timeout,
+                sealer=deferred.sealing.RecordSealer(keyring),
+            )
+        finally:
+            if keyring is not None:
+                await keyring.close()
+        if as_json:
+            typer.echo(timeline.model_dump_json(indent=2))
+        elif not timeline.total:
+            console.print(f"no records of {agent_id} in the log")
+        else:
+            console.print(history_table(timeline))
+
+    with friendly_errors():
+        try:
+            asyncio.run(main())
+        except deferred.agent_history.LogUnavailableError as exc:
+            fail(str(exc))
+
+
+def history_table(timeline: AgentHistory) -> Table:
+    """The history as a person reads it: one row per entry, oldest first."""
+    counts = ", ".join(f"{n} {kind}" for kind, n in timeline.counts.items() if n)
+    table = Table(
+        title=f"{timeline.agent_id}: {timeline.total} entries" + (f" ({counts})" if counts else ""),
+        caption=(
+            f"the latest {len(timeline.entries)} of {timeline.total}; --limit shows more"
+            if timeline.truncated
+            else None
+        ),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    table.add_column("when (UTC)", no_wrap=True)
+    table.add_column("simulation", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("memory", no_wrap=True)
+    table.add_column("what", ratio=1, min_width=24)
+    for entry in timeline.entries:
+        sim = "" if entry.year is None else f"year {entry.year}"
+        if entry.step is not None:
+            sim = f"{sim} step {entry.step}".strip()
+        table.add_row(
+            entry.at.astimezone(UTC).strftime("%Y-%m-%d\n%H:%M:%S"),
+            sim,
+            entry.kind,
+            (entry.memory_id or "")[:8],
+            entry.text,
+        )
+    return table

@@ -1,0 +1,266 @@
+"""An agent's side of Engram from the command line: ``publish`` an event to the log, and
+``retrieve`` memories from the query service."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from pydantic import ValidationError
+
+from streams.cli import deferred
+from streams.cli.configuration import bootstrap_of, load_settings, open_keyring
+from streams.cli.console import console, fail, friendly_errors, run
+from streams.settings import EngramSettings
+
+if TYPE_CHECKING:
+    from projections.retrieval.models import RetrievalResponse
+    from schemas.agent_events import AgentEvent
+
+commands = typer.Typer()
+
+
+@commands.command(
+    help=("Publish one agent event and print where it landed (topic, partition, offset).")
+)
+def publish(
+    agent_id: Annotated[str, typer.Argument(help="The agent the event belongs to.")],
+    content: Annotated[str, typer.Argument(help="What happened, in words.")],
+    event_type: Annotated[str, typer.Option("--type", help="observation|decision|feedback")] = (
+        "observation"
+    ),
+    skill: Annotated[str | None, typer.Option(help="Decisions: the skill taken.")] = None,
+    target: Annotated[str | None, typer.Option(help="Feedback: the event id it is about.")] = None,
+    signal_value: Annotated[float | None, typer.Option("--signal", help="Feedback: -1..1")] = None,
+    importance: Annotated[float | None, typer.Option(help="Explicit importance 0..1.")] = None,
+    kind: Annotated[str | None, typer.Option(help="Event-type table key, e.g. flood.major")] = None,
+    source: Annotated[str | None, typer.Option(help="personal|neighbor|community|abstract")] = None,
+    tags: Annotated[str | None, typer.Option(help="Comma-separated tags.")] = None,
+    agent_type: Annotated[str, typer.Option(help="Profile in agent_types.yaml.")] = "default",
+    year: Annotated[int | None, typer.Option()] = None,
+    step: Annotated[int | None, typer.Option()] = None,
+) -> None:
+    settings = load_settings()
+    bootstrap = bootstrap_of(settings)
+    fields: dict[str, Any] = {
+        "agent_id": agent_id,
+        "content": content,
+        "importance": importance,
+        "kind": kind,
+        "source": source,
+        "agent_type": agent_type,
+        "year": year,
+        "step": step,
+        "tags": tuple(t.strip() for t in tags.split(",") if t.strip()) if tags else (),
+    }
+    fields = {k: v for k, v in fields.items() if v is not None}
+
+    async def main() -> None:
+        event = _event(event_type, fields, skill=skill, target=target, signal=signal_value)
+        await _publish(settings, bootstrap, event)
+
+    run(main)
+
+
+def _event(
+    event_type: str,
+    fields: dict[str, Any],
+    *,
+    skill: str | None,
+    target: str | None,
+    signal: float | None,
+) -> AgentEvent:
+    """The event ``--type`` names, or the one line saying what it is missing."""
+    if event_type == "observation":
+        return deferred.agent_events.Observation(**fields)
+    if event_type == "decision":
+        if not skill:
+            fail("a decision needs --skill")
+        return deferred.agent_events.Decision(skill=skill, **fields)
+    if event_type == "feedback":
+        if target is None or signal is None:
+            fail("feedback needs --target and --signal")
+        return deferred.agent_events.Feedback(target_event_id=target, signal=signal, **fields)
+    fail(f"--type must be observation, decision or feedback, not {event_type!r}")
+
+
+async def _publish(settings: EngramSettings, bootstrap: str, event: AgentEvent) -> None:
+    topics = deferred.topics.Topics(settings.topic_prefix)
+    keyring = await open_keyring(settings)
+    try:
+        async with deferred.publisher.AsyncPublisher(
+            bootstrap, topics=topics, keyring=keyring
+        ) as publisher:
+            position = await publisher.publish(event)
+    finally:
+        if keyring is not None:
+            await keyring.close()
+    console.print_json(
+        data={
+            "event_id": event.event_id,
+            "topic": position.topic,
+            "partition": position.partition,
+            "offset": position.offset,
+        }
+    )
+
+
+Mode = Annotated[
+    str,
+    typer.Option(
+        help="two_phase | weighted | saliency | basic | constrained | generative | "
+        "relevance (needs --query). See projections/README.md, 'Retrieval modes'."
+    ),
+]
+Profile = Annotated[
+    str | None,
+    typer.Option(
+        help="constrained: MILLER_STANDARD (default) | COWAN_CONSERVATIVE | "
+        "EXTENDED_CONTEXT | MINIMAL."
+    ),
+]
+Arousal = Annotated[
+    float | None,
+    typer.Option(min=0.0, max=1.0, help="constrained: arousal; unset: the agent's own."),
+]
+Kinds = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Filter: only memories of this kind (working, episodic, summary_l1, "
+        "summary_l2, fact, procedure). Repeatable."
+    ),
+]
+Tagged = Annotated[
+    str | None,
+    typer.Option(help="Filter: only memories with any of these tags, comma-separated."),
+]
+MinImportance = Annotated[
+    float | None, typer.Option(min=0.0, max=1.0, help="Filter: importance at least this.")
+]
+Weights = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="weighted: recency, importance, context, relevance or interference=W (seed "
+        "003's 0.3/0.5/0.2/0/0 for the rest); generative: recency, importance, relevance "
+        "or recency_decay=W. Repeatable."
+    ),
+]
+AsPrompt = Annotated[
+    bool,
+    typer.Option(
+        "--prompt", help="Print the memories as an LLM prompt block, not the JSON answer."
+    ),
+]
+After = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Read your writes: wait until this position (topic:partition:offset, from what "
+        "`engram publish` prints) is applied. Repeatable."
+    ),
+]
+WaitTimeout = Annotated[
+    int | None, typer.Option(min=0, max=30_000, help="Longest wait for --after (ms).")
+]
+Url = Annotated[str, typer.Option(envvar="ENGRAM_URL", help="Query service URL.")]
+
+
+@commands.command(
+    help=("Retrieve an agent's memories from the query service, with score breakdowns.")
+)
+def retrieve(
+    agent_id: Annotated[str, typer.Argument(help="Whose memories.")],
+    query: Annotated[str | None, typer.Option(help="Query text.")] = None,
+    top_k: Annotated[int, typer.Option(min=1, max=100)] = 5,
+    mode: Mode = "two_phase",
+    year: Annotated[int | None, typer.Option(help="Current simulation year.")] = None,
+    step: Annotated[int | None, typer.Option(help="Current simulation step.")] = None,
+    tags: Annotated[
+        str | None, typer.Option(help="Context tags of the weighted mode, comma-separated.")
+    ] = None,
+    profile: Profile = None,
+    arousal: Arousal = None,
+    kind: Kinds = None,
+    tagged: Tagged = None,
+    min_importance: MinImportance = None,
+    year_from: Annotated[int | None, typer.Option(help="Filter: from this year on.")] = None,
+    year_to: Annotated[int | None, typer.Option(help="Filter: up to this year.")] = None,
+    step_from: Annotated[int | None, typer.Option(min=0, help="Filter: from this step on.")] = None,
+    step_to: Annotated[int | None, typer.Option(min=0, help="Filter: up to this step.")] = None,
+    weight: Weights = None,
+    prompt: AsPrompt = False,
+    after: After = None,
+    wait_timeout_ms: WaitTimeout = None,
+    url: Url = "http://127.0.0.1:8000",
+) -> None:
+    positions = [_position(text) for text in after or []]
+    params: dict[str, Any] = {
+        "top_k": top_k,
+        "mode": mode,
+        "query": query,
+        "current_year": year,
+        "current_step": step,
+        "tags": [t.strip() for t in tags.split(",")] if tags else [],
+        "wait_timeout_ms": wait_timeout_ms,
+        "profile": profile,
+        "arousal": arousal,
+    }
+    if weight:
+        if mode not in ("weighted", "generative"):
+            fail("--weight applies to --mode weighted or generative")
+        params["weights" if mode == "weighted" else "generative"] = _weights(weight)
+    memory_filter: dict[str, Any] = {
+        "kinds": kind or [],
+        "tags": [t.strip() for t in tagged.split(",")] if tagged else [],
+        "min_importance": min_importance,
+        "year_from": year_from,
+        "year_to": year_to,
+        "step_from": step_from,
+        "step_to": step_to,
+    }
+    if any(value not in (None, []) for value in memory_filter.values()):
+        params["filter"] = {k: v for k, v in memory_filter.items() if v not in (None, [])}
+    response = _retrieve(url, agent_id, positions, params)
+    if prompt:
+        print(deferred.query_client.format_for_prompt(response, with_time=True, with_store=True))
+    else:
+        console.print_json(response.model_dump_json())
+
+
+def _position(text: str) -> dict[str, Any]:
+    """``topic:partition:offset`` (as ``engram publish`` prints it) as the service takes it."""
+    topic, _, rest = text.rpartition(":")
+    topic, _, partition = topic.rpartition(":")
+    if not (topic and partition.isdigit() and rest.isdigit()):
+        fail(f"--after: {text!r} is not topic:partition:offset")
+    return {"topic": topic, "partition": int(partition), "offset": int(rest)}
+
+
+def _weights(texts: list[str]) -> dict[str, float]:
+    weights: dict[str, float] = {}
+    for text in texts:
+        name, _, value = text.partition("=")
+        try:
+            weights[name.strip()] = float(value)
+        except ValueError:
+            fail(f"--weight: {text!r} is not name=number")
+    return weights
+
+
+def _retrieve(
+    url: str, agent_id: str, positions: list[dict[str, Any]], params: dict[str, Any]
+) -> RetrievalResponse:
+    """The service's answer, or one line naming the invalid field or the unreachable URL."""
+    with friendly_errors():
+        try:
+            with deferred.query_client.EngramClient(url) as client:
+                return client.retrieve(
+                    agent_id,
+                    after=positions,
+                    **{k: v for k, v in params.items() if v is not None},
+                )
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "request"
+            fail(f"invalid retrieval: {where}: {first['msg'].removeprefix('Value error, ')}")
+        except deferred.httpx.HTTPError as exc:  # transport errors
+            fail(f"cannot reach the query service at {url}: {exc}")

@@ -1,0 +1,136 @@
+"""``engram forget-agent``: an agent's memories erased from every projection version and its
+sealing keys deleted, through the worker that owns the agent, in log order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from pydantic import TypeAdapter
+
+from streams.cli import deferred
+from streams.cli.configuration import configure, load_settings, open_keyring
+from streams.cli.console import console, fail, friendly_errors, run
+from streams.cli.version_stores import VersionStores, version_stores
+from streams.settings import EngramSettings
+
+if TYPE_CHECKING:
+    from projections.versions import OpenStores, ProjectionStores, ProjectionVersion
+    from streams.privacy.forgetting import ForgetReport
+
+commands = typer.Typer()
+
+
+@commands.command(
+    "forget-agent",
+    help=(
+        "Forget an agent: erase its memories from every projection version and delete its "
+        "sealing keys, so its events on every topic (and in every export) can no longer be "
+        "read, and a replay cannot bring them back. Runs in log order through the worker that "
+        "owns the agent; this command waits until that worker has done it."
+    ),
+)
+def forget_agent(
+    agent_id: Annotated[str, typer.Argument(help="The agent to forget.")],
+    reason: Annotated[
+        str | None, typer.Option(help="Why (kept on the request in the log, max 500 chars).")
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(min=0.0, help="Longest wait for a worker to complete it (seconds).")
+    ] = 60.0,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    settings = load_settings()
+    with friendly_errors():
+        TypeAdapter(deferred.envelope.AgentId).validate_python(agent_id)
+        if reason is not None and len(reason) > 500:
+            raise ValueError("--reason is at most 500 characters")
+    stores = version_stores(settings)
+    if not yes and not typer.confirm(
+        f"Forget {agent_id} for good (its memories and every readable copy of its events)?"
+    ):
+        fail("not forgotten", code=1)
+    configure(settings)
+
+    async def main() -> None:
+        report = await _forget(settings, stores, agent_id, reason=reason, timeout=timeout)
+        _print_report(agent_id, report, as_json=as_json)
+
+    run(main)
+
+
+async def _forget(
+    settings: EngramSettings,
+    stores: VersionStores,
+    agent_id: str,
+    *,
+    reason: str | None,
+    timeout: float,
+) -> ForgetReport:
+    forgetting = deferred.forgetting
+    keyring = await open_keyring(settings)
+    try:
+        return await forgetting.forget_agent(
+            agent_id,
+            bootstrap=stores.bootstrap,
+            topics=deferred.topics.Topics(settings.topic_prefix),
+            keyring=keyring,
+            versions=stores.versions,
+            open_working=lambda v: deferred.redis_store.RedisWorkingMemory.from_url(
+                stores.redis_url, v.redis_namespace
+            ),
+            open_inactive=_inactive_opener(settings, stores),
+            reason=reason,
+            timeout=timeout,
+        )
+    except forgetting.ForgetTimeoutError as exc:
+        pending = exc.args[0]
+        fail(
+            f"the request to forget {agent_id} is in the log at "
+            f"{forgetting.describe(pending)['request']} but no worker completed it within "
+            f"{timeout:g}s (are the workers running?). It completes when a worker reaches "
+            "it; run this command again to check.",
+            code=1,
+        )
+    finally:
+        await stores.versions.close()
+        if keyring is not None:
+            await keyring.close()
+
+
+def _inactive_opener(settings: EngramSettings, stores: VersionStores) -> OpenStores:
+    """Opens an inactive version's stores, without making an episodic store it never had."""
+    edge_dir: Path | None = None if settings.qdrant_url else settings.edge_path()
+
+    async def open_inactive(version: ProjectionVersion) -> ProjectionStores:
+        if edge_dir is not None and not (edge_dir / version.qdrant_collection).exists():
+            # Never used here: opening it would make an empty shard of ~143 MB.
+            working = deferred.redis_store.RedisWorkingMemory.from_url(
+                stores.redis_url, version.redis_namespace
+            )
+            return working, None
+        return await stores.open_stores(version)
+
+    return open_inactive
+
+
+def _print_report(agent_id: str, report: ForgetReport, *, as_json: bool) -> None:
+    summary = deferred.forgetting.describe(report)
+    if as_json:
+        console.print_json(data=summary)
+        return
+    console.print(f"[green]forgot {agent_id}[/green]")
+    for name, value in summary.items():
+        console.print(f"  {name:<22} {value}")
+    if not report.sealed:
+        console.print(
+            "[yellow]no keyring (ENGRAM_KEYRING=off): the agent's events stay readable "
+            "in the log; only the projections were erased[/yellow]"
+        )
+    elif not report.key_ids:
+        console.print(
+            "[yellow]the agent had no sealing key: its events were published unsealed "
+            "and stay readable in the log; the projections were erased[/yellow]"
+        )

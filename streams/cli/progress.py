@@ -1,0 +1,87 @@
+"""Progress of the commands that move many records (export, import, replay, reprocess), on
+stderr so that what they print on stdout stays clean."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING
+
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from streams.cli.console import console, err
+
+if TYPE_CHECKING:
+    from streams.eventlog.archive import TopicSummary
+
+Advance = Callable[[int], None]
+"""Called with a count of records: how many more are done, or how many there are in all."""
+
+
+def record_progress(description: str, total: int | None) -> Progress:
+    return Progress(
+        TextColumn(description),
+        BarColumn(),
+        MofNCompleteColumn() if total else TextColumn("{task.completed:,} records"),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=False,
+    )
+
+
+@contextlib.contextmanager
+def counted(description: str, total: int | None) -> Iterator[Advance]:
+    """A progress bar of records (records/s, ETA) and the callback that advances it."""
+    with record_progress(description, total) as progress:
+        task = progress.add_task(description, total=total, rate="")
+
+        def advance(n: int) -> None:
+            progress.update(task, advance=n, rate=_rate(progress, task))
+
+        yield advance
+
+
+@contextlib.contextmanager
+def sized_as_it_goes(description: str) -> Iterator[tuple[Advance, Advance]]:
+    """A progress bar of records for a job that learns its total only once it has started:
+    the callback that sets the total, and the one that advances the bar."""
+    with record_progress(description, 1) as progress:
+        task = progress.add_task(description, total=None, rate="")
+
+        def total(n: int) -> None:
+            progress.update(task, total=max(n, 1))
+
+        def advance(n: int) -> None:
+            progress.update(task, advance=n, rate=_rate(progress, task))
+
+        yield total, advance
+
+
+async def transfer(what: str, job: Awaitable[list[TopicSummary]]) -> list[TopicSummary]:
+    """Run an export or import, then say how many records of how many topics it moved."""
+    started = time.perf_counter()
+    with console.status(f"{what}..."):
+        summaries = await job
+    records = sum(s.total for s in summaries)
+    took = time.perf_counter() - started
+    console.print(
+        f"{what}: {records:,} records of {sum(1 for s in summaries if s.total)} topics "
+        f"in {took:.1f}s"
+    )
+    return summaries
+
+
+def _rate(progress: Progress, task: TaskID) -> str:
+    speed = progress.tasks[task].speed
+    return f"{speed:,.0f} records/s" if speed else ""

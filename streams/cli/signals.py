@@ -1,0 +1,58 @@
+"""Waiting for SIGINT or SIGTERM, the way every long-running command stops: the work in flight
+is finished, flushed and committed before the process ends."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from streams.runtime.node import Node
+
+
+def stop_on_signal() -> asyncio.Event:
+    """An event set on the first SIGINT or SIGTERM (on the running loop)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def until_signalled() -> None:
+    await stop_on_signal().wait()
+
+
+async def until_signalled_or_exited(
+    children: list[subprocess.Popen[bytes]], node: Node | None = None
+) -> int | None:
+    """Until SIGINT/SIGTERM (None), until a child process exits (its exit code), or until
+    ``node`` will not follow the active projection version (None; ``node.left_reason``)."""
+    signalled = asyncio.create_task(until_signalled())
+    try:
+        while not signalled.done():
+            await asyncio.wait({signalled}, timeout=1.0)
+            if node is not None and node.left.is_set():
+                return None
+            for child in children:
+                code = child.poll()
+                if code is not None:
+                    return int(code)
+        return None
+    finally:
+        signalled.cancel()
+
+
+async def until_signalled_or_left(node: Node) -> str | None:
+    """Until SIGINT/SIGTERM (None), or until ``node`` will not follow the active projection
+    version (why, naming the configuration to restart with)."""
+    signalled = asyncio.create_task(until_signalled())
+    left = asyncio.create_task(node.left.wait())
+    try:
+        await asyncio.wait({signalled, left}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        signalled.cancel()
+        left.cancel()
+    return node.left_reason if left.done() and not left.cancelled() else None

@@ -1,0 +1,241 @@
+"""The commands that run Engram: the embedded dev stack (``up``, ``demo``) and the cluster roles
+(``worker``, ``project``, ``serve``), each until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from streams.cli import deferred
+from streams.cli.configuration import (
+    cluster_endpoints,
+    configure,
+    load_settings,
+    record_dev_keyring,
+)
+from streams.cli.console import console, fail, run
+from streams.cli.progress import transfer
+from streams.cli.signals import until_signalled_or_exited, until_signalled_or_left
+from streams.settings import EngramSettings
+
+if TYPE_CHECKING:
+    from streams.runtime.devstack.stack import DevStack
+    from streams.runtime.node import Endpoints, Node
+
+commands = typer.Typer()
+log = logging.getLogger("engram.cli")
+
+EXIT_RESTART = 3
+"""A process's exit code when the active projection version needs another configuration."""
+
+
+@commands.command(
+    help=(
+        "Start the embedded dev stack (broker, redis-server, Qdrant Edge, processors and "
+        "query service in one process) and run until Ctrl-C."
+    )
+)
+def up(
+    port: Annotated[int, typer.Option(help="HTTP port of the query service.")] = 8000,
+    data_dir: Annotated[Path | None, typer.Option(help="Where the stack keeps its files.")] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=16,
+            help="Worker processes. Above 1, the workers run as processes of their own and "
+            "this one writes episodic memory from the log (Qdrant Edge lives in one process).",
+        ),
+    ] = 1,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh",
+            help="Start with an empty log instead of restoring the archive of the last run "
+            "(DATA_DIR/archive, which is replaced when this run stops).",
+        ),
+    ] = False,
+) -> None:
+    settings = load_settings(
+        http_port=port,
+        data_dir=data_dir,
+        episodic_writer="projector" if workers > 1 else None,
+    )
+    configure(settings)
+    run(lambda: _up(settings, workers=workers, fresh=fresh))
+
+
+async def _up(settings: EngramSettings, *, workers: int, fresh: bool) -> None:
+    stack = deferred.devstack.DevStack(settings.data_dir)
+    endpoints = stack.start()
+    try:
+        await _run_stack(settings, stack, endpoints, workers=workers, fresh=fresh)
+    finally:
+        stack.stop()
+
+
+async def _run_stack(
+    settings: EngramSettings, stack: DevStack, endpoints: Endpoints, *, workers: int, fresh: bool
+) -> None:
+    """The stack's processes, from the restored log until a signal, then the log archived."""
+    archive = settings.data_dir / "archive"
+    keyring = await record_dev_keyring(settings, endpoints.redis_url)
+    if not fresh and (archive / "manifest.json").exists():
+        # The broker keeps its log in memory: the last run's log comes back from its
+        # archive, and the processors rebuild the projections from it.
+        await transfer(
+            "restoring the log", deferred.archive.import_log(endpoints.kafka_bootstrap, archive)
+        )
+    local = settings.model_copy(update={"qdrant_path": stack.edge_path})
+    # Above one worker, this process holds the Qdrant Edge shard (projector and query
+    # service) and the workers run as processes of their own: Edge holds the GIL while
+    # it writes, which would stall a worker sharing its process.
+    node = await deferred.node.Node(
+        local, endpoints, run_processors=workers == 1, run_projector=workers > 1
+    ).start()
+    stack.start_workers(workers if workers > 1 else 0, endpoints)
+    _announce(node, stack, endpoints, keyring=keyring, workers=workers)
+    try:
+        lost = await until_signalled_or_exited(stack.workers, node)
+    finally:
+        await node.stop()
+        stack.stop_workers()
+        await transfer(
+            f"archiving the log to {archive}",
+            deferred.archive.export_log(
+                endpoints.kafka_bootstrap,
+                deferred.topics.Topics(settings.topic_prefix).all(),
+                archive,
+            ),
+        )
+    if lost is not None:
+        fail(f"a worker process exited with code {lost}; stopping the stack")
+    if node.left_reason is not None:
+        fail(node.left_reason, code=EXIT_RESTART)
+
+
+def _announce(
+    node: Node, stack: DevStack, endpoints: Endpoints, *, keyring: str, workers: int
+) -> None:
+    """Where everything is, and how to publish to it."""
+    console.print("[green]Engram is up[/green]")
+    console.print(f"  query service   {node.http_url}  (docs: {node.http_url}/docs)")
+    console.print(f"  kafka bootstrap {endpoints.kafka_bootstrap}")
+    console.print(f"  redis           {endpoints.redis_url}")
+    console.print(f"  qdrant edge     {stack.edge_path}")
+    console.print(f"  keyring         {keyring}")
+    console.print(f"  workers         {workers} process(es)")
+    console.print(
+        "Publish with: ENGRAM_KAFKA_BOOTSTRAP="
+        f"{endpoints.kafka_bootstrap} ENGRAM_REDIS_URL={endpoints.redis_url} "
+        "engram publish H001 'Year 1: ...'"
+    )
+    console.print("Ctrl-C stops.")
+
+
+@commands.command(
+    help=(
+        "Run the flood households of seed 004 through the embedded stack and show what "
+        "each household recalls before each decision, then the Year-11 trace of seed 003."
+    )
+)
+def demo(
+    households: Annotated[int, typer.Option(min=1, max=50)] = 4,
+    years: Annotated[int, typer.Option(min=1, max=30)] = 10,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated town.")] = 4,
+) -> None:
+    settings = load_settings(http_port=0, log_level="warning")
+    configure(settings)
+    run(lambda: _demo(settings, households=households, years=years, seed=seed))
+
+
+async def _demo(settings: EngramSettings, *, households: int, years: int, seed: int) -> None:
+    with console.status("starting the embedded stack (broker, redis-server, Qdrant Edge)"):
+        stack = deferred.devstack.DevStack(settings.data_dir)
+        endpoints = stack.start()
+    try:
+        await record_dev_keyring(settings, endpoints.redis_url)
+        local = settings.model_copy(update={"qdrant_path": stack.edge_path})
+        with console.status("starting processors and the query service"):
+            node = await deferred.node.Node(local, endpoints).start()
+        try:
+            assert node.pipeline is not None
+            assert node.http_url is not None
+            async with (
+                deferred.publisher.AsyncPublisher(
+                    endpoints.kafka_bootstrap,
+                    topics=deferred.topics.Topics(settings.topic_prefix),
+                    linger=0.005,
+                    keyring=node.keyring,
+                ) as publisher,
+                deferred.query_client.AsyncEngramClient(node.http_url) as client,
+            ):
+                outcome = await deferred.demo.run_demo(
+                    publisher,
+                    client,
+                    node.pipeline.stats,
+                    households=households,
+                    years=years,
+                    seed=seed,
+                    console=console,
+                )
+            console.print(
+                f"{outcome.events_published} events published, "
+                f"{node.pipeline.stats.memories} memories recorded."
+            )
+        finally:
+            await node.stop()
+    finally:
+        stack.stop()
+
+
+def run_node(settings: EngramSettings, **roles: bool) -> None:
+    """One cluster role (or several) against the configured backends, until SIGINT/SIGTERM,
+    or until the active projection version needs another configuration (exit code 3)."""
+    configure(settings)
+    kafka = roles.get("run_processors", True) or roles.get("run_projector", False)
+    endpoints = cluster_endpoints(settings, kafka=kafka)
+
+    async def main() -> None:
+        node = await deferred.node.Node(settings, endpoints, **roles).start()
+        if node.http_url is not None:
+            console.print(f"query service on {node.http_url}")
+        try:
+            reason = await until_signalled_or_left(node)
+            log.info(
+                "%s: stopping; work in flight is finished, flushed and committed first",
+                "signalled" if reason is None else "the active projection version moved",
+            )
+        finally:
+            await node.stop()
+        if reason is not None:
+            log.warning("stopped: %s", reason)
+            raise typer.Exit(EXIT_RESTART)
+        log.info("stopped")
+
+    run(main)
+
+
+@commands.command(
+    help=("Run the stream processors against the configured cluster (scale out by replicas).")
+)
+def worker() -> None:
+    run_node(load_settings(), run_service=False)
+
+
+@commands.command(
+    help=(
+        "Apply memory.items and memory.lifecycle to episodic memory, for workers running with "
+        "ENGRAM_EPISODIC_WRITER=projector (run exactly one)."
+    )
+)
+def project() -> None:
+    run_node(load_settings(), run_processors=False, run_service=False, run_projector=True)
+
+
+@commands.command(help=("Run the query service against the configured Redis and Qdrant."))
+def serve(port: Annotated[int | None, typer.Option(help="HTTP port.")] = None) -> None:
+    run_node(load_settings(http_port=port), run_processors=False)

@@ -1,0 +1,78 @@
+"""The projection versions of a cluster, as the commands that build, switch, drop and erase
+them reach them: the registry in Redis, and the opening and dropping of one version's stores."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from streams.cli import deferred
+from streams.cli.console import fail
+from streams.settings import EngramSettings
+
+if TYPE_CHECKING:
+    from projections.versions import (
+        OpenStores,
+        ProjectionStores,
+        ProjectionVersion,
+        ProjectionVersions,
+    )
+    from projections.working.redis_store import RedisWorkingMemory
+
+
+@dataclass(frozen=True)
+class VersionStores:
+    """The broker, Redis, registry of versions, and openers of a version's stores and of its
+    dropping."""
+
+    bootstrap: str
+    redis_url: str
+    versions: ProjectionVersions
+    open_stores: OpenStores
+    drop: Callable[[ProjectionVersion], Awaitable[None]]
+    """Delete a version's Redis keys and Qdrant collection, and forget it."""
+
+
+def version_stores(settings: EngramSettings) -> VersionStores:
+    """From configuration; a one-line error if the cluster is not configured."""
+    if not settings.kafka_bootstrap or not settings.redis_url:
+        fail("set ENGRAM_KAFKA_BOOTSTRAP and ENGRAM_REDIS_URL (engram up prints both)")
+    bootstrap, redis_url = settings.kafka_bootstrap, settings.redis_url
+    dim = deferred.embedding.embedder_from_name(settings.embedder).dim
+    api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+    edge_dir = None if settings.qdrant_url else settings.edge_path()
+    versions = deferred.projection_versions.ProjectionVersions.from_url(
+        redis_url, settings.redis_namespace, settings.qdrant_collection
+    )
+
+    def working_of(version: ProjectionVersion) -> RedisWorkingMemory:
+        return deferred.redis_store.RedisWorkingMemory.from_url(redis_url, version.redis_namespace)
+
+    async def open_stores(version: ProjectionVersion) -> ProjectionStores:
+        working = working_of(version)
+        episodic = await deferred.episodic_factory.open_episodic_store(
+            qdrant_url=settings.qdrant_url,
+            qdrant_path=edge_dir,
+            collection=version.qdrant_collection,
+            dim=dim,
+            api_key=api_key,
+        )
+        return working, episodic
+
+    async def drop(version: ProjectionVersion) -> None:
+        working = working_of(version)
+        try:
+            await working.clear()
+        finally:
+            await working.close()
+        await deferred.episodic_factory.drop_episodic_store(
+            qdrant_url=settings.qdrant_url,
+            qdrant_path=edge_dir,
+            collection=version.qdrant_collection,
+            api_key=api_key,
+        )
+        if version.name is not None:
+            await versions.forget(version.name)
+
+    return VersionStores(bootstrap, redis_url, versions, open_stores, drop)

@@ -1,0 +1,88 @@
+"""Every Kafka client Engram builds, one named constructor per use.
+
+The settings are tuned for the brokers Engram runs on (Tansu in the dev stack, Kafka in a
+cluster); keeping them here means a client for a new use starts from one of these instead of
+from aiokafka's defaults. The Faust worker builds its own consumer and producer
+(:mod:`streams.worker.faust_tuning`).
+"""
+
+from __future__ import annotations
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+
+__all__ = [
+    "admin_client",
+    "archive_producer",
+    "group_offsets_client",
+    "log_reader",
+    "projector_consumer",
+    "record_producer",
+]
+
+
+def log_reader(bootstrap: str) -> AIOKafkaConsumer:
+    """A group-less consumer for reading partitions from the start, in large fetches."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=8 << 20,
+        fetch_max_bytes=64 << 20,
+        # The read ends with an empty poll, and Tansu holds a fetch for about the whole wait.
+        fetch_max_wait_ms=50,
+    )
+
+
+def record_producer(bootstrap: str, *, linger: float = 0.0) -> AIOKafkaProducer:
+    """acks=all without idempotence: portable to Tansu, which rejects idempotent producers."""
+    return AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=False,
+        linger_ms=int(linger * 1000),
+        max_batch_size=1 << 20,
+        request_timeout_ms=30_000,
+    )
+
+
+def archive_producer(bootstrap: str) -> AIOKafkaProducer:
+    """For importing an archive: acks=all without idempotence (Tansu), and requests large
+    enough for the biggest record an archive may hold."""
+    return AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=False,
+        linger_ms=5,
+        max_batch_size=1 << 20,
+        max_request_size=16 << 20,
+    )
+
+
+def admin_client(bootstrap: str) -> AIOKafkaAdminClient:
+    """For creating and describing topics."""
+    return AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
+
+
+def group_offsets_client(bootstrap: str, group: str) -> AIOKafkaConsumer:
+    """A consumer of ``group`` that subscribes to nothing: for reading or setting the group's
+    committed offsets."""
+    return AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+
+
+def projector_consumer(
+    bootstrap: str, topics: tuple[str, ...], group: str, *, fetch_max_wait: float
+) -> AIOKafkaConsumer:
+    """A group member that follows ``topics`` from its committed offsets, committing by hand
+    (the episodic projector)."""
+    return AIOKafkaConsumer(
+        *topics,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=int(fetch_max_wait * 1000),
+        max_partition_fetch_bytes=4 << 20,
+        session_timeout_ms=6_000,
+        heartbeat_interval_ms=1_000,
+    )
