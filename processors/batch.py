@@ -16,7 +16,13 @@ from typing import Literal, Protocol, assert_never
 from processors.lifecycle import Deriving, on_agent_event, on_retrieval, on_tick
 from processors.recording import AgentMemoryState
 from schemas.agent_events import AgentEvent, Decision, Feedback, Observation
-from schemas.codec import DecodeError, decode_agent_event, decode_retrieval, decode_schedule
+from schemas.codec import (
+    DecodeError,
+    RecordOrigin,
+    decode_agent_event,
+    decode_retrieval,
+    decode_schedule,
+)
 from schemas.deadletter import DeadLetter
 from schemas.memory_events import (
     AgentForgotten,
@@ -48,6 +54,12 @@ class RawRecord:
     """The event type an agent topic carries; an event of another type there is refused."""
     kind: RecordKind = "agent"
     """Agent events, ticks from ``memory.schedule``, or retrievals from ``memory.access``."""
+    timestamp_ms: int | None = None
+    """The record's timestamp in the log: the time of an agent event that gives none."""
+
+    @property
+    def origin(self) -> RecordOrigin:
+        return RecordOrigin(self.topic, self.partition, self.offset, self.timestamp_ms)
 
 
 FORGOTTEN = "forgotten"
@@ -99,7 +111,7 @@ def _decode(
         case "retrieval":
             return decode_retrieval(value)
         case "agent":
-            return decode_agent_event(value, expected_type=raw.expected_type)
+            return decode_agent_event(value, expected_type=raw.expected_type, origin=raw.origin)
         case _:
             assert_never(raw.kind)
 

@@ -207,9 +207,10 @@ def record(
     importance, inputs = importance_of(event, profile)
     destination = destination_for(importance, config.episodic_threshold)
     reading = assess(profile.surprise, state.surprise, event)
+    memory_id = memory_id_for(event.agent_id, event.event_id)
     memory = MemoryRecorded(
-        event_id=derived_event_id(event.event_id, "recorded"),
-        memory_id=memory_id_for(event.event_id),
+        event_id=derived_event_id(memory_id, "recorded"),
+        memory_id=memory_id,
         source_event_id=event.event_id,
         source_event_type=event.event_type,
         source_position=position,

@@ -41,16 +41,29 @@ class AgentEventBase(Event):
     metadata: JsonObject = Field(default_factory=dict)
 
 
+TYPE_FROM_TOPIC = (
+    "May be left out: each agent topic carries one type (agent.observations observations, "
+    "agent.decisions decisions, agent.feedback feedback); a record of another type there goes "
+    "to the dead-letter topic."
+)
+
+
 class Observation(AgentEventBase):
     """Something the agent perceived: a flood, a neighbour elevating, a policy change."""
 
-    event_type: Literal["observation"] = "observation"
+    event_type: Literal["observation"] = Field(
+        default="observation",
+        description=TYPE_FROM_TOPIC,
+    )
 
 
 class Decision(AgentEventBase):
     """An action the agent took, with the skill and its parameters (seed 004, section 10)."""
 
-    event_type: Literal["decision"] = "decision"
+    event_type: Literal["decision"] = Field(
+        default="decision",
+        description=TYPE_FROM_TOPIC,
+    )
     skill: Annotated[str, StringConstraints(min_length=1, max_length=128)]
     parameters: JsonObject = Field(default_factory=dict)
 
@@ -58,7 +71,10 @@ class Decision(AgentEventBase):
 class Feedback(AgentEventBase):
     """A signal about an earlier event (a reward, an upvote, a claim outcome)."""
 
-    event_type: Literal["feedback"] = "feedback"
+    event_type: Literal["feedback"] = Field(
+        default="feedback",
+        description=TYPE_FROM_TOPIC,
+    )
     target_event_id: EventId
     signal: float = Field(ge=-1.0, le=1.0)
 

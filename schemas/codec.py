@@ -6,7 +6,10 @@ record reports, so a poison record is always classified and never crashes a proc
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import orjson
@@ -122,9 +125,60 @@ def _validation_message(exc: ValidationError) -> str:
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
 
-def decode_agent_event(raw: bytes, *, expected_type: str | None = None) -> AgentEvent:
-    """Bytes from an agent topic to a validated event, or :class:`DecodeError`."""
-    payload = upcast(_load_object(raw))
+RECORD_NAMESPACE = uuid.UUID("a7d3c1e4-5b2f-4c8e-9f10-6e2b8d4a7c35")
+"""Namespace of the event ids given to records that came without one."""
+
+
+@dataclass(frozen=True)
+class RecordOrigin:
+    """Where a record sits in the log, and the time the log gave it.
+
+    A producer that is not Engram's publisher may leave out ``event_id`` and ``occurred_at``
+    (the exported JSON Schema makes them optional). Both are then taken from the record itself,
+    never from the processor: a uuid of its position and its timestamp. A redelivery or a
+    reprocess of the same record so gives it the same identity and the same age, which a fresh
+    uuid or the parse time would not."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int | None = None
+
+    @property
+    def event_id(self) -> str:
+        return str(uuid.uuid5(RECORD_NAMESPACE, f"{self.topic}/{self.partition}/{self.offset}"))
+
+    @property
+    def occurred_at(self) -> datetime | None:
+        if self.timestamp_ms is None or self.timestamp_ms < 0:
+            return None
+        return datetime.fromtimestamp(self.timestamp_ms / 1000, UTC)
+
+
+def _complete_from_record(
+    payload: dict[str, Any], expected_type: str | None, origin: RecordOrigin | None
+) -> dict[str, Any]:
+    """Fill what a record may leave out from where it is: its topic says its type (a type that
+    contradicts the topic is refused later, by name), its position and timestamp its identity
+    and time (:class:`RecordOrigin`)."""
+    if "event_type" not in payload and expected_type is not None:
+        payload["event_type"] = expected_type
+    if origin is not None:
+        if "event_id" not in payload:
+            payload["event_id"] = origin.event_id
+        if "occurred_at" not in payload and (at := origin.occurred_at) is not None:
+            payload["occurred_at"] = at.isoformat()
+    return payload
+
+
+def decode_agent_event(
+    raw: bytes, *, expected_type: str | None = None, origin: RecordOrigin | None = None
+) -> AgentEvent:
+    """Bytes from an agent topic to a validated event, or :class:`DecodeError`.
+
+    ``expected_type`` is the type the topic carries, ``origin`` where the record was read: what
+    the record leaves out of the envelope is taken from them (:func:`_complete_from_record`)."""
+    payload = upcast(_complete_from_record(_load_object(raw), expected_type, origin))
     event_type = payload["event_type"]
     if event_type not in AGENT_EVENT_TYPES:
         raise DecodeError("unknown_event_type", f"{event_type!r} is not an agent event")

@@ -34,9 +34,22 @@ class Event(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
 
     schema_version: int = 1
-    event_id: EventId = Field(default_factory=new_event_id)
+    event_id: EventId = Field(
+        default_factory=new_event_id,
+        description=(
+            "Unique within the agent. A record on an agent topic may leave it out: it is then "
+            "derived from the record's log position (topic, partition, offset), so a "
+            "redelivery or a reprocess gives the record the same id."
+        ),
+    )
     agent_id: AgentId
-    occurred_at: AwareDatetime = Field(default_factory=utc_now)
+    occurred_at: AwareDatetime = Field(
+        default_factory=utc_now,
+        description=(
+            "When it happened, with a timezone. A record on an agent topic may leave it out: "
+            "the record's timestamp in the log is then used."
+        ),
+    )
     step: int | None = Field(default=None, ge=0, description="Simulation step, if any.")
     year: int | None = Field(default=None, description="Simulation year, if any.")
 

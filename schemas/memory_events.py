@@ -24,9 +24,14 @@ MEMORY_NAMESPACE = uuid.UUID("3f0c8a52-6d0b-4b8e-9a51-2a4f9f5c0e11")
 """Namespace of the deterministic ids: the same source event always yields the same memory id."""
 
 
-def memory_id_for(source_event_id: str) -> str:
-    """The memory id (and Qdrant point id) of the memory recorded from one agent event."""
-    return str(uuid.uuid5(MEMORY_NAMESPACE, source_event_id))
+def memory_id_for(agent_id: str, source_event_id: str) -> str:
+    """The memory id (and Qdrant point id) of the memory recorded from one agent event.
+
+    Scoped by the agent: producers choose event ids on their own (``turn-1``, ``D1:1``), so two
+    agents may well use the same one, and an id of the event alone would make the second
+    agent's memory overwrite the first's in a store shared by every agent. Agent ids cannot hold
+    ``/``, so the pair maps to one name only."""
+    return str(uuid.uuid5(MEMORY_NAMESPACE, f"{agent_id}/{source_event_id}"))
 
 
 def derived_event_id(source_event_id: str, what: str) -> str:

@@ -166,6 +166,7 @@ async def read_raw_partition(
             value=r.value,
             expected_type=topics.event_type_of(tp.topic),
             kind=kind_of[tp.topic],
+            timestamp_ms=r.timestamp,
         )
         per_topic[tp.topic].append((r.timestamp, raw))
 

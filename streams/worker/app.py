@@ -152,6 +152,7 @@ def _add_ingest_agent(
                             value=message.value,
                             expected_type=type_of(message.topic),
                             kind=kind_of.get(message.topic, "agent"),
+                            timestamp_ms=timestamp_ms(message.timestamp),
                         )
                     )
                 await drain_on_stop(handle(records), len(records))
@@ -198,6 +199,13 @@ def _release_on_revocation(
         pipeline = holder.get("pipeline")
         if pipeline is not None:
             pipeline.release({tp.partition for tp in revoked if tp.topic in inputs})
+
+
+def timestamp_ms(seconds: float | None) -> int | None:
+    """Faust hands the record's timestamp over in seconds (the log's milliseconds / 1000);
+    rounding gives the log's value back exactly, so a live worker and a reprocess date an
+    event without ``occurred_at`` alike."""
+    return None if seconds is None else round(seconds * 1000)
 
 
 async def drain_on_stop(batch: Awaitable[None], size: int) -> None:

@@ -153,25 +153,25 @@ def test_seed_004_consolidation_promotes_one_of_two_and_working_memory_stays() -
         obs("high", 0.8, year=1, content="High importance"),
     ]
     _, state = feed(events, WORKING_08)
-    assert state.working_ids == (memory_id_for("low"), memory_id_for("high"))
+    assert state.working_ids == (memory_id_for(AGENT, "low"), memory_id_for(AGENT, "high"))
     out, state = feed([obs("next", 0.3, year=2)], WORKING_08, state)
     assert kinds(out) == [MemoryPromoted, ConsolidationCompleted, MemoryRecorded]
     promoted, done = out[0], out[1]
     assert isinstance(promoted, MemoryPromoted)
     assert isinstance(done, ConsolidationCompleted)
-    assert promoted.promoted_from == memory_id_for("high") != promoted.memory_id
+    assert promoted.promoted_from == memory_id_for(AGENT, "high") != promoted.memory_id
     assert (promoted.content, promoted.importance, promoted.seq) == ("High importance", 0.8, 1)
     assert promoted.destination == "episodic"
     assert promoted.decision == PromotionDecision(rule="threshold", consolidated_year=1)
     assert [(c.memory_id, c.outcome) for c in done.considered] == [
-        (memory_id_for("low"), "below_gate"),
-        (memory_id_for("high"), "promoted"),
+        (memory_id_for(AGENT, "low"), "below_gate"),
+        (memory_id_for(AGENT, "high"), "promoted"),
     ]
     assert done.promoted == (promoted.memory_id,)
     assert (done.consolidated_year, done.working_after, done.episodic_after) == (1, 2, 1)
     assert done.caused_by == "next"
     # "Working memory remains intact": the original is still there, the copy is episodic.
-    assert memory_id_for("high") in state.working_ids
+    assert memory_id_for(AGENT, "high") in state.working_ids
     assert [e.memory_id for e in state.episodic] == [promoted.memory_id]
 
 
@@ -195,7 +195,7 @@ def test_gate_band_memory_is_promoted_iff_its_draw_is_below_the_burn_probability
     else:
         assert copies == []
         assert done.promoted == ()
-    assert memory_id_for(event_id) in state.working_ids
+    assert memory_id_for(AGENT, event_id) in state.working_ids
 
 
 def test_decide_promotion_bands() -> None:
@@ -227,9 +227,9 @@ def test_a_memory_is_considered_at_one_year_end_only() -> None:
     burned = gate_band_id(promoted=False)
     out, _ = feed([obs(burned, 0.65, year=1), obs("y2", 0.65, year=2), obs("y3", 0.3, year=3)])
     first, second = only(out, ConsolidationCompleted)
-    assert [c.memory_id for c in first.considered] == [memory_id_for(burned)]
-    assert [c.memory_id for c in second.considered] == [memory_id_for("y2")]
-    assert all(p.promoted_from != memory_id_for(burned) for p in only(out, MemoryPromoted))
+    assert [c.memory_id for c in first.considered] == [memory_id_for(AGENT, burned)]
+    assert [c.memory_id for c in second.considered] == [memory_id_for(AGENT, "y2")]
+    assert all(p.promoted_from != memory_id_for(AGENT, burned) for p in only(out, MemoryPromoted))
 
 
 def test_promotion_respects_episodic_capacity() -> None:
@@ -240,7 +240,7 @@ def test_promotion_respects_episodic_capacity() -> None:
     assert only(out, MemoryForgotten) == []
     out, state = feed([obs("y3", 0.3, year=3)], WORKING_08, state)
     (copy_80,) = only(out, MemoryPromoted)
-    assert copy_80.promoted_from == memory_id_for("w80")
+    assert copy_80.promoted_from == memory_id_for(AGENT, "w80")
     # The least important episodic memory (0.75 < 0.8 < 0.99) leaves, because of the promotion.
     (gone,) = only(out, MemoryForgotten)
     assert (gone.memory_id, gone.caused_by) == (copy_75.memory_id, copy_80.event_id)
@@ -257,7 +257,7 @@ def test_a_jump_of_several_years_consolidates_once() -> None:
     out, _ = feed([obs("a", 0.3, year=1), obs("b", 0.3, year=5), obs("c", 0.3, year=5)])
     (done,) = only(out, ConsolidationCompleted)
     assert done.consolidated_year == 1
-    assert [c.memory_id for c in done.considered] == [memory_id_for("a")]
+    assert [c.memory_id for c in done.considered] == [memory_id_for(AGENT, "a")]
 
 
 def test_nothing_happens_while_the_year_stays() -> None:
@@ -282,7 +282,7 @@ def test_l1_summarises_the_working_memories_of_the_ended_step() -> None:
     events = [*session(1, "s1", [0.3, 0.5, 0.4]), obs("epi", 0.9, step=1)]
     out, _ = feed([*events, obs("s2-0", 0.3, step=2)])
     (summary,) = only(out, MemorySummarised)
-    assert summary.summarises == tuple(memory_id_for(f"s1-{i}") for i in range(3))
+    assert summary.summarises == tuple(memory_id_for(AGENT, f"s1-{i}") for i in range(3))
     assert (summary.level, summary.trigger, summary.destination) == (1, "step", "episodic")
     assert summary.covers_upto_seq == 2
     assert (summary.importance, summary.step, summary.seq) == (0.5, 2, 4)  # made at step 2
@@ -302,7 +302,7 @@ def test_the_next_l1_covers_only_newer_memories() -> None:
         [obs("s2-1", 0.2, step=2), obs("s2-2", 0.6, step=2), obs("s3", 0.1, step=3)], CTX, state
     )
     (second,) = only(out, MemorySummarised)
-    assert second.summarises == tuple(memory_id_for(f"s2-{i}") for i in range(3))
+    assert second.summarises == tuple(memory_id_for(AGENT, f"s2-{i}") for i in range(3))
     assert second.covers_upto_seq > first.covers_upto_seq
     assert second.importance == 0.6
 
@@ -312,7 +312,7 @@ def test_year_only_agents_end_a_session_with_the_year() -> None:
     out, _ = feed([*events, obs("y2", 0.3, year=2)])
     (summary,) = only(out, MemorySummarised)
     assert (summary.trigger, summary.level, summary.year) == ("year", 1, 2)
-    assert summary.summarises == tuple(memory_id_for(f"y1-{i}") for i in range(3))
+    assert summary.summarises == tuple(memory_id_for(AGENT, f"y1-{i}") for i in range(3))
     (done,) = only(out, ConsolidationCompleted)
     assert out.index(summary) < out.index(done)
 
@@ -424,7 +424,7 @@ def test_wall_clock_ticks_close_sessions_and_chapters() -> None:
         l1 = last[0]
         assert isinstance(l1, MemorySummarised)
         assert (l1.level, l1.trigger, l1.source_event_id) == (1, "tick", f"t{i}")
-        assert l1.summarises == tuple(memory_id_for(f"w{i}-{k}") for k in range(3))
+        assert l1.summarises == tuple(memory_id_for("W1", f"w{i}-{k}") for k in range(3))
         assert (l1.step, l1.year) == (None, None)
         assert len(last) == (2 if i == 9 else 1)
         l1s.append(l1)
@@ -468,13 +468,15 @@ def test_simulation_agents_ignore_ticks() -> None:
 
 def test_retrieval_counts_only_the_agents_summaries() -> None:
     summary, state = one_l1()
-    hit = retrieval((summary.memory_id, 0.7), (memory_id_for("s1-0"), 0.9), ("other", 1.0), step=2)
+    hit = retrieval(
+        (summary.memory_id, 0.7), (memory_id_for(AGENT, "s1-0"), 0.9), ("other", 1.0), step=2
+    )
     after = on_retrieval(hit, state)
     (entry,) = after.summaries
     assert (entry.retrievals, entry.relevance_sum, entry.last_access_step) == (1, 0.7, 2)
     assert after.working == state.working
     assert after.pending_l1 == state.pending_l1
-    miss = retrieval((memory_id_for("s1-0"), 0.9), ("other", 1.0), step=2)
+    miss = retrieval((memory_id_for(AGENT, "s1-0"), 0.9), ("other", 1.0), step=2)
     assert on_retrieval(miss, state) == state
 
 

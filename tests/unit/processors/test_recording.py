@@ -84,7 +84,7 @@ def test_ids_are_deterministic_and_replay_gives_identical_events() -> None:
     first, second = run(events), run(events)
     assert first[0] == second[0]
     assert first[1] == second[1]
-    assert first[0][3].memory_id == memory_id_for("ev-3")
+    assert first[0][3].memory_id == memory_id_for("A", "ev-3")
 
 
 def test_the_hashing_embedder_is_deterministic_normalised_and_lexical() -> None:
@@ -201,3 +201,17 @@ def test_a_logged_forgetting_without_its_recording_does_not_mark_the_record_deri
     assert isinstance(forgetting, MemoryForgotten)
     folded = FoldedState().apply_all([*logged, forgetting])
     assert folded.derived_upto == {("obs", 0): 9}
+
+
+def test_two_agents_with_the_same_event_id_get_two_memories() -> None:
+    """Producers pick event ids on their own; an id of the event alone made the second agent's
+    memory replace the first's in the shared episodic store."""
+    a, b = (
+        Observation(agent_id=agent, event_id="turn-1", content=f"{agent} said hello")
+        for agent in ("A", "B")
+    )
+    (memory_a,), _, _ = run([a])
+    (memory_b,), _, _ = run([b])
+    assert memory_a.memory_id != memory_b.memory_id
+    assert memory_a.event_id != memory_b.event_id
+    assert memory_a.memory_id == memory_id_for("A", "turn-1")

@@ -11,7 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas.agent_events import AGENT_EVENT_TYPES, Decision, Feedback, Observation
-from schemas.codec import DecodeError, decode_agent_event, decode_derived_event, encode_event
+from schemas.codec import (
+    DecodeError,
+    RecordOrigin,
+    decode_agent_event,
+    decode_derived_event,
+    encode_event,
+)
 from schemas.json_schema import export_json_schemas, json_schemas
 from schemas.memory_events import ImportanceInputs, MemoryRecorded, decode_vector, encode_vector
 
@@ -185,3 +191,67 @@ def test_json_schemas_are_exported_for_every_event(tmp_path: Path) -> None:
     observation = orjson.loads((tmp_path / "observation.v1.schema.json").read_bytes())
     assert "agent_id" in observation["required"]
     assert observation["additionalProperties"] is False
+
+
+ORIGIN = RecordOrigin("agent.observations", 3, 1041, timestamp_ms=1_764_000_000_123)
+BARE = orjson.dumps({"agent_id": "K1", "content": "a record from a plain Kafka client"})
+
+
+def test_a_record_without_a_type_takes_its_topics_type() -> None:
+    event = decode_agent_event(BARE, expected_type="observation", origin=ORIGIN)
+    assert isinstance(event, Observation)
+    with pytest.raises(DecodeError) as refused:
+        decode_agent_event(BARE, expected_type=None, origin=ORIGIN)
+    assert refused.value.kind == "unknown_event_type"
+
+
+def test_a_type_that_contradicts_the_topic_is_refused_by_name() -> None:
+    decision = orjson.dumps({"event_type": "decision", "agent_id": "K1", "content": "c"})
+    with pytest.raises(DecodeError) as refused:
+        decode_agent_event(decision, expected_type="observation", origin=ORIGIN)
+    assert refused.value.kind == "wrong_topic"
+
+
+def test_missing_identity_and_time_come_from_the_record_not_the_parse() -> None:
+    first = decode_agent_event(BARE, expected_type="observation", origin=ORIGIN)
+    again = decode_agent_event(BARE, expected_type="observation", origin=ORIGIN)
+    assert first == again
+    assert first.occurred_at == datetime(2025, 11, 24, 16, 0, 0, 123_000, tzinfo=UTC)
+    elsewhere = RecordOrigin(ORIGIN.topic, ORIGIN.partition, ORIGIN.offset + 1, None)
+    other = decode_agent_event(BARE, expected_type="observation", origin=elsewhere)
+    assert other.event_id != first.event_id
+
+
+def test_identity_and_time_the_record_gives_are_kept() -> None:
+    given_ = orjson.dumps(
+        {
+            "agent_id": "K1",
+            "content": "c",
+            "event_id": "turn-1",
+            "occurred_at": "2024-01-01T00:00:00+00:00",
+        }
+    )
+    event = decode_agent_event(given_, expected_type="observation", origin=ORIGIN)
+    assert (event.event_id, event.occurred_at) == ("turn-1", datetime(2024, 1, 1, tzinfo=UTC))
+
+
+def test_every_field_the_exported_schema_leaves_optional_is_filled_deterministically() -> None:
+    """A record holding only what the exported schema requires is accepted, and decoding it
+    twice gives the same event: no optional field is filled from the clock or a random id."""
+    for name, model in AGENT_EVENT_TYPES.items():
+        schema = json_schemas()[name]
+        required = set(schema.get("required", []))
+        assert "event_type" not in required
+        minimal = {
+            "agent_id": "K1",
+            "content": "c",
+            "skill": "s",
+            "target_event_id": "e",
+            "signal": 1,
+        }
+        minimal = {k: v for k, v in minimal.items() if k in schema["properties"]}
+        assert required <= set(minimal), (name, required)
+        raw = orjson.dumps(minimal)
+        first = decode_agent_event(raw, expected_type=name, origin=ORIGIN)
+        assert isinstance(first, model)
+        assert first == decode_agent_event(raw, expected_type=name, origin=ORIGIN)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
@@ -18,7 +19,7 @@ from aiokafka.errors import MessageSizeTooLargeError
 
 from projections.service.client import AsyncEngramClient
 from schemas.agent_events import Decision, Observation
-from schemas.codec import encode_event
+from schemas.codec import RecordOrigin, encode_event
 from schemas.deadletter import DeadLetter
 from schemas.envelope import MAX_CONTENT_CHARS
 from schemas.topics import Topics
@@ -142,6 +143,52 @@ async def test_working_memory_keeps_the_ten_latest(
     assert "Event 0" not in contents
     assert "Event 1" not in contents
     assert contents[0] == "Event 11"
+
+
+async def test_agents_sharing_an_event_id_keep_their_own_memories(
+    node: Node, publisher: AsyncPublisher, client: AsyncEngramClient
+) -> None:
+    """Producers choose event ids on their own: two agents' "turn-1" are two memories."""
+    assert node.pipeline is not None
+    agents = ("C1", "C2")
+    events = [
+        Observation(agent_id=agent, event_id=f"turn-{n}", importance=importance, content=text)
+        for agent in agents
+        for n, importance, text in ((1, 0.9, f"{agent} lost the harvest"), (2, 0.3, f"{agent} ate"))
+    ]
+    await node.pipeline.stats.wait_for(await publisher.publish_many(events))
+    for agent in agents:
+        response = await client.retrieve(agent, top_k=10)
+        assert sorted((m.content, m.store) for m in response.results) == [
+            (f"{agent} ate", "working"),
+            (f"{agent} lost the harvest", "episodic"),
+        ]
+
+
+async def test_a_record_without_envelope_gets_type_identity_and_time_from_the_log(
+    node: Node, kafka_bootstrap: str, prefix: str, client: AsyncEngramClient
+) -> None:
+    """What the exported schema leaves optional, a plain Kafka client may leave out: the topic
+    gives the type, the record's position its id and its timestamp its time."""
+    assert node.pipeline is not None
+    topics = Topics(prefix)
+    at = datetime(2025, 1, 2, 3, 4, 5, 678_000, tzinfo=UTC)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka_bootstrap, acks="all", enable_idempotence=False
+    )
+    await producer.start()
+    try:
+        bare = orjson.dumps({"agent_id": "K1", "content": "written by a plain Kafka client"})
+        sent = await producer.send_and_wait(
+            topics.observations, bare, key=b"K1", timestamp_ms=int(at.timestamp() * 1000)
+        )
+    finally:
+        await producer.stop()
+    await node.pipeline.stats.wait_for([Position(sent.topic, sent.partition, sent.offset)])
+    (memory,) = (await client.retrieve("K1", top_k=5)).results
+    origin = RecordOrigin(sent.topic, sent.partition, sent.offset)
+    assert (memory.content, memory.occurred_at) == ("written by a plain Kafka client", at)
+    assert (memory.source_event_type, memory.source_event_id) == ("observation", origin.event_id)
 
 
 async def test_poison_records_go_to_the_dead_letter_topic_and_good_ones_land(
