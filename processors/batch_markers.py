@@ -7,7 +7,7 @@ highest offset of every source topic there and where the batch's events landed. 
 marker covers count: a derived event no marker covers was logged by an attempt at a batch that
 a crash cut short, and every reader of the log (the takeover's fold, history, replay and
 rebuild, the episodic projector) leaves it out, so the batch is derived again from the state
-before it, whole, maybe otherwise (a redelivery may interleave the source topics differently).
+before it, whole, maybe otherwise (a redelivery may cut the batch elsewhere).
 
 Markers rule a partition number once any marker of it is in the log: a worker writes one
 before its first batch there (:func:`opening_markers`, covering what the log held before, or

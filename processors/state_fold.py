@@ -99,8 +99,17 @@ class FoldedState:
         self.states[event.agent_id] = fold(state, event)
 
     def apply_retrieval(self, event: MemoryRetrieved, position: SourcePosition | None) -> None:
-        """Count a retrieval read back from ``memory.access``; its offset is then consumed."""
+        """Count a retrieval read back from ``memory.access``; its offset is then consumed.
+
+        In a partition number markers rule, only a retrieval a marker names counts here: one
+        past them was not derived yet, and is counted where the batches that follow hold it,
+        as a reprocess that cuts the raw log at the markers counts it."""
         if position is not None:
+            key = (position.topic, position.partition)
+            if position.partition in self.marked and position.offset > self.logged_upto.get(
+                key, -1
+            ):
+                return
             self._mark(position)
         state = self.states.get(event.agent_id)
         if state is not None:

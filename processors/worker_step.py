@@ -1,7 +1,9 @@
 """The pure part of a worker's loop: one batch against the state carried between batches.
 
 :meth:`streams.worker.pipeline.IngestPipeline.handle` is this plus the I/O around it: it skips
-and derives with :func:`derive_batch`, logs the derived events, builds the batch's markers
+and derives with :func:`derive_batch` (in the canonical order of
+:func:`processors.batch_order.canonical_order`, so a reprocess that cuts the raw log where the
+live markers say derives the same), logs the derived events, builds the batch's markers
 from where they landed (:meth:`DerivedBatch.markers`) and logs them, applies the events to the
 projections, then moves the carried state on with :func:`carry`. The property tests drive the
 same functions with a derived log held in memory, so what they check is the worker's code.
@@ -15,6 +17,7 @@ from datetime import datetime
 
 from processors.batch import BatchResult, RawRecord, RecordOpener, process_batch
 from processors.batch_markers import batch_markers, logged_ranges
+from processors.batch_order import TopicRank, canonical_order
 from processors.lifecycle import Deriving
 from processors.recording import AgentMemoryState
 from processors.state_fold import FoldedState
@@ -28,7 +31,8 @@ class DerivedBatch:
     records: Sequence[RawRecord]
     """The whole batch, as the consumer gave it."""
     fresh: list[RawRecord]
-    """Its records the log did not say were derived already: those it derived from."""
+    """Its records the log did not say were derived already, those it derived from, in the
+    order it derived them."""
     result: BatchResult
 
     @property
@@ -55,13 +59,20 @@ def derive_batch(
     partition_of: Mapping[str, int],
     *,
     ctx: Deriving,
+    rank: TopicRank,
     failed_at: datetime,
     opener: RecordOpener | None = None,
 ) -> DerivedBatch:
     """Derive from ``records`` what the log does not hold yet, from the carried state (read,
-    not changed: the batch changes it only once it is logged, see :func:`carry`)."""
+    not changed: the batch changes it only once it is logged, see :func:`carry`).
+
+    Whatever order the consumer fetched them in, the fresh records are derived in canonical
+    order (``rank`` breaks timestamp ties between topics): ordered after the skip, since
+    which records a redelivery skips changes how the rest interleave."""
     upto = folded.derived_upto
-    fresh = [r for r in records if r.offset > upto.get((r.topic, r.partition), -1)]
+    fresh = canonical_order(
+        (r for r in records if r.offset > upto.get((r.topic, r.partition), -1)), rank
+    )
     states = folded.states
     result = process_batch(
         fresh,

@@ -14,7 +14,18 @@ AgentId = Annotated[
 """Agent ids become Redis keys and Qdrant payload values, so whitespace and slashes are refused."""
 
 EventId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
-Tag = Annotated[str, StringConstraints(min_length=1, max_length=64, strip_whitespace=True)]
+NOT_WHITESPACE = (
+    "[^\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+)
+"""A character stripping keeps: not Unicode White_Space, which pydantic strips. Spelled out
+rather than ``\\S``, whose meaning differs between regex dialects (a JSON Schema's is ECMA's)."""
+
+Tag = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=64, strip_whitespace=True, pattern=NOT_WHITESPACE),
+]
+"""Stripped of surrounding whitespace; the pattern tells a schema's reader that whitespace
+alone is not a tag, as the length after stripping does here."""
 
 MAX_CONTENT_CHARS = 16_384
 """A memory is a sentence or a paragraph; anything larger is almost surely a bug upstream."""

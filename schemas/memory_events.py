@@ -382,7 +382,7 @@ class DerivedUpTo(BaseModel):
     there count: what an attempt cut short by a crash logged is left out by every reader of the
     log, and the batch is derived again (the fold, takeover, replay; see
     :mod:`processors.batch_markers`), possibly with other outcomes, since a redelivery may
-    interleave the source topics otherwise.
+    cut the batch elsewhere.
 
     Not an :class:`~schemas.envelope.Event` nor part of :data:`DerivedEvent`: it concerns a
     partition, not an agent (no ``agent_id``, as :class:`ScheduleTick`), and changes no memory,

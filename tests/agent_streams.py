@@ -2,10 +2,11 @@
 properties (``tests/unit/processors/test_replay_properties.py`` and
 ``tests/integration/projections/test_projection_properties.py``).
 
-A stream is the raw records one worker consumes, in arrival order: observations and decisions
-of simulation agents (``S*``: steps and years, so sessions, years and chapters end) and
-wall-clock agents (``W*``: ticks end their sessions), ticks on ``memory.schedule``, retrievals
-on ``memory.access`` and the odd undecodable record. Importance is mixed on purpose: explicit
+A stream is the raw records one worker consumes, in the order they were made (and stamped, so
+that a batch's canonical order is that order): observations and decisions of simulation agents
+(``S*``: steps and years, so sessions, years and chapters end) and wall-clock agents (``W*``:
+ticks end their sessions), ticks on ``memory.schedule``, retrievals on ``memory.access`` and
+the odd undecodable record. Importance is mixed on purpose: explicit
 values around every threshold, event-table entries, and emotion x source scores.
 
 :class:`Worker` drives the worker's own pure step (:mod:`processors.worker_step`, which
@@ -32,6 +33,7 @@ from hypothesis import strategies as st
 
 from processors.batch import RawRecord, RecordKind
 from processors.batch_markers import Logged, logged_batches, opening_markers
+from processors.batch_order import topic_rank
 from processors.config import LifecycleRules, PruningRules, SummaryRules, load_processing_config
 from processors.embedding import HashingEmbedder
 from processors.emission_order import causal_order
@@ -71,6 +73,7 @@ EMBEDDER = HashingEmbedder()
 SUMMARISER = ExtractiveSummariser()
 CTX = Deriving(CONFIG, EMBEDDER, SUMMARISER, CONFIG.version(EMBEDDER.id, SUMMARISER.id))
 TOPICS = Topics()
+RANK = topic_rank(TOPICS)
 START = datetime(2026, 1, 1, tzinfo=UTC)
 FAILED_AT = START
 
@@ -140,7 +143,9 @@ class Worker:
         """Process a batch without writing its derived events (the caller decides what the
         broker took)."""
         self.open(records)
-        batch = derive_batch(records, self.folded, self.partition_of, ctx=CTX, failed_at=FAILED_AT)
+        batch = derive_batch(
+            records, self.folded, self.partition_of, ctx=CTX, rank=RANK, failed_at=FAILED_AT
+        )
         self.applied.append(batch.result.derived)
         carry(self.folded, self.partition_of, batch)
         return batch
@@ -248,7 +253,10 @@ class StreamBuilder:
         offset = self.offsets.get((topic, partition), 0)
         self.offsets[(topic, partition)] = offset + 1
         expected = TOPICS.event_type_of(topic)
-        raw = RawRecord(topic, partition, offset, b"key", value, expected, kind)
+        # Stamped at the time of the action, which only moves on: a batch's canonical order is
+        # then the order the records were made in.
+        stamp = round(self.now.timestamp() * 1000)
+        raw = RawRecord(topic, partition, offset, b"key", value, expected, kind, stamp)
         self.records.append(raw)
         self.worker.handle([raw])
 

@@ -198,13 +198,16 @@ def stored_memory(
 @contextmanager
 def _edge_errors(doing: str) -> Iterator[None]:
     """Translate Edge failures at the boundary: it raises bare ``Exception`` (and ``ValueError``)
-    for everything, from a closed shard to a bad dimension, so nothing narrower would do."""
+    for everything, from a closed shard to a bad dimension, so nothing narrower would do. Its
+    "WouldBlock" on a locked write-ahead log alone would not say that a shard is open already."""
     try:
         yield
     except ProjectionError:
         raise
     except Exception as exc:
-        raise ProjectionError(f"Qdrant Edge: {doing} failed: {exc}") from exc
+        held = "WouldBlock" in str(exc)
+        cause = " (the shard is held by another process or store)" if held else ""
+        raise ProjectionError(f"Qdrant Edge: {doing} failed{cause}: {exc}") from exc
 
 
 def _agents_filter(agent_ids: frozenset[str]) -> qe.Filter:

@@ -33,6 +33,10 @@ reads, the engine polls both stores' applied offsets (5 ms, doubling to 50 ms) u
 reached every position, up to the request's ``wait_timeout_ms``; then it raises
 :class:`PositionsNotAppliedError`, which names what is pending and how far each store is. Only
 positions on the topics the processors consume can ever be applied; others are refused at once.
+So are positions the log does not hold (:class:`PositionsNotInLogError`), when the deployment
+says where the log ends (:mod:`projections.retrieval.log_end`): they are looked for only when
+the stores have not applied them at the first poll, so a retrieval whose writes are applied
+already never waits for the broker.
 
 One experience, one result. A working memory promoted at year end has an episodic copy with its
 own memory id but the same source event and level; while the original is still in working
@@ -63,7 +67,9 @@ from projections.retrieval.basic import (
 from projections.retrieval.by_relevance import by_relevance
 from projections.retrieval.filters import levels_for
 from projections.retrieval.generative import GenerativeWeights, generative
+from projections.retrieval.log_end import KnownLogEnds, LogEnds, Partition
 from projections.retrieval.models import (
+    MissingPosition,
     PendingPosition,
     RecordPosition,
     RetrievalRequest,
@@ -105,13 +111,37 @@ class UnknownTopicError(EngramError, ValueError):
     """A position of ``after`` is on a topic the processors do not consume: waiting for it
     could only time out."""
 
-    def __init__(self, index: int, topic: str) -> None:
+    def __init__(self, index: int, topic: str, consumed: Collection[str] | None = None) -> None:
+        where = (
+            f"{', '.join(SOURCE_TOPICS)} (with the deployment's prefix)"
+            if consumed is None
+            else ", ".join(sorted(consumed))
+        )
         super().__init__(
             f"topic {topic!r} is not one the processors consume; positions come from "
-            f"publishing to {', '.join(SOURCE_TOPICS)} (with the deployment's prefix)"
+            f"publishing to {where}"
         )
         self.index = index
         self.topic = topic
+
+
+class PositionsNotInLogError(EngramError, LookupError):
+    """Positions of ``after`` the log does not hold: at or past the end of their partition, or
+    on a partition that does not exist. They were not returned by publishing to this log, and
+    no wait would see them applied."""
+
+    def __init__(self, missing: Sequence[MissingPosition]) -> None:
+        def end(position: MissingPosition) -> str:
+            if position.log_end is None:
+                return "no such partition"
+            return f"the partition ends at {position.log_end}"
+
+        listed = "; ".join(f"{p.topic}[{p.partition}]@{p.offset} ({end(p)})" for p in missing)
+        super().__init__(
+            f"{len(missing)} position(s) of after are not in the log: {listed}. Positions "
+            "come from publishing to this deployment's log"
+        )
+        self.missing = tuple(missing)
 
 
 class PositionsNotAppliedError(EngramError, TimeoutError):
@@ -148,9 +178,12 @@ class RetrievalEngine:
         source_topics: Collection[str] | None = None,
         arousal_of: Callable[[str], Awaitable[StoredArousal | None]] | None = None,
         dense_share: float | None = None,
+        log_ends: LogEnds | None = None,
     ) -> None:
         """``source_topics`` are the exact topics positions may name; by default any topic
-        whose name ends with one of :data:`SOURCE_TOPICS`, whatever the prefix.
+        whose name ends with one of :data:`SOURCE_TOPICS`, whatever the prefix. ``log_ends``
+        says where the log ends, so a position it does not hold is refused at once
+        (:class:`PositionsNotInLogError`) rather than waited for.
         ``arousal_of`` reads an agent's stored arousal (None: not known) for the constrained
         mode; by default the working store's latest surprise reading; when none is known,
         arousal is 0 (System 1). ``dense_share`` is the cosine's share in hybrid relevance,
@@ -170,6 +203,12 @@ class RetrievalEngine:
         self._episodic_limit = episodic_limit
         self._working_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._source_topics = None if source_topics is None else frozenset(source_topics)
+        self._log_ends = None if log_ends is None else KnownLogEnds(log_ends)
+
+    @property
+    def source_topics(self) -> frozenset[str] | None:
+        """The exact topics positions may name; None: any ending with :data:`SOURCE_TOPICS`."""
+        return self._source_topics
 
     def use(self, working: WorkingMemoryStore, episodic: EpisodicMemoryStore) -> None:
         """Serve another projection version from the next read on. Both stores change in one
@@ -227,15 +266,17 @@ class RetrievalEngine:
     async def wait_for(self, positions: Sequence[RecordPosition], timeout_s: float) -> float:
         """Wait until both stores have applied every position; return the seconds waited.
 
-        Raises :class:`UnknownTopicError` before any wait, :class:`PositionsNotAppliedError`
-        once ``timeout_s`` has passed (the stores are read at least once, so 0 only checks),
-        and :class:`ProjectionError` when a store cannot be read. Marks never go back, so a
-        store that reached a position is not read for it again, unless :meth:`use` switched
-        stores meanwhile: the wait is for the stores the retrieval will read.
+        Raises :class:`UnknownTopicError` before any wait, :class:`PositionsNotInLogError`
+        after the first read of the stores when a position not applied yet is not in the log
+        either, :class:`PositionsNotAppliedError` once ``timeout_s`` has passed (the stores
+        are read at least once, so 0 only checks), and :class:`ProjectionError` when a store
+        cannot be read. Marks never go back, so a store that reached a position is not read
+        for it again, unless :meth:`use` switched stores meanwhile: the wait is for the stores
+        the retrieval will read.
         """
         for index, position in enumerate(positions):
             if not self._consumed(position.topic):
-                raise UnknownTopicError(index, position.topic)
+                raise UnknownTopicError(index, position.topic, self._source_topics)
         wanted: dict[tuple[str, int], int] = {}
         for position in positions:
             key = (position.topic, position.partition)
@@ -247,6 +288,7 @@ class RetrievalEngine:
         started = time.monotonic()
         deadline = started + timeout_s
         delay = FIRST_POLL_S
+        looked_in_the_log = False
         while True:
             if polled != (self._working, self._episodic):
                 polled = (self._working, self._episodic)
@@ -268,6 +310,9 @@ class RetrievalEngine:
                 for key, name in pending
                 if (mark := marks[(key, name)]) is None or mark < wanted[key]
             ]
+            if pending and not looked_in_the_log:
+                await self._in_the_log({key: wanted[key] for key, _ in pending})
+            looked_in_the_log = True
             now = time.monotonic()
             if not pending:
                 return now - started
@@ -290,6 +335,19 @@ class RetrievalEngine:
                 )
             await asyncio.sleep(min(delay, deadline - now))
             delay = min(delay * 2, MAX_POLL_S)
+
+    async def _in_the_log(self, wanted: dict[Partition, int]) -> None:
+        """Raises :class:`PositionsNotInLogError` for the positions the log does not hold."""
+        if self._log_ends is None:
+            return
+        missing = await self._log_ends.beyond(wanted)
+        if missing:
+            raise PositionsNotInLogError(
+                [
+                    MissingPosition(topic=key[0], partition=key[1], offset=wanted[key], log_end=end)
+                    for key, end in sorted(missing.items())
+                ]
+            )
 
     async def _arousal(self, agent_id: str) -> StoredArousal | None:
         """The agent's stored arousal and its agent type's threshold; None when none is known."""

@@ -11,9 +11,9 @@ a caller written against the full layer set keeps working when they arrive.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from projections.memory import StoredMemory
 from schemas.envelope import Tag
@@ -22,6 +22,13 @@ from schemas.memory_events import Level
 MemoryKind = Literal["working", "episodic", "summary_l1", "summary_l2", "fact", "procedure"]
 
 MAX_FILTER_TAGS = 64
+
+TIME_BOUND = 2**53
+"""Years and steps a retrieval names lie within plus or minus 2^53: exact in a double (a JSON
+parser's number, a Qdrant range), far beyond any simulation, and never too large for a float,
+which a larger integer can be."""
+
+SimulationTime = Annotated[int, Field(ge=-TIME_BOUND, le=TIME_BOUND)]
 
 _LEVEL_OF_KIND: dict[MemoryKind, Level] = {
     "working": 0,
@@ -43,7 +50,11 @@ def memory_kind(memory: StoredMemory) -> MemoryKind:
 
 
 class MemoryFilter(BaseModel):
-    """Conditions every returned memory meets; an empty filter admits everything."""
+    """Conditions every returned memory meets; an empty filter admits everything.
+
+    A range whose start is after its end admits nothing, as an empty interval does: no JSON
+    Schema can compare two fields, so refusing it would make a request valid by the OpenAPI
+    document one the service refuses."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
@@ -62,18 +73,18 @@ class MemoryFilter(BaseModel):
     min_importance: float | None = Field(
         default=None, ge=0.0, le=1.0, description="Keep memories at least this important."
     )
-    year_from: int | None = Field(default=None, description="Earliest simulation year, inclusive.")
-    year_to: int | None = Field(default=None, description="Latest simulation year, inclusive.")
-    step_from: int | None = Field(default=None, description="Earliest simulation step, inclusive.")
-    step_to: int | None = Field(default=None, description="Latest simulation step, inclusive.")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> MemoryFilter:
-        for axis in ("year", "step"):
-            low, high = getattr(self, f"{axis}_from"), getattr(self, f"{axis}_to")
-            if low is not None and high is not None and low > high:
-                raise ValueError(f"{axis}_from ({low}) must not be after {axis}_to ({high})")
-        return self
+    year_from: SimulationTime | None = Field(
+        default=None, description="Earliest simulation year, inclusive."
+    )
+    year_to: SimulationTime | None = Field(
+        default=None, description="Latest simulation year, inclusive."
+    )
+    step_from: SimulationTime | None = Field(
+        default=None, description="Earliest simulation step, inclusive."
+    )
+    step_to: SimulationTime | None = Field(
+        default=None, description="Latest simulation step, inclusive."
+    )
 
     def admits(self, memory: StoredMemory) -> bool:
         """A memory without a year (step) fails any bound on years (steps): its time is unknown,

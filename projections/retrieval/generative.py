@@ -37,7 +37,20 @@ GenerativeWeight = Annotated[float, Field(ge=0.0)]
 class GenerativeWeights(BaseModel):
     """Park et al. weight the three components equally (alpha = 1 each)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        allow_inf_nan=False,
+        # The rule of _not_all_zero, for a schema's reader: all three given as 0.
+        json_schema_extra={
+            "not": {
+                "required": ["recency", "importance", "relevance"],
+                "properties": {
+                    name: {"maximum": 0} for name in ("recency", "importance", "relevance")
+                },
+            }
+        },
+    )
 
     recency: GenerativeWeight = Field(default=1.0, description="Weight of normalised recency.")
     importance: GenerativeWeight = Field(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -15,7 +15,7 @@ from pydantic import (
 
 from projections.memory import StoredMemory
 from projections.retrieval.breakdowns import Breakdown, ProfileName
-from projections.retrieval.filters import MemoryFilter
+from projections.retrieval.filters import TIME_BOUND, MemoryFilter
 from projections.retrieval.generative import GenerativeWeights
 from projections.retrieval.scoring import Clock, Weights
 from schemas.envelope import MAX_CONTENT_CHARS, AgentId, Tag
@@ -84,6 +84,24 @@ class WaitTimedOut(BaseModel):
     waited_ms: float = Field(ge=0.0)
 
 
+class MissingPosition(RecordPosition):
+    """A position the log does not hold, and where its partition ends."""
+
+    log_end: int | None = Field(
+        description="The offset the partition's next record will get (None: no such partition)."
+    )
+
+
+class NotInLog(BaseModel):
+    """The body of a 409: positions of ``after`` the log does not hold, so no wait would see
+    them applied."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    detail: str
+    missing: tuple[MissingPosition, ...]
+
+
 def _some_distinct(levels: tuple[Level, ...]) -> tuple[Level, ...]:
     """Checked after the items rather than with ``min_length``, which pydantic also reports
     when an item was refused, so a bad level came back as two errors."""
@@ -94,11 +112,60 @@ def _some_distinct(levels: tuple[Level, ...]) -> tuple[Level, ...]:
     return levels
 
 
+MODE_ONLY: dict[str, Mode] = {
+    "weights": "weighted",
+    "profile": "constrained",
+    "arousal": "constrained",
+    "generative": "generative",
+}
+"""Fields that configure one mode. Given with another mode they would be silently ignored, so
+such a request is refused; the request's JSON Schema states the same rule
+(:func:`cross_field_rules`), so a request valid by the OpenAPI document is never refused."""
+
+
+def _mode_is(mode: Mode) -> dict[str, Any]:
+    return {"required": ["mode"], "properties": {"mode": {"const": mode}}}
+
+
+def cross_field_rules(schema: dict[str, Any]) -> None:
+    """Adds to the request's JSON Schema the rules :meth:`RetrievalRequest._consistent` checks
+    across fields: time on one axis, each mode's own fields with that mode only, and a query
+    for mode relevance. A mode left out is ``two_phase``, which has no fields of its own."""
+    one_axis = {
+        "not": {
+            "required": ["current_year", "current_step"],
+            "properties": {
+                "current_year": {"type": "integer"},
+                "current_step": {"type": "integer"},
+            },
+        }
+    }
+    modes = dict.fromkeys(MODE_ONLY.values())
+    own_fields = [
+        {
+            "if": _mode_is(mode),
+            "else": {
+                "properties": {
+                    name: {"type": "null"} for name, owner in MODE_ONLY.items() if owner == mode
+                }
+            },
+        }
+        for mode in modes
+    ]
+    query_given = {
+        "if": _mode_is("relevance"),
+        "then": {"required": ["query"], "properties": {"query": {"type": "string"}}},
+    }
+    schema["allOf"] = [one_axis, *own_fields, query_given]
+
+
 class RetrievalRequest(BaseModel):
     """One retrieval for one agent. Time is given on at most one axis; see
     :func:`projections.retrieval.scoring.resolve_clock` for what happens when it is omitted."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", allow_inf_nan=False, json_schema_extra=cross_field_rules
+    )
 
     query: Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS)] | None = (
         Field(
@@ -121,11 +188,15 @@ class RetrievalRequest(BaseModel):
     )
     mode: Mode = Field(default="two_phase", description=MODE_HELP)
     current_year: int | None = Field(
-        default=None, description="Simulation year of the retrieval; ages are then in years."
+        default=None,
+        ge=-TIME_BOUND,
+        le=TIME_BOUND,
+        description="Simulation year of the retrieval; ages are then in years.",
     )
     current_step: int | None = Field(
         default=None,
         ge=0,
+        le=TIME_BOUND,
         description="Simulation step of the retrieval; ages are then in steps.",
     )
     tags: tuple[Tag, ...] = Field(
@@ -180,7 +251,9 @@ class RetrievalRequest(BaseModel):
         description=(
             "Read your writes: positions returned by publishing. The retrieval waits until both "
             "memory stores have applied every one of them, at most ``wait_timeout_ms``; past "
-            "that it answers 504 and names the positions still pending."
+            "that it answers 504 and names the positions still pending. A position the log "
+            "does not hold (at or past the end of its partition, or on no partition) is "
+            "answered 409 at once."
         ),
     )
     wait_timeout_ms: int = Field(
@@ -196,14 +269,10 @@ class RetrievalRequest(BaseModel):
             raise ValueError(
                 "give current_year or current_step, not both: ages are measured on one axis"
             )
-        if self.weights is not None and self.mode != "weighted":
-            raise ValueError("weights apply only to mode 'weighted'")
-        if self.mode != "constrained":
-            for name in ("profile", "arousal"):
-                if getattr(self, name) is not None:
-                    raise ValueError(f"{name} applies only to mode 'constrained'")
-        if self.generative is not None and self.mode != "generative":
-            raise ValueError("generative applies only to mode 'generative'")
+        for name, mode in MODE_ONLY.items():
+            if getattr(self, name) is not None and self.mode != mode:
+                verb = "apply" if name == "weights" else "applies"
+                raise ValueError(f"{name} {verb} only to mode '{mode}'")
         if self.mode == "relevance" and self.query is None:
             raise ValueError("mode 'relevance' ranks by relevance to query: give a query")
         return self

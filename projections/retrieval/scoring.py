@@ -62,7 +62,22 @@ class Weights(BaseModel):
     """The v2 weights of seed 003 (section 1.B and the section 6 config). Defaults reduce the
     formula to the classic ``0.3*R + 0.5*I + 0.2*C``; relevance and interference are opt-in."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        allow_inf_nan=False,
+        # The rule of _not_all_zero, for a schema's reader: recency, importance and context
+        # given as 0 (their defaults are positive) with relevance absent or 0.
+        json_schema_extra={
+            "not": {
+                "required": ["recency", "importance", "context"],
+                "properties": {
+                    name: {"maximum": 0}
+                    for name in ("recency", "importance", "context", "relevance")
+                },
+            }
+        },
+    )
 
     recency: Weight = Field(default=0.3, description="W_r: weight of recency R.")
     importance: Weight = Field(default=0.5, description="W_i: weight of decayed importance I.")

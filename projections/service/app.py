@@ -25,10 +25,17 @@ from projections.history import MAX_HISTORY_LIMIT, AgentHistory, LogUnavailableE
 from projections.interfaces import ProjectionError
 from projections.retrieval.engine import (
     PositionsNotAppliedError,
+    PositionsNotInLogError,
     RetrievalEngine,
     UnknownTopicError,
 )
-from projections.retrieval.models import RetrievalRequest, RetrievalResponse, WaitTimedOut
+from projections.retrieval.models import (
+    NotInLog,
+    RetrievalRequest,
+    RetrievalResponse,
+    WaitTimedOut,
+)
+from projections.service.openapi import document_with_topics
 from schemas.envelope import AgentId
 from schemas.memory_events import MemoryRetrieved, RetrievedItem
 
@@ -71,7 +78,18 @@ result carries the breakdown of its score, and every answered retrieval is recor
 
 **Read your writes**: give `after` the positions publishing returned, and the retrieval waits
 (at most `wait_timeout_ms`) until both stores have applied them; past that it answers 504.
+A position the log does not hold (past the end of its partition, or on a partition that does
+not exist) answers 409 at once: it was not returned by publishing to this log, and no wait
+would see it applied. The topics a position may name are listed in this document.
+
+**Modes' own fields**: `weights` (weighted), `profile` and `arousal` (constrained) and
+`generative` (generative) are refused with any other mode, and mode relevance needs a `query`;
+the request schema states these rules, so a request it admits is never refused.
 """
+
+NOT_IN_LOG_STATUS = 409
+"""Why 409: the request is well formed but names positions the current state of the log does
+not hold; unlike a 504, retrying it unchanged cannot succeed (positions come from publishing)."""
 
 WAIT_TIMEOUT_STATUS = 504
 """Why 504: the service depends on the processors (upstream of it) to apply the positions, and
@@ -128,6 +146,7 @@ def create_app(
     it the history route answers 503.
     """
     app = FastAPI(title=title, version=version or _package_version(), description=DESCRIPTION)
+    app.openapi = document_with_topics(app, engine.source_topics)  # type: ignore[method-assign]
     audit = RetrievalAudit()
     app.state.retrieval_audit = audit
     _add_error_handlers(app)
@@ -163,8 +182,9 @@ def _recorder(
 
 
 def _add_error_handlers(app: FastAPI) -> None:
-    """Known failures become answers a client can act on: 422 naming the field, 503 when a
-    store cannot be read, 504 when the writes to wait for were not applied in time."""
+    """Known failures become answers a client can act on: 422 naming the field, 409 for
+    positions the log does not hold, 503 when a store cannot be read, 504 when the writes to
+    wait for were not applied in time."""
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(_: Request, error: RequestValidationError) -> JSONResponse:
@@ -189,6 +209,11 @@ def _add_error_handlers(app: FastAPI) -> None:
             content={"detail": [{"loc": loc, "msg": message, "type": "value_error"}]},
         )
 
+    @app.exception_handler(PositionsNotInLogError)
+    async def _not_in_log(_: Request, error: PositionsNotInLogError) -> JSONResponse:
+        body = NotInLog(detail=str(error), missing=error.missing)
+        return JSONResponse(status_code=NOT_IN_LOG_STATUS, content=body.model_dump(mode="json"))
+
     @app.exception_handler(PositionsNotAppliedError)
     async def _not_applied(_: Request, error: PositionsNotAppliedError) -> JSONResponse:
         log.warning("read-your-writes wait timed out: %s", error)
@@ -206,6 +231,11 @@ def _add_retrieval_route(app: FastAPI, engine: RetrievalEngine, record: Retrieva
         description="Ranks the agent's working and episodic memories and returns the best "
         "`top_k`, each with its score breakdown.",
         responses={
+            NOT_IN_LOG_STATUS: {
+                "model": NotInLog,
+                "description": "Positions of `after` the log does not hold: past the end of "
+                "their partition, or on a partition that does not exist.",
+            },
             503: {"model": ServiceError, "description": "A memory store cannot be read."},
             WAIT_TIMEOUT_STATUS: {
                 "model": WaitTimedOut,

@@ -2,7 +2,8 @@
 
 ``retrieve(..., after=positions)`` reads your writes: it takes the positions publishing
 returned (``streams.eventlog.publisher.Position`` or dicts of topic, partition and offset), and
-raises :class:`WaitTimeoutError` when the service answers that they were not applied in time.
+raises :class:`WaitTimeoutError` when the service answers that they were not applied in time,
+:class:`NotInLogError` when it answers that the log does not hold them.
 
 :func:`format_for_prompt` (also ``client.format_for_prompt``) renders what a retrieval returned
 as the memory block of an LLM prompt.
@@ -20,6 +21,8 @@ from pydantic import ValidationError
 from projections.history import AgentHistory
 from projections.memory import StoredMemory
 from projections.retrieval.models import (
+    MissingPosition,
+    NotInLog,
     PendingPosition,
     RecordPosition,
     RetrievalRequest,
@@ -32,6 +35,7 @@ __all__ = [
     "PROMPT_HEADER",
     "AsyncEngramClient",
     "EngramClient",
+    "NotInLogError",
     "QueryError",
     "WaitTimeoutError",
     "format_for_prompt",
@@ -57,6 +61,18 @@ class WaitTimeoutError(QueryError):
         super().__init__(status, message)
         self.pending: tuple[PendingPosition, ...] = timed_out.pending
         self.waited_ms = timed_out.waited_ms
+
+
+class NotInLogError(QueryError):
+    """Positions of ``after`` the log does not hold (HTTP 409): past the end of their
+    partition, or on a partition that does not exist; no wait would see them applied.
+
+    ``missing`` names each, with where its partition ends.
+    """
+
+    def __init__(self, status: int, message: str, not_in_log: NotInLog) -> None:
+        super().__init__(status, message)
+        self.missing: tuple[MissingPosition, ...] = not_in_log.missing
 
 
 class HasPosition(Protocol):
@@ -94,6 +110,13 @@ def _raise_for(response: httpx.Response) -> None:
             pass  # a proxy's 504, not the service's: the plain error below says so
         else:
             raise WaitTimeoutError(response.status_code, timed_out.detail, timed_out)
+    if response.status_code == 409 and body is not None:
+        try:
+            not_in_log = NotInLog.model_validate(body)
+        except ValidationError:
+            pass
+        else:
+            raise NotInLogError(response.status_code, not_in_log.detail, not_in_log)
     raise QueryError(response.status_code, _detail_text(detail))
 
 
@@ -228,7 +251,8 @@ class EngramClient:
         """Rank the agent's memories; ``params`` are the fields of :class:`RetrievalRequest`.
 
         ``after``: positions to read (added to the request's own); raises
-        :class:`WaitTimeoutError` if they are not applied within ``wait_timeout_ms``.
+        :class:`WaitTimeoutError` if they are not applied within ``wait_timeout_ms``, and
+        :class:`NotInLogError` if the log does not hold them.
         """
         req = _request(request, after, params)
         response = self._http.post(

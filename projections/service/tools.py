@@ -52,6 +52,7 @@ from projections.service.app import AGENT_ID_RULE
 from projections.service.client import (
     AsyncEngramClient,
     HasPosition,
+    NotInLogError,
     QueryError,
     WaitTimeoutError,
     format_for_prompt,
@@ -345,6 +346,12 @@ async def retrieve(
         raise ToolError(
             f"memory has not taken in {pending} yet (waited {exc.waited_ms:.0f} ms); "
             "call again shortly, or with a longer wait_timeout_ms"
+        ) from None
+    except NotInLogError as exc:
+        missing = ", ".join(f"{p.topic}:{p.partition}:{p.offset}" for p in exc.missing)
+        raise ToolError(
+            f"memory's log holds nothing at {missing}: pass in after only the positions "
+            "publish_observation returned"
         ) from None
     except QueryError as exc:
         if exc.status == 422:

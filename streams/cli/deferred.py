@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from projections import history as agent_history
     from projections import interfaces as store_interfaces
     from projections import versions as projection_versions
+    from projections.episodic import edge_location
     from projections.episodic import factory as episodic_factory
     from projections.service import client as query_client
     from projections.working import redis_store
@@ -41,6 +42,7 @@ _MODULES = {
     "agent_history": "projections.history",
     "store_interfaces": "projections.interfaces",
     "projection_versions": "projections.versions",
+    "edge_location": "projections.episodic.edge_location",
     "episodic_factory": "projections.episodic.factory",
     "query_client": "projections.service.client",
     "redis_store": "projections.working.redis_store",
@@ -75,6 +77,7 @@ __all__ = [
     "chat_summariser",
     "demo",
     "devstack",
+    "edge_location",
     "embedding",
     "envelope",
     "episodic_factory",

@@ -3,7 +3,6 @@ sealing keys deleted, through the worker that owns the agent, in log order."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -81,7 +80,7 @@ async def _forget(
             open_working=lambda v: deferred.redis_store.RedisWorkingMemory.from_url(
                 stores.redis_url, v.redis_namespace
             ),
-            open_inactive=_inactive_opener(settings, stores),
+            open_inactive=_inactive_opener(stores),
             reason=reason,
             timeout=timeout,
         )
@@ -100,11 +99,11 @@ async def _forget(
             await keyring.close()
 
 
-def _inactive_opener(settings: EngramSettings, stores: VersionStores) -> OpenStores:
+def _inactive_opener(stores: VersionStores) -> OpenStores:
     """Opens an inactive version's stores, without making an episodic store it never had."""
-    edge_dir: Path | None = None if settings.qdrant_url else settings.edge_path()
 
     async def open_inactive(version: ProjectionVersion) -> ProjectionStores:
+        edge_dir = await stores.edge_dir()
         if edge_dir is not None and not (edge_dir / version.qdrant_collection).exists():
             # Never used here: opening it would make an empty shard of ~143 MB.
             working = deferred.redis_store.RedisWorkingMemory.from_url(

@@ -183,7 +183,13 @@ def reprocess(
         str | None, typer.Option(help="Name of the new version (default: the next vN).")
     ] = None,
     batch_size: Annotated[
-        int, typer.Option(min=1, max=200_000, help="Raw records per processed batch.")
+        int,
+        typer.Option(
+            min=1,
+            max=200_000,
+            help="Raw records per batch past the live derived log's last marker (before it, "
+            "the batches the live workers derived).",
+        ),
     ] = 5_000,
 ) -> None:
     settings = load_settings()
@@ -252,6 +258,10 @@ def _print_reprocessed(result: ReprocessReport) -> None:
         f"({rate:,.0f}/s): {result.memories:,} memories, "
         f"{result.lifecycle_events:,} lifecycle events, "
         f"{result.dead_letters:,} dead letters, configuration {result.config_version}"
+    )
+    console.print(
+        f"in the live workers' {result.live_batches:,} batches, then "
+        f"{result.unmarked:,} raw records they had not derived yet"
     )
     console.print(f"derived log: {derived.items}, {derived.lifecycle}, {derived.deadletter}")
     console.print(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streams.cli import deferred
@@ -32,6 +33,9 @@ class VersionStores:
     open_stores: OpenStores
     drop: Callable[[ProjectionVersion], Awaitable[None]]
     """Delete a version's Redis keys and Qdrant collection, and forget it."""
+    edge_dir: Callable[[], Awaitable[Path | None]]
+    """Where the versions' Qdrant Edge shards are (None: on a Qdrant server): where the
+    process holding them recorded (:mod:`projections.episodic.edge_location`)."""
 
 
 def version_stores(settings: EngramSettings) -> VersionStores:
@@ -41,10 +45,22 @@ def version_stores(settings: EngramSettings) -> VersionStores:
     bootstrap, redis_url = settings.kafka_bootstrap, settings.redis_url
     dim = deferred.embedding.embedder_from_name(settings.embedder).dim
     api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-    edge_dir = None if settings.qdrant_url else settings.edge_path()
     versions = deferred.projection_versions.ProjectionVersions.from_url(
         redis_url, settings.redis_namespace, settings.qdrant_collection
     )
+
+    located: list[Path] = []
+
+    async def edge_dir() -> Path | None:
+        if settings.qdrant_url:
+            return None
+        if not located:
+            location = deferred.edge_location
+            recorded = await location.recorded_edge_dir(redis_url, settings.redis_namespace)
+            located.append(
+                location.edge_dir_for(settings.qdrant_path, recorded, settings.edge_path())
+            )
+        return located[0]
 
     def working_of(version: ProjectionVersion) -> RedisWorkingMemory:
         return deferred.redis_store.RedisWorkingMemory.from_url(redis_url, version.redis_namespace)
@@ -53,7 +69,7 @@ def version_stores(settings: EngramSettings) -> VersionStores:
         working = working_of(version)
         episodic = await deferred.episodic_factory.open_episodic_store(
             qdrant_url=settings.qdrant_url,
-            qdrant_path=edge_dir,
+            qdrant_path=await edge_dir(),
             collection=version.qdrant_collection,
             dim=dim,
             api_key=api_key,
@@ -68,11 +84,11 @@ def version_stores(settings: EngramSettings) -> VersionStores:
             await working.close()
         await deferred.episodic_factory.drop_episodic_store(
             qdrant_url=settings.qdrant_url,
-            qdrant_path=edge_dir,
+            qdrant_path=await edge_dir(),
             collection=version.qdrant_collection,
             api_key=api_key,
         )
         if version.name is not None:
             await versions.forget(version.name)
 
-    return VersionStores(bootstrap, redis_url, versions, open_stores, drop)
+    return VersionStores(bootstrap, redis_url, versions, open_stores, drop, edge_dir)

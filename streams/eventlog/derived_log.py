@@ -5,7 +5,8 @@ The two derived topics are read one after the other and put back in causal order
 (:func:`processors.emission_order.causal_order`), so folding and re-applying see them as they were
 emitted; the retrievals on ``memory.access`` are folded in after them. Which derived events
 count (those of wholly logged batches) is decided by :mod:`processors.batch_markers`; this module
-is the one that reads the log for every reader of it (takeover, history, replay, reprocess).
+is the one that reads the log for every reader of it (takeover, history, replay, reprocess,
+which also reads the live markers to cut the raw log into the live batches).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from processors.batch_markers import marked_events
 from processors.state_fold import FoldedState
 from schemas.codec import DecodeError, decode_derived_record, decode_retrieval
-from schemas.memory_events import DerivedEvent, DerivedRecord, SourcePosition
+from schemas.memory_events import DerivedEvent, DerivedRecord, DerivedUpTo, SourcePosition
 from schemas.topics import Topics
 from streams.eventlog.kafka_clients import log_reader
 from streams.privacy.sealing import FORGOTTEN, RecordSealer
@@ -188,6 +189,36 @@ async def read_derived_log(
     return [record for _, record in records]
 
 
+MARKER_TYPE = b'"memory.logged"'
+"""What a marker's bytes hold (its ``event_type``): the records without it are passed over
+undecoded. Markers are never sealed."""
+
+
+async def read_markers(
+    bootstrap: str, lifecycle: str, partitions: Iterable[int], *, timeout: float = 120.0
+) -> dict[int, list[DerivedUpTo]]:
+    """The batch markers of these partitions of ``lifecycle`` (a ``memory.lifecycle`` topic),
+    each partition's in log order: where a reprocess cuts the raw log into the live batches."""
+    parts = sorted(set(partitions))
+    markers: dict[int, list[DerivedUpTo]] = {p: [] for p in parts}
+
+    def keep(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> None:
+        value = record.value
+        if value is None or MARKER_TYPE not in value:
+            return
+        try:
+            decoded = decode_derived_record(value)
+        except DecodeError:
+            return  # a sealed event whose bytes happen to hold the type
+        if isinstance(decoded, DerivedUpTo):
+            markers[tp.partition].append(decoded)
+
+    await read_to_end(
+        bootstrap, [TopicPartition(lifecycle, p) for p in parts], keep, timeout=timeout
+    )
+    return markers
+
+
 async def recover_state(
     bootstrap: str, topics: Topics, partitions: Iterable[int], sealer: RecordSealer | None = None
 ) -> tuple[FoldedState, list[DerivedEvent]]:
@@ -196,6 +227,8 @@ async def recover_state(
 
     Retrievals are folded after the derived events: they only count uses of summaries that
     exist, and their counts are order-free (see :func:`processors.lifecycle.on_retrieval`).
+    Where markers rule, only those the markers name: the rest are derived in the batches that
+    follow (:meth:`processors.state_fold.FoldedState.apply_retrieval`).
     """
     parts = sorted(set(partitions))
     logged = await read_records(

@@ -15,6 +15,7 @@ __all__ = [
     "admin_client",
     "archive_producer",
     "group_offsets_client",
+    "log_end_reader",
     "log_reader",
     "projector_consumer",
     "record_producer",
@@ -31,6 +32,18 @@ def log_reader(bootstrap: str) -> AIOKafkaConsumer:
         fetch_max_bytes=64 << 20,
         # The read ends with an empty poll, and Tansu holds a fetch for about the whole wait.
         fetch_max_wait_ms=50,
+    )
+
+
+def log_end_reader(bootstrap: str) -> AIOKafkaConsumer:
+    """A group-less consumer for finding where partitions end: it reads from just before the
+    end the broker reports, and an offset out of range raises rather than jumping elsewhere."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="none",
+        fetch_max_wait_ms=50,
+        request_timeout_ms=5_000,
     )
 
 

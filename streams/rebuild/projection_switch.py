@@ -11,7 +11,10 @@ and reads the pointer and the fence of :class:`~projections.versions.ProjectionV
   (:func:`projections.versions.obey_fence`): it takes the process's write lock, which waits
   for the batch in flight, says it paused, and holds the lock until the fence is lowered or
   expires, then follows the pointer before it lets the next batch through. The replay reads
-  the last of the log meanwhile (see :mod:`streams.rebuild.replay`).
+  the last of the log meanwhile (see :mod:`streams.rebuild.replay`). A writer that cannot open
+  the new version's stores then tries again, its writers still paused, for up to
+  ``max_pause``: a batch written into the version the pointer left is missing from the one it
+  names.
 
 A version reprocessed with another configuration (:class:`~projections.versions.DerivedLog`)
 cannot be followed by every process: a worker derives into one derived log with one
@@ -31,6 +34,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -141,6 +145,10 @@ class ProjectionFollower:
     pauses: int = 0
     member: str = ""
     _task: asyncio.Task[None] | None = field(default=None, init=False)
+    _stopping: bool = field(default=False, init=False)
+    """Set by :meth:`stop` before it cancels: on Python 3.11 ``asyncio.wait_for`` (which
+    redis-py awaits) drops a cancellation that arrives as its operation completes, so the loop
+    checks this too."""
     _retiring: list[asyncio.Task[None]] = field(default_factory=list, init=False)
     _holding: set[str | None] = field(default_factory=set, init=False)
 
@@ -151,6 +159,7 @@ class ProjectionFollower:
         return self
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -172,7 +181,7 @@ class ProjectionFollower:
         )
 
     async def _run(self) -> None:
-        while self.left_for is None:
+        while self.left_for is None and not self._stopping:
             try:
                 fence = await self.versions.fence()
                 if fence is not None and self.write_lock is not None:
@@ -201,11 +210,25 @@ class ProjectionFollower:
             self.write_lock,
             max_pause=self.max_pause,
             heartbeat=paused,
-            resume=self.follow,
+            resume=self._follow_before_writing,
         )
         await self._heartbeat()
         if self.left_for is None:
             log.info("writing again, on projection version %s", self.version.label)
+
+    async def _follow_before_writing(self) -> None:
+        """Follow the pointer under the write lock, tried again while it fails, for up to
+        ``max_pause`` (see the module docstring); a stop does not wait for it."""
+        deadline = time.monotonic() + self.max_pause
+        while True:
+            try:
+                await self.follow()
+                return
+            except ProjectionError as exc:
+                if self._stopping or time.monotonic() > deadline:
+                    raise
+                log.warning("cannot follow the projection version pointer yet: %s", exc)
+                await asyncio.sleep(self.interval)
 
     async def follow(self) -> None:
         """Move to the active version if it changed."""

@@ -11,7 +11,7 @@ the batch's events landed. In a partition of which a marker has been read, event
 a marker covers them, and are then applied in the order the worker emitted them
 (:func:`processors.emission_order.causal_order`); one no marker covers that a later batch followed
 was logged by an attempt a crash cut short, whose batch was derived again (maybe otherwise:
-a redelivery may interleave the source topics differently), and is dropped. A marker waits in
+a redelivery may cut the batch elsewhere), and is dropped. A marker waits in
 lifecycle order, and for the batch's last recording (``items``) to be read; it then moves the
 store's applied marks past every record of the batch, those that derived nothing included, so
 a read-your-writes wait on a dead letter, a tick or a retrieval completes here too.

@@ -8,8 +8,14 @@ The running system keeps serving and writing the active version meanwhile. The r
    again into a new version);
 2. follows the log in tail passes until little is left;
 3. raises the *fence*: every writer finishes its batch and pauses, so the log stops moving;
-4. reads the last of the log into the new version, points ``{ns}#projection:active`` at it,
-   and lowers the fence. Writers and query services move to the new version at once.
+4. reads the last of the log into the new version, closes its stores, points
+   ``{ns}#projection:active`` at it, and lowers the fence. Writers and query services move to
+   the new version at once.
+
+The stores are let go of before the pointer moves because a Qdrant Edge shard opens in one
+process at a time: the running process that follows the pointer opens the very shard this
+replay built, and must find it closed and flushed (were it still held here, that process
+could not open it, and its paused writers would wait for it).
 
 The pointer, the fence and the writers' pause are the protocol of :mod:`projections.versions`
 (:func:`projections.versions.fenced`); which events a pass may apply is the markers' rule
@@ -265,6 +271,20 @@ async def replay_pass(
     return applied, held_count
 
 
+class HeldStores(list[WorkingMemoryStore | EpisodicMemoryStore]):
+    """The stores of the version a replay builds, closed once: when it lets go of them before
+    the switch, or when it ends without one."""
+
+    closed: bool = False
+
+    async def let_go(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for store in self:
+            await store.close()
+
+
 @dataclass
 class Replay:
     """One replay into a version; see the module docstring for the steps."""
@@ -301,7 +321,7 @@ class Replay:
         expected = await cursor.start_at(since)
         if total is not None:
             total(expected)
-        stores = [store for store in await self.open_stores(target) if store is not None]
+        stores = HeldStores(store for store in await self.open_stores(target) if store is not None)
         try:
             for _ in range(1 + self.tail_passes):
                 committed = await committed_offsets(
@@ -320,8 +340,7 @@ class Replay:
             if switch:
                 await self._switch(cursor, stores, report, advance)
         finally:
-            for store in stores:
-                await store.close()
+            await stores.let_go()
         report.seconds = time.perf_counter() - started
         return report
 
@@ -332,7 +351,7 @@ class Replay:
     async def _switch(
         self,
         cursor: DerivedLogCursor,
-        stores: Targets,
+        stores: HeldStores,
         report: ReplayReport,
         advance: Advance | None,
     ) -> None:
@@ -346,6 +365,7 @@ class Replay:
                 report.events += applied
                 report.fenced_events = applied
                 report.passes += 1
+                await stores.let_go()
                 report.previous = await self.versions.activate(target.name)
                 report.switched = True
         finally:

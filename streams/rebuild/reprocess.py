@@ -27,13 +27,17 @@ derived log under that group, from the committed offsets on: every raw record is
 it once, either here or by the workers. Folding the state back from this log on takeover also
 marks what was derived here, so a worker would skip it even without the commits.
 
-Order. The live worker saw one partition number's raw topics interleaved in arrival order, which
-the log does not keep. Per partition number a reprocess merges the topics by each record's Kafka
-timestamp; records with equal timestamps go in topic order (agent topics, then the schedule,
-then retrievals), and each topic's own records keep their offset order whatever their
-timestamps (:func:`merge_in_time_order`). Producer clocks and batching can make this order
-differ from the live one, so a tick or a retrieval may fall on the other side of an agent event
-than it did live (processors/README.md, "The order of the input topics").
+Batches and order. The rules depend on the order of an agent's records across its topics and on
+where batches end, so a reprocess derives in the live worker's batches: per partition number it
+reads the live derived log's markers (``memory.lifecycle`` of the live topics, whatever version
+is active) and cuts the raw records where they say, each marker's batch being the records above
+what earlier markers named (:func:`processors.batch_order.batches_at_markers`). Inside a batch
+the pipeline derives in the canonical order, as the live worker did
+(:func:`processors.batch_order.canonical_order`). With the live configuration it so derives the
+live derived log again, event by event; with another, what that configuration would have
+derived from the same batches. Records no live marker names (not derived live yet, or a log
+written before markers) follow in batches of ``batch_size``. Partition numbers are independent:
+an agent's records are all on its partition number.
 
 Memory: a reprocess holds one partition number's raw records at a time (and reads the next one
 while the current one is processed).
@@ -42,7 +46,6 @@ while the current one is processed).
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -54,13 +57,14 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from processors.batch import RawRecord, RecordKind
+from processors.batch_order import LiveBatches, batches_at_markers, topic_rank
 from processors.config import ProcessingConfig
 from processors.embedding import Embedder
 from processors.summarising import Summariser
 from projections.versions import DerivedLog, OpenStores, ProjectionVersion, ProjectionVersions
 from schemas.errors import EngramError
 from schemas.topics import Topics
-from streams.eventlog.derived_log import read_to_end
+from streams.eventlog.derived_log import read_markers, read_to_end
 from streams.eventlog.kafka_clients import group_offsets_client, log_reader, record_producer
 from streams.eventlog.topic_admin import ensure_topics
 from streams.privacy.sealing import RecordSealer
@@ -73,16 +77,12 @@ __all__ = [
     "Reprocess",
     "ReprocessError",
     "ReprocessReport",
-    "TimedRecord",
     "commit_offsets",
     "derived_topics_of",
     "group_of",
-    "merge_in_time_order",
+    "read_live_batches",
     "read_raw_partition",
 ]
-
-TimedRecord = tuple[int, RawRecord]
-"""A raw record with its Kafka timestamp (ms)."""
 
 Advance = Callable[[int], None]
 """Called with the number of raw records just processed (drives a progress bar)."""
@@ -128,19 +128,8 @@ async def commit_offsets(bootstrap: str, group: str, offsets: dict[TopicPartitio
         await consumer.stop()
 
 
-def merge_in_time_order(streams: Sequence[Sequence[TimedRecord]]) -> list[RawRecord]:
-    """One sequence from several topics' records of one partition number.
-
-    By timestamp; on equal timestamps the earlier stream in ``streams`` first. A k-way merge,
-    not a sort: each stream's records stay in their own (offset) order even where timestamps go
-    backwards, because an agent's events on one topic must be derived in log order and a
-    store's applied position only moves forward.
-    """
-    return [record for _, record in heapq.merge(*streams, key=lambda timed: timed[0])]
-
-
 def _sources(topics: Topics) -> list[tuple[str, RecordKind]]:
-    """The raw topics in tie-break order: agent events, then ticks, then retrievals."""
+    """The raw topics, with the kind of record each carries."""
     return [
         *((topic, "agent") for topic in topics.agent_inputs),
         (topics.schedule, "tick"),
@@ -152,27 +141,46 @@ async def read_raw_partition(
     bootstrap: str, topics: Topics, partition: int, *, timeout: float = READ_TIMEOUT_S
 ) -> list[RawRecord]:
     """Every raw record of one partition number, from the beginning to the end it had when
-    reading started, merged by :func:`merge_in_time_order`."""
+    reading started: topic by topic, each in offset order."""
     sources = _sources(topics)
-    per_topic: dict[str, list[TimedRecord]] = {topic: [] for topic, _ in sources}
+    per_topic: dict[str, list[RawRecord]] = {topic: [] for topic, _ in sources}
     kind_of = dict(sources)
 
     def keep(tp: TopicPartition, r: ConsumerRecord[Any, Any]) -> None:
-        raw = RawRecord(
-            topic=tp.topic,
-            partition=tp.partition,
-            offset=r.offset,
-            key=r.key,
-            value=r.value,
-            expected_type=topics.event_type_of(tp.topic),
-            kind=kind_of[tp.topic],
-            timestamp_ms=r.timestamp,
+        per_topic[tp.topic].append(
+            RawRecord(
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=r.offset,
+                key=r.key,
+                value=r.value,
+                expected_type=topics.event_type_of(tp.topic),
+                kind=kind_of[tp.topic],
+                timestamp_ms=r.timestamp,
+            )
         )
-        per_topic[tp.topic].append((r.timestamp, raw))
 
     tps = [TopicPartition(topic, partition) for topic, _ in sources]
     await read_to_end(bootstrap, tps, keep, timeout=timeout)
-    return merge_in_time_order([per_topic[topic] for topic, _ in sources])
+    return [raw for topic, _ in sources for raw in per_topic[topic]]
+
+
+async def read_live_batches(
+    bootstrap: str,
+    topics: Topics,
+    partition: int,
+    tail_size: int,
+    *,
+    timeout: float = READ_TIMEOUT_S,
+) -> LiveBatches:
+    """The raw records of one partition number in the live worker's batches (see the module
+    docstring). The markers are read first: read after the records, they could name records
+    written meanwhile and cut a batch short."""
+    markers = (await read_markers(bootstrap, topics.lifecycle, [partition], timeout=timeout))[
+        partition
+    ]
+    records = await read_raw_partition(bootstrap, topics, partition, timeout=timeout)
+    return batches_at_markers(records, markers, topic_rank(topics), tail_size)
 
 
 async def _record_counts(bootstrap: str, names: Sequence[str], partitions: int) -> int:
@@ -197,6 +205,10 @@ class ReprocessReport:
     """The consumer group that continues the version's derived log."""
     records: int = 0
     """Raw records read and processed."""
+    live_batches: int = 0
+    """Batches cut where the live derived log's markers say."""
+    unmarked: int = 0
+    """Raw records no live marker names, processed in batches of ``batch_size``."""
     memories: int = 0
     lifecycle_events: int = 0
     dead_letters: int = 0
@@ -223,6 +235,8 @@ class Reprocess:
     sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
     """Opens the sealed raw records and seals the new derived log, with the agents' keys."""
     batch_size: int = 5_000
+    """Raw records per batch past the live derived log's last marker (before it, the live
+    batches)."""
     producer_linger: float = 0.005
     app_id: str = "engram"
     """The live workers' app id (``ENGRAM_APP_ID``): the version's group is named after it."""
@@ -315,19 +329,27 @@ class Reprocess:
             reading = asyncio.ensure_future(self._read(parts[0]))
             try:
                 for i in parts:
-                    records = await reading
+                    cut = await reading
                     if i + 1 < len(parts):
                         reading = asyncio.ensure_future(self._read(parts[i + 1]))
-                    for r in records:
-                        tp = TopicPartition(r.topic, r.partition)
-                        derived_upto[tp] = max(derived_upto.get(tp, 0), r.offset + 1)
-                    for start in range(0, len(records), self.batch_size):
-                        chunk = records[start : start + self.batch_size]
-                        await pipeline.handle(chunk)
+                    for batch in cut.batches:
+                        for r in batch:
+                            tp = TopicPartition(r.topic, r.partition)
+                            derived_upto[tp] = max(derived_upto.get(tp, 0), r.offset + 1)
+                        await pipeline.handle(batch)
                         if advance is not None:
-                            advance(len(chunk))
-                    report.records += len(records)
-                    log.info("reprocessed partition %d: %d raw records", i, len(records))
+                            advance(len(batch))
+                    report.records += cut.records
+                    report.live_batches += len(cut.marked)
+                    report.unmarked += sum(len(batch) for batch in cut.unmarked)
+                    log.info(
+                        "reprocessed partition %d: %d raw records, %d live batches, "
+                        "%d batches past the last marker",
+                        i,
+                        cut.records,
+                        len(cut.marked),
+                        len(cut.unmarked),
+                    )
             finally:
                 if not reading.done():
                     reading.cancel()
@@ -345,5 +367,5 @@ class Reprocess:
                 await episodic.close()
         return derived_upto
 
-    async def _read(self, partition: int) -> list[RawRecord]:
-        return await read_raw_partition(self.bootstrap, self.topics, partition)
+    async def _read(self, partition: int) -> LiveBatches:
+        return await read_live_batches(self.bootstrap, self.topics, partition, self.batch_size)

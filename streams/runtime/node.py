@@ -19,6 +19,7 @@ from aiokafka.errors import KafkaError
 from processors.config import ProcessingConfig, load_processing_config
 from processors.embedding import Embedder, embedder_from_name
 from processors.summarising import Summariser
+from projections.episodic.edge_location import record_edge_dir
 from projections.episodic.factory import open_episodic_store
 from projections.history import AgentHistory
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
@@ -38,6 +39,7 @@ from schemas.memory_events import MemoryRetrieved
 from schemas.topics import Topics
 from streams.eventlog.history import read_agent_history
 from streams.eventlog.kafka_clients import record_producer
+from streams.eventlog.log_ends import BrokerLogEnds
 from streams.eventlog.publisher import KEY_REFRESH_S
 from streams.eventlog.topic_admin import ensure_topics
 from streams.integrations.chat_summariser import summariser_from_url
@@ -146,6 +148,8 @@ class Node:
     pipeline: IngestPipeline | None = field(default=None, init=False)
     recorder: RetrievalRecorder | None = field(default=None, init=False)
     engine: RetrievalEngine | None = field(default=None, init=False)
+    log_ends: BrokerLogEnds | None = field(default=None, init=False)
+    """Where the log ends, for the query service to refuse positions it does not hold."""
     versions: ProjectionVersions = field(init=False)
     version: ProjectionVersion = field(init=False)
     follower: ProjectionFollower | None = field(default=None, init=False)
@@ -181,6 +185,12 @@ class Node:
         self.version = await self.versions.active()
         await self._serve_derived_log_of(self.version)
         self.working, self.episodic = await self._open_stores(self.version)
+        if self.episodic is not None and not settings.qdrant_url:
+            # This process holds the Edge shards: the deployment's other processes (a replay
+            # building the next version) must find them where it will open that version.
+            await record_edge_dir(
+                self.endpoints.redis_url, settings.redis_namespace, settings.edge_path()
+            )
         if self.run_processors or self.run_projector:
             await ensure_topics(self.endpoints.kafka_bootstrap, self.topics, settings.partitions)
         if self.run_projector:
@@ -339,12 +349,16 @@ class Node:
     async def _start_service(self) -> None:
         assert self.episodic is not None
         topics = self.topics
+        bootstrap = self.endpoints.kafka_bootstrap
+        if bootstrap:
+            self.log_ends = await BrokerLogEnds(bootstrap, self.settings.partitions).start()
         engine = self.engine = RetrievalEngine(
             self.working,
             self.episodic,
             self.embedder,
             source_topics=(*topics.agent_inputs, topics.schedule, topics.access),
             dense_share=self.settings.dense_share,
+            log_ends=self.log_ends,
         )
         on_retrieval, history = await self._log_access()
         app = create_app(
@@ -437,6 +451,9 @@ class Node:
         if self.recorder is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.recorder.stop(), 10)
+        if self.log_ends is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.log_ends.stop(), 10)
         if self.processor is not None:
             await self.processor.app.stop()
         if self.projector is not None:

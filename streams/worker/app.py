@@ -204,7 +204,7 @@ def _release_on_revocation(
 def timestamp_ms(seconds: float | None) -> int | None:
     """Faust hands the record's timestamp over in seconds (the log's milliseconds / 1000);
     rounding gives the log's value back exactly, so a live worker and a reprocess date an
-    event without ``occurred_at`` alike."""
+    event without ``occurred_at``, and order a batch (:mod:`processors.batch_order`), alike."""
     return None if seconds is None else round(seconds * 1000)
 
 

@@ -1,8 +1,9 @@
 """The hot path: one Faust hop from the agent topics to the log of derived events and the
 projections.
 
-Per batch (``stream.take_events``): skip what the log says was derived, decode and record
-(pure: :func:`processors.worker_step.derive_batch`), hand the derived events and dead letters
+Per batch (``stream.take_events``): skip what the log says was derived, put the rest in the
+canonical order (:mod:`processors.batch_order`), decode and record (pure:
+:func:`processors.worker_step.derive_batch`), hand the derived events and dead letters
 to the producer and wait until the broker took them all, then log one "logged up to" marker
 (:class:`DerivedUpTo`, see :mod:`processors.batch_markers`) per partition number of the batch,
 naming where its events landed, and wait for it: two round trips per batch, whatever it holds. Then
@@ -12,7 +13,7 @@ are folded back from the derived log when a worker takes a partition over, see
 producer before it commits offsets, so the order is: log written, marker written, projections
 applied, offsets committed (streams/README.md, invariants 3 and 7). A crash before the marker leaves
 events that every reader of the log leaves out, and the batch is derived again whole (maybe
-otherwise: a redelivery may interleave the source topics differently), so the projections must
+otherwise: a redelivery may cut the batch elsewhere), so the projections must
 not have applied the first attempt. A projection that is down pauses the batch and is retried
 with backoff; the batch is never acked past it. Every batch holds the process's write lock
 (:class:`projections.versions.WriteLock`), so a projection switch never pauses it half done.
@@ -31,6 +32,7 @@ from typing import Any, Protocol, TypeVar
 
 from processors.batch import BatchResult, RawRecord
 from processors.batch_markers import opening_markers
+from processors.batch_order import topic_rank
 from processors.config import ProcessingConfig
 from processors.embedding import Embedder
 from processors.lifecycle import Deriving
@@ -129,6 +131,7 @@ class IngestPipeline:
     def __post_init__(self) -> None:
         self.config_version = self.config.version(self.embedder.id, self.summariser.id)
         self.ctx = Deriving(self.config, self.embedder, self.summariser, self.config_version)
+        self.rank = topic_rank(self.topics)
         self.folded = FoldedState(schedule_topic=self.topics.schedule)
         self._recovered: set[int] = set()
         self._partition_of: dict[str, int] = {}
@@ -232,6 +235,7 @@ class IngestPipeline:
             self.folded,
             self._partition_of,
             ctx=self.ctx,
+            rank=self.rank,
             failed_at=datetime.now(UTC),
             opener=self.sealer,
         )
@@ -268,8 +272,8 @@ class IngestPipeline:
             )
         # The log is the truth: the batch is done only once the broker has every derived record,
         # and readers count it only once its markers follow them. Only then do the projections
-        # apply it: a batch cut short is derived again, maybe otherwise (a redelivery may
-        # interleave the source topics differently), and they must not hold the first try.
+        # apply it: a batch cut short is derived again, maybe otherwise (a redelivery may cut
+        # the batch elsewhere), and they must not hold the first try.
         delivered = await self._await_deliveries(deliveries)
         await self._log_markers(batch.markers(delivered, datetime.now(UTC)))
         await self.apply(result.derived)

@@ -349,6 +349,13 @@ class DocSession:
         }
         if "-P" not in argv or len(flags) != 3:
             raise ReadmeCommandError(f"{where}: only `kcat -P -b BROKER -t TOPIC -k KEY` runs here")
+        # aiokafka places keys by murmur2, as Engram's publisher does; kcat does so only when told.
+        settings = [argv[i + 1] for i, flag in enumerate(argv[:-1]) if flag == "-X"]
+        if settings != ["topic.partitioner=murmur2_random"]:
+            raise ReadmeCommandError(
+                f"{where}: a kcat line must say -X topic.partitioner=murmur2_random, or an "
+                "agent's records land on another partition than Engram's publisher puts them"
+            )
 
         async def produce() -> None:
             producer = AIOKafkaProducer(bootstrap_servers=flags["-b"], acks="all")

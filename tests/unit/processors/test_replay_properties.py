@@ -86,9 +86,10 @@ def take_over_after(
     next one, without its marker) crashed; the new one folds the log and the retrievals of the
     logged batches.
 
-    Retrievals that reach ``memory.access`` later are later arrivals, which may legitimately count
-    before or after agent events they raced with (processors/README.md, "The order of the input
-    topics").
+    A takeover reads ``memory.access`` to its end, but folds only the retrievals the markers
+    name (:meth:`processors.state_fold.FoldedState.apply_retrieval`): those of later batches
+    count where the redelivered batches hold them
+    (the takeover property of ``tests/unit/processors/test_batch_order.py`` hands it them all).
     """
     first = run(batches[:crashed])
     if in_flight is not None:

@@ -1,7 +1,7 @@
 """The memory tools and the prompt block, without servers: ``format_for_prompt`` on its own, and
 the tools through the MCP SDK's own client connected in-process to the server, with the query
 service answered by an in-test HTTP handler (what it answers is the service's contract:
-:class:`RetrievalResponse`, and its 422/503/504 bodies). The tools over stdio and streamable
+:class:`RetrievalResponse`, and its 409/422/503/504 bodies). The tools over stdio and streamable
 HTTP against the real service and broker are in
 ``tests/integration/projections/test_mcp_tools.py``.
 """
@@ -421,6 +421,19 @@ FAILURES: dict[str, tuple[Handler, str]] = {
         ),
         "memory has not taken in agent.observations:0:7 yet (waited 5000 ms)",
     ),
+    "409": (
+        lambda _: httpx.Response(
+            409,
+            json={
+                "detail": "1 position(s) of after are not in the log",
+                "missing": [
+                    {"topic": "agent.observations", "partition": 0, "offset": 70, "log_end": 8}
+                ],
+            },
+        ),
+        "memory's log holds nothing at agent.observations:0:70: pass in after only the "
+        "positions publish_observation returned",
+    ),
     "refused connection": (
         raises(httpx.ConnectError("All connection attempts failed")),
         f"cannot reach the memory service at {BASE}: All connection attempts failed",
@@ -469,8 +482,8 @@ async def test_a_failing_service_is_a_tool_error_in_words(service: Service, fail
             ["filter.kinds.0: Input should be 'working'"],
         ),
         (
-            {"agent_id": AGENT, "filter": {"year_from": 5, "year_to": 2}},
-            ["year_from (5) must not be after year_to (2)"],
+            {"agent_id": AGENT, "filter": {"year_from": 2**53 + 1}},
+            ["filter.year_from: Input should be less than or equal to 9007199254740992"],
         ),
         (
             {"agent_id": AGENT, "mode": "two_phase", "weights": {"recency": 1.0}},

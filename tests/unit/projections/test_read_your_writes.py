@@ -1,6 +1,6 @@
 """Read your writes at the HTTP layer: a retrieval with ``after`` waits for the stores' applied
-offsets, answers 504 naming what is missing when they do not get there, and 422 on positions
-it could never see applied.
+offsets, answers 504 naming what is missing when they do not get there, 422 on positions it
+could never see applied, and 409 at once on positions the log does not hold.
 
 The stores are in-test: a memory becomes visible together with its applied offset, as in the
 real stores (one Lua call, one checkpointed batch), so a retrieval that did not wait would miss
@@ -10,8 +10,9 @@ it. The real pipeline is tested in ``tests/integration/streams/rebuild/test_read
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,12 +29,18 @@ from projections.retrieval.engine import RetrievalEngine
 from projections.retrieval.filters import MemoryFilter
 from projections.retrieval.models import (
     MAX_AFTER_POSITIONS,
+    MissingPosition,
     PendingPosition,
     RecordPosition,
     RetrievalRequest,
 )
 from projections.service.app import create_app
-from projections.service.client import AsyncEngramClient, QueryError, WaitTimeoutError
+from projections.service.client import (
+    AsyncEngramClient,
+    NotInLogError,
+    QueryError,
+    WaitTimeoutError,
+)
 from schemas.memory_events import DerivedEvent, MemoryRetrieved, SurpriseReading
 from schemas.topics import Topics
 from streams.eventlog.publisher import Position
@@ -143,8 +150,27 @@ class MarkedEpisodic(MarkedStore):
 
 def app_over(working: MarkedWorking, episodic: MarkedEpisodic, **options: Any) -> FastAPI:
     source_topics = options.pop("source_topics", None)
-    engine = RetrievalEngine(working, episodic, HashingEmbedder(64), source_topics=source_topics)
+    log_ends = options.pop("log_ends", None)
+    engine = RetrievalEngine(
+        working, episodic, HashingEmbedder(64), source_topics=source_topics, log_ends=log_ends
+    )
     return create_app(engine, **options)
+
+
+class Log:
+    """Where the log's partitions end, as the broker would say; ``asked`` records each lookup,
+    and ``failure`` makes one raise."""
+
+    def __init__(self, ends: Mapping[tuple[str, int], int]) -> None:
+        self.ends = dict(ends)
+        self.asked: list[frozenset[tuple[str, int]]] = []
+        self.failure: Exception | None = None
+
+    async def __call__(self, partitions: Collection[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        self.asked.append(frozenset(partitions))
+        if self.failure is not None:
+            raise self.failure
+        return {key: self.ends[key] for key in partitions if key in self.ends}
 
 
 async def client_for(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
@@ -423,3 +449,126 @@ async def test_a_wait_follows_a_switch_of_stores() -> None:
     await switching
     assert [m.content for m in response.results] == ["event 1"]
     assert rebuilt[0].reads[(OBSERVATIONS, 0)] >= 1
+
+
+async def test_a_position_past_the_end_of_the_log_is_409_at_once() -> None:
+    """The log ends before it: no wait would see it applied, so none is made."""
+    working, episodic = MarkedWorking(), MarkedEpisodic()
+    for store in (working, episodic):
+        store.write(OBSERVATIONS, 0, 4, None)
+    log = Log({(OBSERVATIONS, 0): 5, (OBSERVATIONS, 1): 0})
+    body = {"after": [at(4), at(5), at(0, partition=1), at(0, partition=2)]}
+    body["wait_timeout_ms"] = 30_000
+
+    started = asyncio.get_running_loop().time()
+    response = await post(app_over(working, episodic, log_ends=log), body)
+    took = asyncio.get_running_loop().time() - started
+
+    assert response.status_code == 409, response.text
+    assert took < 5.0
+    answer = response.json()
+    assert answer["missing"] == [
+        at(5) | {"log_end": 5},
+        at(0, partition=1) | {"log_end": 0},
+        at(0, partition=2) | {"log_end": None},
+    ]
+    assert answer["detail"].startswith("3 position(s) of after are not in the log")
+    assert f"{OBSERVATIONS}[0]@5 (the partition ends at 5)" in answer["detail"]
+    assert f"{OBSERVATIONS}[2]@0 (no such partition)" in answer["detail"]
+    assert len(log.asked) == 1
+
+
+async def test_a_position_in_the_log_is_waited_for() -> None:
+    working, episodic = MarkedWorking(), MarkedEpisodic()
+    log = Log({(OBSERVATIONS, 0): 8})
+
+    async def processors() -> None:
+        await asyncio.sleep(0.05)
+        working.write(OBSERVATIONS, 0, 7, memory(1, "working"))
+        episodic.write(OBSERVATIONS, 0, 7, None)
+
+    behind = asyncio.create_task(processors())
+    body = {"after": [at(7)], "wait_timeout_ms": 20_000}
+    response = await post(app_over(working, episodic, log_ends=log), body)
+    await behind
+    assert response.status_code == 200, response.text
+    assert [r["content"] for r in response.json()["results"]] == ["event 1"]
+
+
+async def test_positions_applied_at_the_first_look_cost_no_lookup() -> None:
+    working, episodic = MarkedWorking(), MarkedEpisodic()
+    for store in (working, episodic):
+        store.write(OBSERVATIONS, 0, 4, None)
+    log = Log({})
+    response = await post(app_over(working, episodic, log_ends=log), {"after": [at(4)]})
+    assert response.status_code == 200, response.text
+    assert log.asked == []
+
+
+async def test_known_ends_are_not_asked_for_again() -> None:
+    """A log only grows: a position below an end looked up once stays in the log."""
+    working, episodic = MarkedWorking(), MarkedEpisodic()
+    log = Log({(OBSERVATIONS, 0): 10})
+    app = app_over(working, episodic, log_ends=log)
+    for offset in (9, 3, 9):
+        response = await post(app, {"after": [at(offset)], "wait_timeout_ms": 0})
+        assert response.status_code == 504, response.text
+    assert len(log.asked) == 1
+
+
+async def test_without_an_answer_from_the_log_the_wait_goes_on() -> None:
+    """An end that cannot be looked up is not a missing position: the retrieval waits as it
+    would without lookups, and answers 504 when its writes do not arrive."""
+    working, episodic = MarkedWorking(), MarkedEpisodic()
+    log = Log({})
+    log.failure = ConnectionError("broker unreachable")
+    body = {"after": [at(100)], "wait_timeout_ms": 100}
+    response = await post(app_over(working, episodic, log_ends=log), body)
+    assert response.status_code == 504, response.text
+    assert len(log.asked) == 1
+
+
+async def test_the_document_names_the_topics_a_position_may_name() -> None:
+    consumed = Topics("tenant-a.").agent_inputs
+    app = app_over(MarkedWorking(), MarkedEpisodic(), source_topics=consumed)
+    async for client in client_for(app):
+        schema = (await client.get("/openapi.json")).json()
+    topic = schema["components"]["schemas"]["RecordPosition"]["properties"]["topic"]
+    assert topic["enum"] == sorted(consumed)
+    assert topic["examples"] == ["tenant-a.agent.observations"]
+    operation = schema["paths"]["/v1/agents/{agent_id}/retrieve"]["post"]
+    assert operation["responses"]["409"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/NotInLog"
+    }
+
+
+@pytest.mark.parametrize(
+    ("topic", "admitted"),
+    [
+        ("agent.observations", True),
+        ("e2e1234.memory.access", True),
+        ("memory.items", False),
+        ("agent.observations.old", False),
+    ],
+)
+async def test_without_configured_topics_the_document_names_their_endings(
+    topic: str, admitted: bool
+) -> None:
+    async for client in client_for(app_over(MarkedWorking(), MarkedEpisodic())):
+        schema = (await client.get("/openapi.json")).json()
+    pattern = schema["components"]["schemas"]["RecordPosition"]["properties"]["topic"]["pattern"]
+    assert (re.search(pattern, topic) is not None) is admitted
+
+
+async def test_the_client_raises_on_positions_the_log_does_not_hold() -> None:
+    working, episodic = MarkedWorking(), MarkedEpisodic()
+    log = Log({(OBSERVATIONS, 0): 3})
+    transport = httpx.ASGITransport(app=app_over(working, episodic, log_ends=log))
+    async with AsyncEngramClient(BASE, transport=transport) as client:
+        with pytest.raises(NotInLogError) as refused:
+            await client.retrieve(AGENT, after=[Position(OBSERVATIONS, 0, 3)])
+    error = refused.value
+    assert isinstance(error, QueryError)
+    assert error.status == 409
+    assert error.missing == (MissingPosition(topic=OBSERVATIONS, partition=0, offset=3, log_end=3),)
+    assert "not in the log" in str(error)

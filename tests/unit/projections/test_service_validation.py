@@ -16,6 +16,9 @@ import httpx
 import numpy as np
 import pytest
 from fastapi import FastAPI
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
 
 from processors.embedding import HashingEmbedder
 from processors.lexical import SparseQuery
@@ -170,6 +173,20 @@ def messages(response: httpx.Response) -> list[str]:
     return [entry["msg"] for entry in response.json()["detail"]]
 
 
+def request_schema(document: dict[str, Any]) -> Draft202012Validator:
+    """The retrieval request's schema in the OpenAPI document, its references resolved."""
+    registry = Registry().with_resource(
+        "urn:openapi", Resource.from_contents(document, default_specification=DRAFT202012)
+    )
+    reference = {"$ref": "urn:openapi#/components/schemas/RetrievalRequest"}
+    return Draft202012Validator(reference, registry=registry)
+
+
+async def admitted_by_the_document(client: httpx.AsyncClient, body: dict[str, Any]) -> bool:
+    document = (await client.get("/openapi.json")).json()
+    return request_schema(document).is_valid(body)
+
+
 async def test_a_valid_request_is_answered(client: httpx.AsyncClient) -> None:
     """The control for every 422 below: the same route accepts a well-formed request."""
     response = await client.post(URL, json={"top_k": 2, "current_year": 5, "query": "flood"})
@@ -212,6 +229,10 @@ async def test_bad_agent_id_is_refused(client: httpx.AsyncClient, agent_id: str)
         ({"filter": {"min_importance": 2}}, "filter.min_importance"),
         ({"filter": {"tags": [""]}}, "filter.tags.0"),
         ({"filter": {"year": 3}}, "filter.year"),
+        ({"current_year": 2**53 + 1}, "current_year"),
+        ({"current_step": 2**53 + 1}, "current_step"),
+        ({"filter": {"year_to": -(2**53) - 1}}, "filter.year_to"),
+        ({"tags": ["flood", "\u3000\t"]}, "tags.1"),
     ],
 )
 async def test_bad_field_is_refused_by_name(
@@ -222,6 +243,7 @@ async def test_bad_field_is_refused_by_name(
     detail = response.json()["detail"]
     assert [entry["msg"].split(":")[0] for entry in detail] == [field]
     assert all(set(entry) == {"loc", "msg", "type"} for entry in detail)
+    assert not await admitted_by_the_document(client, body)
 
 
 @pytest.mark.parametrize(
@@ -233,18 +255,58 @@ async def test_bad_field_is_refused_by_name(
         ({"profile": "MINIMAL"}, "profile applies only to mode 'constrained'"),
         ({"mode": "basic", "arousal": 0.3}, "arousal applies only to mode 'constrained'"),
         ({"mode": "weighted", "generative": {}}, "generative applies only to mode 'generative'"),
-        ({"mode": "relevance"}, "give a query"),
-        ({"filter": {"year_from": 5, "year_to": 2}}, "year_from (5) must not be after year_to"),
-        ({"filter": {"step_from": 9, "step_to": 1}}, "step_from (9) must not be after step_to"),
+        ({"mode": "relevance", "query": None}, "give a query"),
+        (
+            {"mode": "generative", "generative": {"recency": 0, "importance": 0, "relevance": 0}},
+            "one",
+        ),
+        ({"mode": "constrained", "weights": {}}, "weights apply only to mode 'weighted'"),
     ],
 )
 async def test_inconsistent_request_is_refused_with_the_reason(
     client: httpx.AsyncClient, body: dict[str, Any], reason: str
 ) -> None:
+    """Refused, and outside the request schema of the OpenAPI document as well: a request the
+    document admits is one the service answers."""
     response = await client.post(URL, json=body)
     assert response.status_code == 422
     [message] = messages(response)
     assert reason in message
+    assert not await admitted_by_the_document(client, body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"mode": "constrained", "arousal": 0.3, "profile": "MINIMAL", "current_step": 3},
+        {"mode": "weighted", "weights": {"recency": 0, "importance": 0, "relevance": 1}},
+        {"mode": "weighted", "weights": {"recency": 0, "importance": 0, "context": 0.1}},
+        {"mode": "generative", "generative": {"recency": 0, "importance": 0}},
+        {"mode": "relevance", "query": "flood", "current_year": None, "current_step": 4},
+        {"mode": "two_phase", "weights": None, "arousal": None, "generative": None},
+    ],
+)
+async def test_what_the_document_admits_across_fields_is_answered(
+    client: httpx.AsyncClient, body: dict[str, Any]
+) -> None:
+    assert await admitted_by_the_document(client, body)
+    response = await client.post(URL, json=body)
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize(
+    "memory_filter", [{"year_from": 5, "year_to": 2}, {"step_from": 9, "step_to": 1}]
+)
+async def test_a_range_ending_before_it_starts_is_answered_with_nothing(
+    client: httpx.AsyncClient, memory_filter: dict[str, int]
+) -> None:
+    """No JSON Schema can compare two fields, so the document admits such a range: it is an
+    empty interval, not an error."""
+    body = {"filter": memory_filter}
+    assert await admitted_by_the_document(client, body)
+    response = await client.post(URL, json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["results"] == []
 
 
 async def test_malformed_json_is_refused(client: httpx.AsyncClient) -> None:

@@ -2,55 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from streams.runtime.devstack.ports import free_port
+from tests.integration.streams.embedded_stack import ENGRAM, engram_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-
-ENGRAM = [sys.executable, "-m", "streams.cli.main"]
-
-
-@contextlib.contextmanager
-def engram_up(
-    data_dir: Path, port: int, workers: int
-) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """``engram up`` running until its banner says it is up; killed if a test leaves it."""
-    env = {**os.environ, "ENGRAM_DATA_DIR": str(data_dir)}
-    up = subprocess.Popen(
-        [*ENGRAM, "up", "--port", str(port), "--workers", str(workers)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert up.stdout is not None
-        lines: list[str] = []
-        deadline = time.monotonic() + 90
-        while not any("Ctrl-C stops" in line for line in lines):
-            assert time.monotonic() < deadline, "".join(lines)
-            assert up.poll() is None, "".join(lines) + up.stdout.read()
-            lines.append(up.stdout.readline())
-        yield up, "".join(lines)
-    finally:
-        if up.poll() is None:
-            up.kill()
-            up.wait(10)
-        if up.stdout is not None:
-            up.stdout.close()
 
 
 def retrieve_when_ready(port: int, env: dict[str, str], timeout: float) -> list[Any]:

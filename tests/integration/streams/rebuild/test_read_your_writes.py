@@ -1,5 +1,6 @@
 """Read your writes through the real broker, Redis and Qdrant Edge: publish, then retrieve at
-once with the positions publishing returned.
+once with the positions publishing returned; a position the log does not hold is refused at
+once, with where the log ends.
 
 One node (processors + query service, the worker writing both stores) runs for the module.
 The tests never wait on the worker by other means: the ``after`` of the retrieval is the only
@@ -9,6 +10,7 @@ synchronisation, so a retrieval that did not wait would race the worker.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,7 +20,14 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from typer.testing import CliRunner
 
-from projections.service.client import AsyncEngramClient, EngramClient, WaitTimeoutError
+from projections.retrieval.engine import RetrievalEngine
+from projections.service.app import create_app
+from projections.service.client import (
+    AsyncEngramClient,
+    EngramClient,
+    NotInLogError,
+    WaitTimeoutError,
+)
 from schemas.agent_events import Decision, Observation
 from schemas.codec import encode_event
 from schemas.memory_events import MemoryRetrieved
@@ -157,15 +166,66 @@ async def test_records_that_derive_nothing_complete_the_wait(
         assert episodic >= position.offset
 
 
-async def test_a_position_beyond_the_log_times_out_with_what_is_pending(
+async def test_a_position_beyond_the_log_is_refused_at_once_with_where_the_log_ends(
     node: Node, publisher: AsyncPublisher, client: AsyncEngramClient
 ) -> None:
+    written = await publisher.publish(Observation(agent_id="RYW3", content="the pump failed"))
+    beyond = Position(written.topic, written.partition, written.offset + 1_000_000)
+    no_such_partition = Position(written.topic, node.settings.partitions, 0)
+
+    started = time.monotonic()
+    with pytest.raises(NotInLogError) as refused:
+        await client.retrieve(
+            "RYW3", after=[written, beyond, no_such_partition], wait_timeout_ms=PATIENT_MS
+        )
+    took = time.monotonic() - started
+
+    assert refused.value.status == 409
+    assert took < PATIENT_MS / 1000 / 3, f"answered after {took:.1f} s: it waited"
+    ends = {(p.partition, p.offset): p.log_end for p in refused.value.missing}
+    assert set(ends) == {(beyond.partition, beyond.offset), (no_such_partition.partition, 0)}
+    assert ends[(no_such_partition.partition, 0)] is None
+    end = ends[(beyond.partition, beyond.offset)]
+    assert end is not None
+    assert written.offset < end <= beyond.offset
+    assert "not in the log" in refused.value.message
+
+
+async def test_positions_just_published_several_to_a_batch_are_in_the_log(
+    publisher: AsyncPublisher, client: AsyncEngramClient
+) -> None:
+    """Records published together share a batch, whose last records the broker's own end
+    offset may leave out (Tansu reports the last batch's base offset + 1): none is refused."""
+    events = [Observation(agent_id="RYW6", step=i, content=f"gauge reading {i}") for i in range(8)]
+    positions = await publisher.publish_many(events)
+    assert len({(p.topic, p.partition) for p in positions}) == 1
+
+    response = await client.retrieve("RYW6", after=positions, wait_timeout_ms=PATIENT_MS)
+
+    assert response.working_count == len(events)  # all 8 within working memory's 10
+
+
+async def test_without_log_ends_a_position_beyond_the_log_times_out_with_what_is_pending(
+    node: Node, publisher: AsyncPublisher, client: AsyncEngramClient
+) -> None:
+    """A service that cannot ask where the log ends (none is given to its engine) waits for
+    such a position as for any other, and its 504 says how far the real stores got."""
     written = await publisher.publish(Observation(agent_id="RYW3", content="the last one"))
     await client.retrieve("RYW3", after=[written], wait_timeout_ms=PATIENT_MS)
     beyond = Position(written.topic, written.partition, written.offset + 1_000_000)
+    assert node.episodic is not None
+    topics = node.topics
+    engine = RetrievalEngine(
+        node.working,
+        node.episodic,
+        node.embedder,
+        source_topics=(*topics.agent_inputs, topics.schedule, topics.access),
+    )
+    transport = httpx.ASGITransport(app=create_app(engine))
 
     with pytest.raises(WaitTimeoutError) as timed_out:
-        await client.retrieve("RYW3", after=[written, beyond], wait_timeout_ms=300)
+        async with AsyncEngramClient("http://engram.test", transport=transport) as blind:
+            await blind.retrieve("RYW3", after=[written, beyond], wait_timeout_ms=300)
 
     error = timed_out.value
     assert error.status == 504
@@ -190,7 +250,7 @@ async def test_the_http_answers_of_the_wait(node: Node, prefix: str) -> None:
             "/v1/agents/RYW4/retrieve",
             json={"after": [{"topic": topics.items, "partition": 0, "offset": 0}]},
         )
-        late = await http.post(
+        past_the_end = await http.post(
             "/v1/agents/RYW4/retrieve",
             json={
                 "after": [{"topic": topics.feedback, "partition": 0, "offset": 10**12}],
@@ -199,8 +259,9 @@ async def test_the_http_answers_of_the_wait(node: Node, prefix: str) -> None:
         )
     assert unknown.status_code == 422, unknown.text
     assert unknown.json()["detail"][0]["loc"] == ["body", "after", 0, "topic"]
-    assert late.status_code == 504, late.text
-    assert late.json()["pending"][0]["offset"] == 10**12
+    assert past_the_end.status_code == 409, past_the_end.text
+    [missing] = past_the_end.json()["missing"]
+    assert (missing["offset"], missing["log_end"]) == (10**12, 0)  # nothing fed back yet
 
 
 async def test_the_command_line_waits_with_after(node: Node, publisher: AsyncPublisher) -> None:

@@ -18,6 +18,7 @@ from schemas.topics import Topics
 from streams.eventlog.publisher import AsyncPublisher, Position
 from streams.rebuild.from_log import rebuild_projections
 from streams.runtime.node import Endpoints, Node
+from tests.integration.fixtures.qdrant import SharedQdrant
 from tests.integration.streams.isolated import cli_env, invoke, isolated_settings, log_sealer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -49,13 +50,31 @@ async def contents(node: Node) -> dict[str, list[StoredMemory]]:
     }
 
 
+@pytest.fixture(params=["edge", "qdrant-client"])
+def qdrant(request: pytest.FixtureRequest) -> SharedQdrant | None:
+    """The episodic backend of the deployment: None for Qdrant Edge, else where the
+    qdrant-client adapter's collections are."""
+    if request.param == "edge":
+        return None
+    shared: SharedQdrant = request.getfixturevalue("shared_qdrant")
+    return shared
+
+
 async def test_replay_switches_a_running_node_to_a_new_version_and_drops_the_old(
-    kafka_bootstrap: str, redis_server_url: str, tmp_path: Path
+    kafka_bootstrap: str, redis_server_url: str, tmp_path: Path, qdrant: SharedQdrant | None
 ) -> None:
     prefix = f"replay{uuid.uuid4().hex[:8]}."
-    settings = isolated_settings(prefix, tmp_path / "live", schedule_interval=0)
+    on_client: dict[str, str] = {}
+    if qdrant is not None:
+        on_client = {"qdrant_url": qdrant.url, "qdrant_collection": f"{prefix}episodic"}
+    settings = isolated_settings(prefix, tmp_path / "live", schedule_interval=0, **on_client)
     topics = Topics(prefix)
-    env = cli_env(settings, kafka_bootstrap, redis_server_url)
+    env = cli_env(
+        settings,
+        kafka_bootstrap,
+        redis_server_url,
+        **{f"ENGRAM_{name.upper()}": value for name, value in on_client.items()},
+    )
     node = await Node(settings, Endpoints(kafka_bootstrap, redis_server_url)).start()
     try:
         assert node.pipeline is not None
@@ -64,6 +83,8 @@ async def test_replay_switches_a_running_node_to_a_new_version_and_drops_the_old
         old_edge = settings.edge_path() / settings.qdrant_collection
         async with AsyncPublisher(kafka_bootstrap, topics=topics) as publisher:
             await node.pipeline.stats.wait_for(await publisher.publish_many(events(0, 300)))
+            if qdrant is not None:
+                assert (await qdrant.client.count(settings.qdrant_collection)).count > 0
 
             # The agents keep publishing while the replay runs: its tail passes and the fence
             # must catch what arrives meanwhile.
@@ -92,7 +113,10 @@ async def test_replay_switches_a_running_node_to_a_new_version_and_drops_the_old
             assert all([await old.memories(agent) == [] for agent in AGENTS])
         finally:
             await old.close()
-        assert not old_edge.exists()
+        if qdrant is None:
+            assert not old_edge.exists()
+        else:
+            assert not await qdrant.client.collection_exists(settings.qdrant_collection)
 
         # The query service answers from the new version.
         async with httpx.AsyncClient(base_url=node.http_url or "") as http:

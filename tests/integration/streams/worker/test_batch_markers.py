@@ -171,7 +171,7 @@ async def test_the_projector_applies_the_attempt_a_marker_covers_not_the_one_cut
 ) -> None:
     """A worker logged a batch's recordings and crashed before its marker; the next owner
     derived the batch again with other outcomes (here: other seqs, as when a redelivery
-    interleaves the source topics otherwise) and logged it whole. Episodic memory must hold
+    cuts the batch elsewhere) and logged it whole. Episodic memory must hold
     the second attempt, which the fold counts, not the first."""
     topics = Topics(f"mark{uuid.uuid4().hex[:8]}.")
     await ensure_topics(kafka_bootstrap, topics, 1)

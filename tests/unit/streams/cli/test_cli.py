@@ -40,9 +40,14 @@ def closed_port() -> int:
         (["retrieve", "H1", "--mode", "relevance"], {}, "give a query"),
         (["retrieve", "H1", "--kind", "dream"], {}, "invalid retrieval: filter.kinds.0"),
         (
-            ["retrieve", "H1", "--step-from", "9", "--step-to", "2"],
+            ["retrieve", "H1", "--step-from", str(2**53 + 1)],
             {},
-            "invalid retrieval: filter: step_from (9)",
+            "invalid retrieval: filter.step_from",
+        ),
+        (
+            ["retrieve", "H1", "--arousal", "0.5"],
+            {},
+            "invalid retrieval: request: arousal applies only to mode 'constrained'",
         ),
         (["retrieve", "H1", "--weight", "recency=1"], {}, "--weight applies to --mode weighted"),
         (
