@@ -107,9 +107,16 @@ class MarkerIndex:
 
     def covers(self, where: SourcePosition, event: DerivedEvent) -> bool:
         """Whether a marker covers ``event``, read at ``where``."""
+        return self.covering(where, event) is not None
+
+    def covering(self, where: SourcePosition, event: DerivedEvent) -> DerivedUpTo | None:
+        """The marker of the batch that logged ``event``, read at ``where``; None if none
+        read so far covers it."""
         runs = self.ranges.get((derived_topic_of(event), where.partition), [])
         at = bisect_right(runs, where.offset, key=lambda r: r[0]) - 1
-        return at >= 0 and runs[at][2].covers(where, event)
+        if at >= 0 and runs[at][2].covers(where, event):
+            return runs[at][2]
+        return None
 
     def superseded(self, where: SourcePosition, event: DerivedEvent) -> bool:
         """Whether a batch logged after ``event`` landed in the same partition, or (a lifecycle

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -65,6 +66,30 @@ class RecordPosition(BaseModel):
     partition: int = Field(ge=0, le=2**31 - 1)
     offset: int = Field(ge=0, le=2**53)
     """At most 2^53, which a double (a JSON parser's number, Redis's Lua) holds exactly."""
+
+
+class AsOfPosition(BaseModel):
+    """A point of the log given as a position: on a topic the processors consume (where a
+    record was published) or on the derived log they write (``memory.items``,
+    ``memory.lifecycle``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    topic: TopicName = Field(examples=["agent.observations"])
+    partition: int = Field(ge=0, le=2**31 - 1)
+    offset: int = Field(ge=0, le=2**53)
+
+
+AS_OF_HELP = (
+    "Answer from the memory as it stood at this point of the log, rebuilt from the agent's "
+    "partition of the derived log (it costs a read of that partition; the answer is not "
+    "recorded on memory.access). A time (with its offset): every batch the processors had "
+    "logged by then, a batch counting from the log time of its 'logged up to' marker. A "
+    "position on a topic the processors consume (what publishing returned): the memory once "
+    "that record was derived. A position on memory.items or memory.lifecycle: the memory once "
+    "the batch that logged that record counted. A time in the future, or a position the log "
+    "does not hold or the processors have not derived yet, answers 409. Not with after."
+)
 
 
 class PendingPosition(RecordPosition):
@@ -129,8 +154,9 @@ def _mode_is(mode: Mode) -> dict[str, Any]:
 
 def cross_field_rules(schema: dict[str, Any]) -> None:
     """Adds to the request's JSON Schema the rules :meth:`RetrievalRequest._consistent` checks
-    across fields: time on one axis, each mode's own fields with that mode only, and a query
-    for mode relevance. A mode left out is ``two_phase``, which has no fields of its own."""
+    across fields: time on one axis, each mode's own fields with that mode only, a query for
+    mode relevance, and ``as_of`` without ``after``. A mode left out is ``two_phase``, which
+    has no fields of its own."""
     one_axis = {
         "not": {
             "required": ["current_year", "current_step"],
@@ -156,7 +182,13 @@ def cross_field_rules(schema: dict[str, Any]) -> None:
         "if": _mode_is("relevance"),
         "then": {"required": ["query"], "properties": {"query": {"type": "string"}}},
     }
-    schema["allOf"] = [one_axis, *own_fields, query_given]
+    as_of_without_after = {
+        "not": {
+            "required": ["as_of", "after"],
+            "properties": {"as_of": {"not": {"type": "null"}}, "after": {"minItems": 1}},
+        }
+    }
+    schema["allOf"] = [one_axis, *own_fields, query_given, as_of_without_after]
 
 
 class RetrievalRequest(BaseModel):
@@ -262,6 +294,7 @@ class RetrievalRequest(BaseModel):
         le=MAX_WAIT_TIMEOUT_MS,
         description="Longest wait for ``after``, in milliseconds (0: check once, do not wait).",
     )
+    as_of: AsOfPosition | AwareDatetime | None = Field(default=None, description=AS_OF_HELP)
 
     @model_validator(mode="after")
     def _consistent(self) -> RetrievalRequest:
@@ -275,6 +308,11 @@ class RetrievalRequest(BaseModel):
                 raise ValueError(f"{name} {verb} only to mode '{mode}'")
         if self.mode == "relevance" and self.query is None:
             raise ValueError("mode 'relevance' ranks by relevance to query: give a query")
+        if self.as_of is not None and self.after:
+            raise ValueError(
+                "after waits for the stores of now; as_of rebuilds the memory from the log: "
+                "give one of them"
+            )
         return self
 
 

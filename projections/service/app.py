@@ -23,6 +23,7 @@ from pydantic_core import to_jsonable_python
 
 from projections.history import MAX_HISTORY_LIMIT, AgentHistory, LogUnavailableError
 from projections.interfaces import ProjectionError
+from projections.retrieval.as_of import AsOfNotInLog, AsOfNotInLogError, LogRecall
 from projections.retrieval.engine import (
     PositionsNotAppliedError,
     PositionsNotInLogError,
@@ -85,6 +86,12 @@ would see it applied. The topics a position may name are listed in this document
 **Modes' own fields**: `weights` (weighted), `profile` and `arousal` (constrained) and
 `generative` (generative) are refused with any other mode, and mode relevance needs a `query`;
 the request schema states these rules, so a request it admits is never refused.
+
+**As of a point of the log**: give `as_of` a time or a position and the answer comes from
+the agent's memory as it stood then, rebuilt from its partition of the derived log (a read
+of that partition per request; the answer is not recorded on `memory.access`). A point the
+log does not hold (a time in the future, a position past the end or not derived yet) answers
+409 at once.
 """
 
 NOT_IN_LOG_STATUS = 409
@@ -133,6 +140,7 @@ def create_app(
     on_retrieval: RetrievalHook | None = None,
     on_retrieval_timeout_s: float = 1.0,
     history: HistoryReader | None = None,
+    recall: LogRecall | None = None,
     title: str = "Engram query service",
     version: str | None = None,
 ) -> FastAPI:
@@ -143,14 +151,19 @@ def create_app(
     ``on_retrieval`` gets a :class:`MemoryRetrieved` for each answered retrieval; one that
     fails or takes longer than ``on_retrieval_timeout_s`` is counted and logged, and the
     retrieval is answered anyway. ``history`` reads an agent's history from the log; without
-    it the history route answers 503.
+    it the history route answers 503. ``recall`` answers retrievals with ``as_of``; without
+    it they answer 503.
     """
     app = FastAPI(title=title, version=version or _package_version(), description=DESCRIPTION)
-    app.openapi = document_with_topics(app, engine.source_topics)  # type: ignore[method-assign]
+    app.openapi = document_with_topics(  # type: ignore[method-assign]
+        app, engine.source_topics, None if recall is None else recall.point_topics
+    )
     audit = RetrievalAudit()
     app.state.retrieval_audit = audit
     _add_error_handlers(app)
-    _add_retrieval_route(app, engine, _recorder(on_retrieval, on_retrieval_timeout_s, audit))
+    _add_retrieval_route(
+        app, engine, _recorder(on_retrieval, on_retrieval_timeout_s, audit), recall
+    )
     _add_history_route(app, history)
     _add_probe_routes(app, readiness or engine.readiness, readiness_timeout_s)
     return app
@@ -214,6 +227,11 @@ def _add_error_handlers(app: FastAPI) -> None:
         body = NotInLog(detail=str(error), missing=error.missing)
         return JSONResponse(status_code=NOT_IN_LOG_STATUS, content=body.model_dump(mode="json"))
 
+    @app.exception_handler(AsOfNotInLogError)
+    async def _as_of_not_in_log(_: Request, error: AsOfNotInLogError) -> JSONResponse:
+        body = AsOfNotInLog(detail=str(error), log_end=error.log_end)
+        return JSONResponse(status_code=NOT_IN_LOG_STATUS, content=body.model_dump(mode="json"))
+
     @app.exception_handler(PositionsNotAppliedError)
     async def _not_applied(_: Request, error: PositionsNotAppliedError) -> JSONResponse:
         log.warning("read-your-writes wait timed out: %s", error)
@@ -223,7 +241,9 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse(status_code=WAIT_TIMEOUT_STATUS, content=body.model_dump(mode="json"))
 
 
-def _add_retrieval_route(app: FastAPI, engine: RetrievalEngine, record: RetrievalRecorder) -> None:
+def _add_retrieval_route(
+    app: FastAPI, engine: RetrievalEngine, record: RetrievalRecorder, recall: LogRecall | None
+) -> None:
     @app.post(
         "/v1/agents/{agent_id}/retrieve",
         tags=["retrieval"],
@@ -232,11 +252,15 @@ def _add_retrieval_route(app: FastAPI, engine: RetrievalEngine, record: Retrieva
         "`top_k`, each with its score breakdown.",
         responses={
             NOT_IN_LOG_STATUS: {
-                "model": NotInLog,
+                "model": NotInLog | AsOfNotInLog,
                 "description": "Positions of `after` the log does not hold: past the end of "
-                "their partition, or on a partition that does not exist.",
+                "their partition, or on a partition that does not exist; or a point of "
+                "`as_of` it does not hold (yet).",
             },
-            503: {"model": ServiceError, "description": "A memory store cannot be read."},
+            503: {
+                "model": ServiceError,
+                "description": "A memory store cannot be read; for `as_of`, the event log.",
+            },
             WAIT_TIMEOUT_STATUS: {
                 "model": WaitTimedOut,
                 "description": "The positions of `after` were not applied within "
@@ -254,9 +278,24 @@ def _add_retrieval_route(app: FastAPI, engine: RetrievalEngine, record: Retrieva
         ],
         request: RetrievalRequest,
     ) -> RetrievalResponse:
+        if request.as_of is not None:
+            return await _recalled(recall, agent_id, request)
         response = await engine.retrieve(agent_id, request)
         await record(agent_id, request, response)
         return response
+
+
+async def _recalled(
+    recall: LogRecall | None, agent_id: str, request: RetrievalRequest
+) -> RetrievalResponse:
+    """The answer from the memory at ``request.as_of``; not recorded (an audit is not a use)."""
+    if recall is None:
+        raise HTTPException(503, "as_of unavailable: this service reads no event log")
+    try:
+        return await recall(agent_id, request)
+    except (LogUnavailableError, TimeoutError) as error:
+        log.warning("event log unavailable for as_of: %s", error)
+        raise HTTPException(503, f"event log unavailable: {error}") from error
 
 
 def _add_history_route(app: FastAPI, history: HistoryReader | None) -> None:

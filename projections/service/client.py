@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from projections.history import AgentHistory
 from projections.memory import StoredMemory
+from projections.retrieval.as_of import RECALL_TIMEOUT_S
 from projections.retrieval.models import (
     MissingPosition,
     NotInLog,
@@ -157,11 +158,15 @@ def _body(request: RetrievalRequest) -> dict[str, Any]:
 
 
 def _timeout(http: httpx.Client | httpx.AsyncClient, request: RetrievalRequest) -> httpx.Timeout:
-    """The client's timeout, with room for the server's wait when the request may wait."""
+    """The client's timeout, with room for the server's wait when the request may wait (for
+    ``after``, or for a recall ``as_of`` a point of the log)."""
     configured = http.timeout
-    if not request.after:
+    if request.as_of is not None:
+        extra = RECALL_TIMEOUT_S + WAIT_MARGIN_S
+    elif request.after:
+        extra = request.wait_timeout_ms / 1000 + WAIT_MARGIN_S
+    else:
         return configured
-    extra = request.wait_timeout_ms / 1000 + WAIT_MARGIN_S
     read = None if configured.read is None else configured.read + extra
     return httpx.Timeout(
         connect=configured.connect, read=read, write=configured.write, pool=configured.pool

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from projections import versions as projection_versions
     from projections.episodic import edge_location
     from projections.episodic import factory as episodic_factory
+    from projections.retrieval import models as retrieval_models
     from projections.service import client as query_client
     from projections.working import redis_store
     from schemas import agent_events, envelope, errors, json_schema, topics
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from streams.eventlog import history as history_reader
     from streams.integrations import chat_summariser, tool_server
     from streams.privacy import forgetting, keyring, sealing
-    from streams.rebuild import projection_switch, replay, reprocess
+    from streams.rebuild import as_of, log_cut, projection_switch, replay, reprocess
     from streams.runtime import node
     from streams.runtime.devstack import broker, redis_server
     from streams.runtime.devstack import stack as devstack
@@ -44,6 +45,7 @@ _MODULES = {
     "projection_versions": "projections.versions",
     "edge_location": "projections.episodic.edge_location",
     "episodic_factory": "projections.episodic.factory",
+    "retrieval_models": "projections.retrieval.models",
     "query_client": "projections.service.client",
     "redis_store": "projections.working.redis_store",
     "agent_events": "schemas.agent_events",
@@ -60,6 +62,8 @@ _MODULES = {
     "forgetting": "streams.privacy.forgetting",
     "keyring": "streams.privacy.keyring",
     "sealing": "streams.privacy.sealing",
+    "as_of": "streams.rebuild.as_of",
+    "log_cut": "streams.rebuild.log_cut",
     "projection_switch": "streams.rebuild.projection_switch",
     "replay": "streams.rebuild.replay",
     "reprocess": "streams.rebuild.reprocess",
@@ -73,6 +77,7 @@ __all__ = [
     "agent_events",
     "agent_history",
     "archive",
+    "as_of",
     "broker",
     "chat_summariser",
     "demo",
@@ -87,6 +92,7 @@ __all__ = [
     "httpx",
     "json_schema",
     "keyring",
+    "log_cut",
     "node",
     "projection_switch",
     "projection_versions",
@@ -96,6 +102,7 @@ __all__ = [
     "redis_store",
     "replay",
     "reprocess",
+    "retrieval_models",
     "sealing",
     "store_interfaces",
     "tool_server",

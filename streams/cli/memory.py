@@ -162,6 +162,17 @@ WaitTimeout = Annotated[
     int | None, typer.Option(min=0, max=30_000, help="Longest wait for --after (ms).")
 ]
 Url = Annotated[str, typer.Option(envvar="ENGRAM_URL", help="Query service URL.")]
+Query = Annotated[str | None, typer.Option(help="Query text.")]
+TopK = Annotated[int, typer.Option(min=1, max=100)]
+Year = Annotated[int | None, typer.Option(help="Current simulation year.")]
+Step = Annotated[int | None, typer.Option(help="Current simulation step.")]
+ContextTags = Annotated[
+    str | None, typer.Option(help="Context tags of the weighted mode, comma-separated.")
+]
+YearFrom = Annotated[int | None, typer.Option(help="Filter: from this year on.")]
+YearTo = Annotated[int | None, typer.Option(help="Filter: up to this year.")]
+StepFrom = Annotated[int | None, typer.Option(min=0, help="Filter: from this step on.")]
+StepTo = Annotated[int | None, typer.Option(min=0, help="Filter: up to this step.")]
 
 
 @commands.command(
@@ -169,23 +180,21 @@ Url = Annotated[str, typer.Option(envvar="ENGRAM_URL", help="Query service URL."
 )
 def retrieve(
     agent_id: Annotated[str, typer.Argument(help="Whose memories.")],
-    query: Annotated[str | None, typer.Option(help="Query text.")] = None,
-    top_k: Annotated[int, typer.Option(min=1, max=100)] = 5,
+    query: Query = None,
+    top_k: TopK = 5,
     mode: Mode = "two_phase",
-    year: Annotated[int | None, typer.Option(help="Current simulation year.")] = None,
-    step: Annotated[int | None, typer.Option(help="Current simulation step.")] = None,
-    tags: Annotated[
-        str | None, typer.Option(help="Context tags of the weighted mode, comma-separated.")
-    ] = None,
+    year: Year = None,
+    step: Step = None,
+    tags: ContextTags = None,
     profile: Profile = None,
     arousal: Arousal = None,
     kind: Kinds = None,
     tagged: Tagged = None,
     min_importance: MinImportance = None,
-    year_from: Annotated[int | None, typer.Option(help="Filter: from this year on.")] = None,
-    year_to: Annotated[int | None, typer.Option(help="Filter: up to this year.")] = None,
-    step_from: Annotated[int | None, typer.Option(min=0, help="Filter: from this step on.")] = None,
-    step_to: Annotated[int | None, typer.Option(min=0, help="Filter: up to this step.")] = None,
+    year_from: YearFrom = None,
+    year_to: YearTo = None,
+    step_from: StepFrom = None,
+    step_to: StepTo = None,
     weight: Weights = None,
     prompt: AsPrompt = False,
     after: After = None,
@@ -193,6 +202,58 @@ def retrieve(
     url: Url = "http://127.0.0.1:8000",
 ) -> None:
     positions = [_position(text) for text in after or []]
+    params = retrieval_params(
+        query=query,
+        top_k=top_k,
+        mode=mode,
+        year=year,
+        step=step,
+        tags=tags,
+        profile=profile,
+        arousal=arousal,
+        kind=kind,
+        tagged=tagged,
+        min_importance=min_importance,
+        year_from=year_from,
+        year_to=year_to,
+        step_from=step_from,
+        step_to=step_to,
+        weight=weight,
+    )
+    params["wait_timeout_ms"] = wait_timeout_ms
+    response = _retrieve(url, agent_id, positions, params)
+    print_answer(response, prompt)
+
+
+def print_answer(response: RetrievalResponse, prompt: bool) -> None:
+    """The answer as JSON, or as an LLM prompt block (``--prompt``)."""
+    if prompt:
+        print(deferred.query_client.format_for_prompt(response, with_time=True, with_store=True))
+    else:
+        console.print_json(response.model_dump_json())
+
+
+def retrieval_params(
+    *,
+    query: str | None = None,
+    top_k: int = 5,
+    mode: str = "two_phase",
+    year: int | None = None,
+    step: int | None = None,
+    tags: str | None = None,
+    profile: str | None = None,
+    arousal: float | None = None,
+    kind: list[str] | None = None,
+    tagged: str | None = None,
+    min_importance: float | None = None,
+    year_from: int | None = None,
+    year_to: int | None = None,
+    step_from: int | None = None,
+    step_to: int | None = None,
+    weight: list[str] | None = None,
+) -> dict[str, Any]:
+    """The fields of a retrieval request the retrieval options give (None: not given); the
+    defaults are those of the options, so ``retrieval_params()`` is a request of defaults."""
     params: dict[str, Any] = {
         "top_k": top_k,
         "mode": mode,
@@ -200,7 +261,6 @@ def retrieve(
         "current_year": year,
         "current_step": step,
         "tags": [t.strip() for t in tags.split(",")] if tags else [],
-        "wait_timeout_ms": wait_timeout_ms,
         "profile": profile,
         "arousal": arousal,
     }
@@ -219,11 +279,7 @@ def retrieve(
     }
     if any(value not in (None, []) for value in memory_filter.values()):
         params["filter"] = {k: v for k, v in memory_filter.items() if v not in (None, [])}
-    response = _retrieve(url, agent_id, positions, params)
-    if prompt:
-        print(deferred.query_client.format_for_prompt(response, with_time=True, with_store=True))
-    else:
-        console.print_json(response.model_dump_json())
+    return params
 
 
 def _position(text: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from projections.episodic.edge_location import record_edge_dir
 from projections.episodic.factory import open_episodic_store
 from projections.history import AgentHistory
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
+from projections.retrieval.as_of import RECALL_TIMEOUT_S
 from projections.retrieval.engine import RetrievalEngine
 from projections.service.app import HistoryReader, RetrievalHook, create_app
 from projections.versions import (
@@ -45,6 +46,7 @@ from streams.eventlog.topic_admin import ensure_topics
 from streams.integrations.chat_summariser import summariser_from_url
 from streams.privacy.keyring import Keyring, KeyringError, open_keyring
 from streams.privacy.sealing import RecordSealer
+from streams.rebuild.as_of import LogRecaller
 from streams.rebuild.projection_switch import ProjectionFollower, Serving, WrongConfigurationError
 from streams.rebuild.projector import EpisodicProjector
 from streams.settings import EngramSettings
@@ -362,7 +364,11 @@ class Node:
         )
         on_retrieval, history = await self._log_access()
         app = create_app(
-            engine, readiness=self.readiness, on_retrieval=on_retrieval, history=history
+            engine,
+            readiness=self.readiness,
+            on_retrieval=on_retrieval,
+            history=history,
+            recall=self._log_recall(),
         )
         config = uvicorn.Config(
             app,
@@ -419,6 +425,26 @@ class Node:
             )
 
         return self.recorder, history
+
+    def _log_recall(self) -> LogRecaller | None:
+        """Retrievals ``as_of`` a point of the log, rebuilt in scratch stores beside this
+        process's (a Redis namespace next to its own, an Edge shard in a temporary directory)
+        from the derived log of the active version; None without a broker."""
+        bootstrap = self.endpoints.kafka_bootstrap
+        if not bootstrap:
+            return None
+        return LogRecaller(
+            bootstrap,
+            lambda: self.topics,
+            self.settings.partitions,
+            self.endpoints.redis_url,
+            self.settings.redis_namespace,
+            self.embedder,
+            dense_share=self.settings.dense_share,
+            sealer=RecordSealer(self.keyring),
+            timeout=RECALL_TIMEOUT_S,
+            log_ends=self.log_ends,
+        )
 
     @property
     def http_url(self) -> str | None:

@@ -537,9 +537,11 @@ async def test_the_document_names_the_topics_a_position_may_name() -> None:
     assert topic["enum"] == sorted(consumed)
     assert topic["examples"] == ["tenant-a.agent.observations"]
     operation = schema["paths"]["/v1/agents/{agent_id}/retrieve"]["post"]
-    assert operation["responses"]["409"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/NotInLog"
-    }
+    refused = operation["responses"]["409"]["content"]["application/json"]["schema"]
+    assert refused["anyOf"] == [
+        {"$ref": "#/components/schemas/NotInLog"},
+        {"$ref": "#/components/schemas/AsOfNotInLog"},
+    ]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,343 @@
+"""``engram recall``: a retrieval from the memory as it stood at a point of the log
+(``--as-of``), or a recorded retrieval run again beside its record (``--again``).
+
+Both rebuild the agent's memory from its partition of the derived log into scratch stores
+(:mod:`streams.rebuild.as_of`), in this process: they need the broker and the Redis
+(``ENGRAM_KAFKA_BOOTSTRAP``, ``ENGRAM_REDIS_URL``), not the query service. Exit codes: 0 (for
+``--again``: the recomputed answer is the recorded one), 1 (``--again``: they differ), 2 (an
+error: a bad point, an unknown retrieval, an unreachable server).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from pydantic import TypeAdapter, ValidationError
+from rich import box
+from rich.table import Table
+
+from streams.cli import deferred
+from streams.cli.configuration import configure, load_settings, open_keyring
+from streams.cli.console import console, err, fail, run
+from streams.cli.memory import (
+    Arousal,
+    AsPrompt,
+    ContextTags,
+    Kinds,
+    MinImportance,
+    Mode,
+    Profile,
+    Query,
+    Step,
+    StepFrom,
+    StepTo,
+    Tagged,
+    TopK,
+    Weights,
+    Year,
+    YearFrom,
+    YearTo,
+    print_answer,
+    retrieval_params,
+)
+from streams.cli.progress import record_progress
+from streams.settings import EngramSettings
+
+if TYPE_CHECKING:
+    from projections.retrieval.models import RetrievalRequest
+    from schemas.topics import Topics
+    from streams.rebuild.as_of import Count, LogRecaller, Recalled, Repeated
+    from streams.rebuild.log_cut import LogPoint
+
+commands = typer.Typer()
+
+DIFFERENT = 1
+"""The exit code of ``--again`` when the recomputed answer differs from the record."""
+
+AsOf = Annotated[
+    str | None,
+    typer.Option(
+        "--as-of",
+        help="A point of the log: an ISO 8601 time (the batches logged by then), "
+        "topic:partition:offset of a published record (the memory once it was derived), or "
+        "of memory.items / memory.lifecycle (once that batch counted).",
+    ),
+]
+Again = Annotated[
+    str | None,
+    typer.Option(
+        "--again",
+        help="The event id of a recorded retrieval (`engram history AGENT` lists them), or "
+        "'last' for the agent's latest: run it again on the memory as it stood then and "
+        "compare.",
+    ),
+]
+
+
+@commands.command(
+    help=(
+        "Answer a retrieval from an agent's memory as it stood at a point of the log, "
+        "rebuilt from the log (--as-of, with the options of `engram retrieve`), or run a "
+        "recorded retrieval again and show its recorded and recomputed results side by side "
+        "(--again; exit code 1 when they differ). Reads the agent's partition of the derived "
+        "log: the cost grows with that partition."
+    )
+)
+def recall(
+    agent_id: Annotated[str, typer.Argument(help="Whose memory.")],
+    as_of: AsOf = None,
+    again: Again = None,
+    query: Query = None,
+    top_k: TopK = 5,
+    mode: Mode = "two_phase",
+    year: Year = None,
+    step: Step = None,
+    tags: ContextTags = None,
+    profile: Profile = None,
+    arousal: Arousal = None,
+    kind: Kinds = None,
+    tagged: Tagged = None,
+    min_importance: MinImportance = None,
+    year_from: YearFrom = None,
+    year_to: YearTo = None,
+    step_from: StepFrom = None,
+    step_to: StepTo = None,
+    weight: Weights = None,
+    prompt: AsPrompt = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="--again: print the comparison as JSON.")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option(min=1.0, help="Longest the recall may take (seconds).")
+    ] = 120.0,
+) -> None:
+    if (as_of is None) == (again is None):
+        fail("give --as-of POINT or --again RETRIEVAL_ID")
+    params = retrieval_params(
+        query=query,
+        top_k=top_k,
+        mode=mode,
+        year=year,
+        step=step,
+        tags=tags,
+        profile=profile,
+        arousal=arousal,
+        kind=kind,
+        tagged=tagged,
+        min_importance=min_importance,
+        year_from=year_from,
+        year_to=year_to,
+        step_from=step_from,
+        step_to=step_to,
+        weight=weight,
+    )
+    _check_agent(agent_id)
+    settings = load_settings()
+    if not settings.kafka_bootstrap or not settings.redis_url:
+        fail("set ENGRAM_KAFKA_BOOTSTRAP and ENGRAM_REDIS_URL (engram up prints both)")
+    configure(settings)
+    if again is not None:
+        if params != retrieval_params() or prompt:
+            fail("--again runs the recorded request: give no retrieval options")
+        _again(settings, agent_id, again, as_json, timeout)
+    else:
+        assert as_of is not None
+        _as_of(settings, agent_id, _point(as_of), _request(params), prompt, timeout)
+
+
+def _check_agent(agent_id: str) -> None:
+    try:
+        TypeAdapter(deferred.envelope.AgentId).validate_python(agent_id)
+    except ValidationError as exc:
+        fail(f"{agent_id!r} is not an agent id: {exc.errors()[0]['msg']}")
+
+
+def _point(text: str) -> LogPoint:
+    try:
+        return deferred.log_cut.parse_point(text)
+    except ValueError as exc:
+        fail(f"--as-of: {exc}")
+
+
+def _request(params: dict[str, Any]) -> RetrievalRequest:
+    try:
+        return deferred.retrieval_models.RetrievalRequest.model_validate(
+            {k: v for k, v in params.items() if v is not None}
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "request"
+        fail(f"invalid retrieval: {where}: {first['msg'].removeprefix('Value error, ')}")
+
+
+def _as_of(
+    settings: EngramSettings,
+    agent_id: str,
+    point: LogPoint,
+    request: RetrievalRequest,
+    prompt: bool,
+    timeout: float,
+) -> None:
+    async def main() -> None:
+        async with _recaller(settings, timeout) as recaller:
+            with _progress() as (total, advance):
+                recalled = await recaller.recall(
+                    agent_id, request, point, total=total, advance=advance
+                )
+        err.print(_rebuilt(agent_id, recalled))
+        print_answer(recalled.response, prompt)
+
+    run(main)
+
+
+def _again(
+    settings: EngramSettings, agent_id: str, event_id: str, as_json: bool, timeout: float
+) -> None:
+    async def main() -> None:
+        async with _recaller(settings, timeout) as recaller:
+            with _progress() as (total, advance):
+                repeated = await recaller.again(agent_id, event_id, total=total, advance=advance)
+        if as_json:
+            typer.echo(_comparison_json(repeated))
+        else:
+            console.print(_side_by_side(repeated))
+            err.print(_rebuilt(agent_id, repeated.recalled))
+        if not repeated.comparison.identical:
+            raise typer.Exit(DIFFERENT)
+
+    run(main)
+
+
+@contextlib.asynccontextmanager
+async def _recaller(settings: EngramSettings, timeout: float) -> AsyncIterator[LogRecaller]:
+    """A :class:`LogRecaller` over the configured broker and Redis, on the derived log of the
+    active projection version."""
+    bootstrap, redis_url = settings.kafka_bootstrap or "", settings.redis_url or ""
+    topics = await _active_topics(settings, redis_url)
+    keyring = await open_keyring(settings)
+    try:
+        recaller: LogRecaller = deferred.as_of.LogRecaller(
+            bootstrap,
+            lambda: topics,
+            settings.partitions,
+            redis_url,
+            settings.redis_namespace,
+            deferred.embedding.embedder_from_name(settings.embedder),
+            dense_share=settings.dense_share,
+            sealer=deferred.sealing.RecordSealer(keyring),
+            timeout=timeout,
+        )
+        yield recaller
+    finally:
+        if keyring is not None:
+            await keyring.close()
+
+
+async def _active_topics(settings: EngramSettings, redis_url: str) -> Topics:
+    """The topics, with the derived log the active projection version continues."""
+    versions = deferred.projection_versions.ProjectionVersions.from_url(
+        redis_url, settings.redis_namespace, settings.qdrant_collection
+    )
+    try:
+        derived = await versions.derived_log((await versions.active()).name)
+    finally:
+        await versions.close()
+    prefix = None if derived is None else derived.topic_prefix
+    return deferred.topics.Topics(settings.topic_prefix, prefix)
+
+
+@contextlib.contextmanager
+def _progress() -> Iterator[tuple[Count, Count]]:
+    """A progress bar of the records read, on stderr; its total grows with each read."""
+    with record_progress("reading the log", 1) as progress:
+        task = progress.add_task("reading the log", total=None, rate="")
+        expected = 0
+
+        def total(n: int) -> None:
+            nonlocal expected
+            expected += n
+            progress.update(task, total=max(expected, 1))
+
+        def advance(n: int) -> None:
+            progress.update(task, advance=n)
+
+        yield total, advance
+
+
+def _rebuilt(agent_id: str, recalled: Recalled) -> str:
+    """One line: the point, the batches it let in, and the cost."""
+    cut = recalled.cut
+    if cut.last_batch is None:
+        upto = "no batch" if cut.marked else "each event by its log time"
+    else:
+        logged = _ms_time(cut.last_batch_ms)
+        where = f"{cut.last_batch.topic}:{cut.last_batch.partition}:{cut.last_batch.offset}"
+        upto = f"{cut.batches} batches, the last marked at {where} ({logged})"
+    return (
+        f"{agent_id} as of {recalled.point}: {upto}; {len(cut.events)} events of the agent "
+        f"applied, {len(recalled.held)} memories held; {recalled.records_read:,} records read "
+        f"in {recalled.seconds:.2f} s"
+    )
+
+
+def _ms_time(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def _side_by_side(repeated: Repeated) -> Table:
+    record, where = repeated.record, repeated.where
+    verdict = "identical" if repeated.comparison.identical else "DIFFERENT"
+    table = Table(
+        title=f"retrieval {record.event_id} of {record.agent_id} ({where.topic}:"
+        f"{where.partition}:{where.offset}), served {record.occurred_at.isoformat()}, mode "
+        f"{record.mode}: {verdict}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    for column in ("memory", "recorded rank", "recorded score", "recomputed rank"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("recomputed score", no_wrap=True)
+    table.add_column("difference", ratio=1, min_width=20)
+    for row in repeated.comparison.rows:
+        table.add_row(
+            row.memory_id[:8],
+            _shown(row.recorded_rank),
+            _shown(row.recorded_score),
+            _shown(row.recomputed_rank),
+            _shown(row.recomputed_score),
+            row.note or "same",
+        )
+    return table
+
+
+def _shown(value: float | int | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.6f}" if isinstance(value, float) else str(value)
+
+
+def _comparison_json(repeated: Repeated) -> str:
+    cut = repeated.recalled.cut
+    return json.dumps(
+        {
+            "event_id": repeated.record.event_id,
+            "agent_id": repeated.record.agent_id,
+            "position": repeated.where.model_dump(),
+            "served_at": repeated.record.occurred_at.isoformat(),
+            "request": repeated.request.model_dump(mode="json", exclude_none=True),
+            "rebuilt_at": {
+                "batches": cut.batches,
+                "last_batch": None if cut.last_batch is None else cut.last_batch.model_dump(),
+                "last_batch_logged_at": _ms_time(cut.last_batch_ms),
+            },
+            **repeated.comparison.model_dump(mode="json"),
+        },
+        indent=2,
+    )
