@@ -1,0 +1,10 @@
+"""Settings every test process shares."""
+
+import os
+
+# pytest-xdist starts its workers with COLUMNS=80 and LINES=24 set; Rich fixes a console's
+# width from COLUMNS when the console is built (at import of the CLI), so a test that asks the
+# CLI for a wide table would get 80 columns in a worker and not in a plain run. Without them,
+# Rich reads the width when it prints, as in a plain run and in a real terminal.
+for name in ("COLUMNS", "LINES"):
+    os.environ.pop(name, None)
