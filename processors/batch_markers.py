@@ -18,7 +18,8 @@ topic, once anything it derived is), and what lies beyond that is left out the s
 
 This module is the one owner of that rule: the worker builds its markers here, and every
 reader asks :func:`logged_batches` (the whole log at once) or a :class:`MarkerIndex` (a log
-read pass by pass) whether an event counts.
+read pass by pass) whether an event counts, and :func:`marker_upto` or :func:`derives` what one
+marker says of the source records.
 """
 
 from __future__ import annotations
@@ -67,14 +68,30 @@ def recording_rule_applies(event: DerivedEvent, schedule_topic: str | None) -> b
     return derived_topic_of(event) == "items" or position.topic == schedule_topic
 
 
+def marker_upto(marker: DerivedUpTo) -> dict[SourceKey, int]:
+    """The highest source offset per source partition that one marker says its batch (with
+    those before it) derived."""
+    upto: dict[SourceKey, int] = {}
+    for position in marker.upto:
+        key = (position.topic, position.partition)
+        if upto.get(key, -1) < position.offset:
+            upto[key] = position.offset
+    return upto
+
+
+def derives(marker: DerivedUpTo, position: SourcePosition) -> bool:
+    """Whether ``marker`` says the source record at ``position`` is derived: it names that
+    record, or a later one of its partition (a source partition is derived in order)."""
+    return marker_upto(marker).get((position.topic, position.partition), -1) >= position.offset
+
+
 def marked_upto(markers: Iterable[DerivedUpTo]) -> dict[SourceKey, int]:
     """The highest source offset per source partition that markers say is wholly logged."""
     upto: dict[SourceKey, int] = {}
     for marker in markers:
-        for position in marker.upto:
-            key = (position.topic, position.partition)
-            if upto.get(key, -1) < position.offset:
-                upto[key] = position.offset
+        for key, offset in marker_upto(marker).items():
+            if upto.get(key, -1) < offset:
+                upto[key] = offset
     return upto
 
 

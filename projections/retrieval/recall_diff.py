@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_jsonable_python
@@ -25,9 +25,12 @@ from pydantic_core import to_jsonable_python
 from projections.retrieval.models import RetrievedMemory
 from schemas.memory_events import (
     AgentForgotten,
+    ConsolidationCompleted,
     DerivedEvent,
     MemoryForgotten,
-    MemoryWritten,
+    MemoryPromoted,
+    MemoryRecorded,
+    MemorySummarised,
     RetrievedItem,
 )
 
@@ -111,17 +114,28 @@ def memory_fates(
     the epoch), one written less than :data:`LATELY_MS` before the point is ``held_lately``."""
     fates: dict[str, Fate] = {}
     for event in before:
-        if isinstance(event, MemoryWritten):
-            fates[event.memory_id] = "held"
-        elif isinstance(event, MemoryForgotten):
-            fates[event.memory_id] = "forgotten_before"
-        elif isinstance(event, AgentForgotten):
-            for key, fate in fates.items():
-                if fate == "held":
-                    fates[key] = "forgotten_before"
+        match event:
+            case MemoryRecorded() | MemoryPromoted() | MemorySummarised():
+                fates[event.memory_id] = "held"
+            case MemoryForgotten():
+                fates[event.memory_id] = "forgotten_before"
+            case AgentForgotten():
+                for key, fate in fates.items():
+                    if fate == "held":
+                        fates[key] = "forgotten_before"
+            case ConsolidationCompleted():
+                pass  # an audit record: the copies it made are MemoryPromoted events of their own
+            case _:
+                assert_never(event)
     for event in later:
-        if isinstance(event, MemoryWritten) and event.memory_id not in fates:
-            fates[event.memory_id] = "written_after"
+        match event:
+            case MemoryRecorded() | MemoryPromoted() | MemorySummarised():
+                if event.memory_id not in fates:
+                    fates[event.memory_id] = "written_after"
+            case MemoryForgotten() | AgentForgotten() | ConsolidationCompleted():
+                pass  # after the point: a memory forgotten later was still held at it
+            case _:
+                assert_never(event)
     if written_ms is not None and point_ms is not None:
         for key, fate in fates.items():
             written = written_ms.get(key)

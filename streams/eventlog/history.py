@@ -3,9 +3,10 @@
 
 Every record of an agent is keyed by its id, and all topics share one partition count, so the
 agent's records are on one partition number in every topic (the one the default partitioner
-gives its key). Only that partition is read, from the beginning to the end; the timeline is
-then built by :func:`projections.history.build_timeline`. Of the derived events, only those of
-wholly logged batches are the agent's history (:mod:`processors.batch_markers`): what an attempt
+gives its key). Only that partition is read, from the beginning to the end
+(:mod:`streams.eventlog.agent_partition`); the timeline is then built by
+:func:`projections.history.build_timeline`. Of the derived events, only those of wholly logged
+batches are the agent's history (:mod:`processors.batch_markers`): what an attempt
 cut short by a crash logged never reached a projection, and was derived again.
 """
 
@@ -13,11 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
-from typing import Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 from pydantic import TypeAdapter
 
@@ -25,7 +22,6 @@ from processors.batch_markers import Logged, logged_batches
 from projections.history import (
     AgentHistory,
     LogPosition,
-    LogUnavailableError,
     PositionedEvent,
     build_timeline,
 )
@@ -33,8 +29,8 @@ from schemas.codec import decode_derived_record, decode_retrieval
 from schemas.envelope import AgentId
 from schemas.memory_events import DerivedUpTo, SourcePosition
 from schemas.topics import Topics
-from streams.eventlog.derived_log import decode_opened, read_with
-from streams.eventlog.kafka_clients import log_reader
+from streams.eventlog.agent_partition import read_agent_partition
+from streams.eventlog.derived_log import decode_opened
 from streams.privacy.sealing import RecordSealer
 
 log = logging.getLogger("engram.history")
@@ -93,56 +89,20 @@ async def _read_agent(
     partitions: int,
     sealer: RecordSealer,
 ) -> list[PositionedEvent]:
-    consumer = log_reader(bootstrap)
-    try:
-        await consumer.start()
-        existing = await consumer.topics()
-        tps = []
-        for name in (topics.items, topics.lifecycle, topics.access):
-            if name not in existing:
-                continue  # nothing was ever written there: an empty history, not an error
-            count = len(consumer.partitions_for_topic(name) or ())
-            if count != partitions:
-                raise LogUnavailableError(
-                    f"{name} has {count} partitions, not {partitions} as configured "
-                    "(ENGRAM_PARTITIONS): the agent's records cannot be located"
-                )
-            tps.append(TopicPartition(name, partition))
-        if not tps:
-            return []
-        return await _read_agent_records(consumer, tps, agent_id, topics, sealer)
-    except KafkaError as exc:
-        raise LogUnavailableError(f"cannot read the event log at {bootstrap}: {exc}") from exc
-    finally:
-        await consumer.stop()
-
-
-async def _read_agent_records(
-    consumer: AIOKafkaConsumer,
-    tps: list[TopicPartition],
-    agent_id: str,
-    topics: Topics,
-    sealer: RecordSealer,
-) -> list[PositionedEvent]:
-    key = agent_id.encode("utf-8")
-    found: list[tuple[TopicPartition, int, bytes]] = []
-
-    def keep(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> None:
-        # Other agents share the partition; their key tells without decoding. Markers have
-        # no key: they are the partition's, and say which derived events count.
-        if record.value is None or (record.key is not None and record.key != key):
-            return
-        found.append((tp, record.offset, record.value))
-
-    # No deadline of its own: the caller's ``asyncio.timeout`` bounds the read.
-    await read_with(consumer, tps, keep, timeout=math.inf, poll_ms=_POLL_MS)
-    opened = await sealer.open_all([value for _, _, value in found])
+    read = await read_agent_partition(
+        bootstrap,
+        (topics.items, topics.lifecycle, topics.access),
+        partition,
+        partitions,
+        agent_id,
+        sealer,
+        poll_ms=_POLL_MS,
+    )
     events: list[PositionedEvent] = []
     derived: list[Logged] = []
-    for (tp, offset, _), value in zip(found, opened, strict=True):
+    for where, value, _ in read.records:
         # A forgotten agent's record does not open, and is left out: its erasure shows instead.
-        where = SourcePosition(topic=tp.topic, partition=tp.partition, offset=offset)
-        if tp.topic == topics.access:
+        if where.topic == topics.access:
             retrieval = decode_opened(where, value, decode_retrieval)
             if retrieval is not None and retrieval.agent_id == agent_id:
                 events.append(PositionedEvent(retrieval, _at(where)))

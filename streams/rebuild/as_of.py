@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import shutil
 import tempfile
 import time
@@ -42,15 +41,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.errors import KafkaError
 from pydantic import TypeAdapter, ValidationError
 
 from processors.embedding import Embedder
 from projections.episodic.factory import open_episodic_store
-from projections.history import LogUnavailableError
 from projections.interfaces import EpisodicMemoryStore, ProjectionError
 from projections.retrieval.as_of import AsOfNotInLogError
 from projections.retrieval.engine import RetrievalEngine
@@ -58,14 +54,14 @@ from projections.retrieval.log_end import LogEnds
 from projections.retrieval.models import AsOfPosition, RetrievalRequest, RetrievalResponse
 from projections.retrieval.recall_diff import Ranked, RecallComparison, compare, memory_fates
 from projections.working.redis_store import RedisWorkingMemory
-from schemas.codec import DecodeError, decode_derived_record, decode_retrieval
+from schemas.codec import decode_derived_record, decode_retrieval
 from schemas.envelope import AgentId
 from schemas.errors import EngramError
 from schemas.memory_events import DerivedEvent, MemoryRetrieved, SourcePosition
 from schemas.topics import Topics
-from streams.eventlog.derived_log import decode_opened, read_with
+from streams.eventlog.agent_partition import AgentPartition, read_agent_partition
+from streams.eventlog.derived_log import decode_opened
 from streams.eventlog.history import partition_for
-from streams.eventlog.kafka_clients import log_reader
 from streams.eventlog.log_ends import BrokerLogEnds
 from streams.privacy.sealing import RecordSealer
 from streams.rebuild.log_cut import CutLog, LoggedRecord, LogPoint, cut_at, epoch_ms
@@ -111,15 +107,6 @@ class Repeated:
     request: RetrievalRequest
     recalled: Recalled
     comparison: RecallComparison
-
-
-@dataclass
-class _Read:
-    records: list[tuple[SourcePosition, bytes | DecodeError | None, int]]
-    """Each record kept: where, its opened bytes (or why not), its log time in ms."""
-    ends: dict[tuple[str, int], int]
-    """Per partition read, where reading it stopped: its end when the read began, or later."""
-    total: int
 
 
 @dataclass
@@ -300,23 +287,18 @@ class LogRecaller:
         keep_at: SourcePosition | None,
         total: Count | None,
         advance: Count | None,
-    ) -> _Read:
-        try:
-            return await read_agent_partition(
-                self.bootstrap,
-                list(names),
-                partition,
-                self.partitions,
-                agent_id,
-                self.sealer,
-                keep_at=keep_at,
-                total=total,
-                advance=advance,
-            )
-        except KafkaError as exc:
-            raise LogUnavailableError(
-                f"cannot read the event log at {self.bootstrap}: {exc}"
-            ) from exc
+    ) -> AgentPartition:
+        return await read_agent_partition(
+            self.bootstrap,
+            list(names),
+            partition,
+            self.partitions,
+            agent_id,
+            self.sealer,
+            keep_at=keep_at,
+            total=total,
+            advance=advance,
+        )
 
     async def _rank(
         self, agent_id: str, request: RetrievalRequest, events: list[DerivedEvent]
@@ -369,83 +351,8 @@ async def scratch_stores(
             await asyncio.to_thread(shutil.rmtree, directory, True)
 
 
-async def read_agent_partition(
-    bootstrap: str,
-    names: list[str],
-    partition: int,
-    partitions: int,
-    agent_id: str,
-    sealer: RecordSealer,
-    *,
-    keep_at: SourcePosition | None = None,
-    total: Count | None = None,
-    advance: Count | None = None,
-) -> _Read:
-    """The agent's records of one partition of each topic of ``names`` (those with its key, and
-    those without, the markers; and the record at ``keep_at``, whoever's it is), opened, with
-    their log times; a topic never written has none. The caller bounds the time."""
-    key = agent_id.encode("utf-8")
-    kept: list[tuple[TopicPartition, int, bytes, int]] = []
-    consumer = log_reader(bootstrap)
-    await consumer.start()
-    try:
-        tps = await _agent_partitions(consumer, names, partition, partitions)
-        if not tps:
-            return _Read([], {}, 0)
-        reported = await consumer.end_offsets(tps)
-        starts = await consumer.beginning_offsets(tps)
-        expected = sum(max(0, reported[tp] - starts[tp]) for tp in tps)
-        if total is not None:
-            total(expected)
-
-        def keep(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> None:
-            if advance is not None:
-                advance(1)
-            value = record.value
-            if value is None:
-                return
-            named = keep_at is not None and (tp.topic, tp.partition, record.offset) == (
-                keep_at.topic,
-                keep_at.partition,
-                keep_at.offset,
-            )
-            if record.key is None or record.key == key or named:
-                kept.append((tp, record.offset, value, record.timestamp))
-
-        reached = await read_with(consumer, tps, keep, timeout=math.inf)
-    finally:
-        await consumer.stop()
-    opened = await sealer.open_all([value for _, _, value, _ in kept])
-    return _Read(
-        [
-            (SourcePosition(topic=tp.topic, partition=tp.partition, offset=offset), value, ms)
-            for (tp, offset, _, ms), value in zip(kept, opened, strict=True)
-        ],
-        {(tp.topic, tp.partition): end for tp, end in reached.items()},
-        expected,
-    )
-
-
-async def _agent_partitions(
-    consumer: AIOKafkaConsumer, names: list[str], partition: int, partitions: int
-) -> list[TopicPartition]:
-    existing = await consumer.topics()
-    tps = []
-    for name in names:
-        if name not in existing:
-            continue  # nothing was ever written there
-        count = len(consumer.partitions_for_topic(name) or ())
-        if count != partitions:
-            raise LogUnavailableError(
-                f"{name} has {count} partitions, not {partitions} as configured "
-                "(ENGRAM_PARTITIONS): the agent's records cannot be located"
-            )
-        tps.append(TopicPartition(name, partition))
-    return tps
-
-
 def _decoded(
-    read: _Read, decode: Callable[[bytes], Decoded]
+    read: AgentPartition, decode: Callable[[bytes], Decoded]
 ) -> list[tuple[SourcePosition, Decoded, int]]:
     out = []
     for where, value, ms in read.records:

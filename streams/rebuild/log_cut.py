@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from processors.batch_markers import MarkerIndex, logged_batches
+from processors.batch_markers import MarkerIndex, derives, logged_batches
 from processors.emission_order import causal_order
 from projections.retrieval.as_of import AsOfNotInLogError
 from schemas.memory_events import (
@@ -258,7 +258,7 @@ def _lifecycle_limit(
             "(it never counted), or a batch still being logged; give a time or a "
             f"{topics.lifecycle} position"
         )
-    first = next((m for m in markers if _derives(m.marker, position)), None)
+    first = next((m for m in markers if derives(m.marker, position)), None)
     if first is None:
         raise AsOfNotInLogError(
             f"{where} is in the log but not derived yet: the processors are behind or stopped; "
@@ -267,21 +267,12 @@ def _lifecycle_limit(
     return first.where.offset
 
 
-def _derives(marker: DerivedUpTo, position: SourcePosition) -> bool:
-    """Whether ``marker``'s batch covered the source record at ``position`` or a later one."""
-    return any(
-        (p.topic, p.partition) == (position.topic, position.partition)
-        and p.offset >= position.offset
-        for p in marker.upto
-    )
-
-
 def _before_cut(m: _Marker, point: LogPoint, limit: int | None) -> bool:
     if point.time is not None and m.logged_ms > epoch_ms(point.time):
         return False
     if limit is not None and m.where.offset > limit:
         return False
-    return point.served_before is None or not _derives(m.marker, point.served_before)
+    return point.served_before is None or not derives(m.marker, point.served_before)
 
 
 def _split(

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
-from processors.batch_markers import MarkerIndex
+from processors.batch_markers import MarkerIndex, marker_upto
 from processors.emission_order import causal_order
 from projections.interfaces import EpisodicMemoryStore, latest_positions
 from projections.versions import WriteLock
@@ -260,7 +260,7 @@ class EpisodicProjector:
                 events.extend(causal_order([w.event for w in covered]))
             await self.store.apply(events)
             events = []
-            marks = {(p.topic, p.partition): p.offset for p in marker.upto}
+            marks = marker_upto(marker)
             if marks:
                 await self.store.advance(marks)
             for key, offset in marks.items():

@@ -16,6 +16,7 @@ import pytest
 
 from projections.episodic.edge import episodic_changes
 from projections.history import LogPosition, PositionedEvent, build_timeline
+from projections.retrieval.recall_diff import memory_fates
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.envelope import Event
 from schemas.memory_events import (
@@ -82,3 +83,16 @@ def test_the_timeline_refuses_an_unknown_event_type() -> None:
     assert build_timeline(AGENT, [PositionedEvent(recorded("working"), where)]).entries
     with pytest.raises(AssertionError, match="MemoryReinforced"):
         build_timeline(AGENT, [PositionedEvent(unknown(), where)])
+
+
+def test_the_fates_of_a_recall_refuse_an_unknown_event_type() -> None:
+    """Before the point and after it: a memory written by an unhandled type would otherwise
+    read as not in the log."""
+    assert memory_fates([recorded("working")], [recorded("episodic")]) == {
+        "m-working": "held",
+        "m-episodic": "written_after",
+    }
+    with pytest.raises(AssertionError, match="MemoryReinforced"):
+        memory_fates([recorded("working"), unknown()], [])
+    with pytest.raises(AssertionError, match="MemoryReinforced"):
+        memory_fates([recorded("working")], [unknown()])

@@ -1,0 +1,137 @@
+"""Reading one agent's records off its partition: the read ``engram history`` and a recall
+share.
+
+Every record of an agent is keyed by its id, and all topics share one partition count, so the
+agent's records are on one partition number in every topic (the one
+:func:`streams.eventlog.history.partition_for` names). The whole partition is read from the
+beginning; other agents' records are passed over by their key, undecoded. Records without a
+key are kept: the batch markers are the partition's, and say which derived events count
+(:mod:`processors.batch_markers`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
+
+from projections.history import LogUnavailableError
+from schemas.codec import DecodeError
+from schemas.memory_events import SourcePosition
+from streams.eventlog.derived_log import read_with
+from streams.eventlog.kafka_clients import log_reader
+from streams.privacy.sealing import RecordSealer
+
+
+class AgentRecord(NamedTuple):
+    """One record kept from the agent's partition."""
+
+    where: SourcePosition
+    value: bytes | DecodeError | None
+    """Its bytes opened by the sealer (or why they do not open)."""
+    log_ms: int
+    """Its log time, in ms since the epoch."""
+
+
+@dataclass
+class AgentPartition:
+    """What one read of an agent's partition found."""
+
+    records: list[AgentRecord]
+    """In log order per partition."""
+    ends: dict[tuple[str, int], int]
+    """Per partition read, where reading it stopped: its end when the read began, or later."""
+    total: int
+    """Records on the partitions when the read began, every agent's: what the read costs."""
+
+
+async def read_agent_partition(
+    bootstrap: str,
+    names: Sequence[str],
+    partition: int,
+    partitions: int,
+    agent_id: str,
+    sealer: RecordSealer,
+    *,
+    keep_at: SourcePosition | None = None,
+    total: Callable[[int], None] | None = None,
+    advance: Callable[[int], None] | None = None,
+    poll_ms: int = 300,
+) -> AgentPartition:
+    """The agent's records of ``partition`` of each topic of ``names`` (those with its key,
+    those without, and the record at ``keep_at``, whoever's it is), opened; a topic never
+    written has none. ``total`` is told how many records there are to read, ``advance`` of
+    each one read.
+
+    Raises :class:`LogUnavailableError` when the broker cannot be read or a topic does not
+    have ``partitions`` partitions (the agent's records would then be looked for on the wrong
+    partition). The caller bounds the time.
+    """
+    key = agent_id.encode("utf-8")
+    named = None if keep_at is None else (keep_at.topic, keep_at.partition, keep_at.offset)
+    kept: list[tuple[TopicPartition, int, bytes, int]] = []
+
+    def keep(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> None:
+        if advance is not None:
+            advance(1)
+        value = record.value
+        if value is None:
+            return
+        if (
+            record.key is None
+            or record.key == key
+            or (tp.topic, tp.partition, record.offset) == named
+        ):
+            kept.append((tp, record.offset, value, record.timestamp))
+
+    consumer = log_reader(bootstrap)
+    try:
+        try:
+            await consumer.start()
+            tps = await _agent_partitions(consumer, names, partition, partitions)
+            if not tps:
+                return AgentPartition([], {}, 0)
+            reported = await consumer.end_offsets(tps)
+            starts = await consumer.beginning_offsets(tps)
+            expected = sum(max(0, reported[tp] - starts[tp]) for tp in tps)
+            if total is not None:
+                total(expected)
+            # No deadline of its own: the caller's ``asyncio.timeout`` bounds the read.
+            reached = await read_with(consumer, tps, keep, timeout=math.inf, poll_ms=poll_ms)
+        finally:
+            await consumer.stop()
+        opened = await sealer.open_all([value for _, _, value, _ in kept])
+    except KafkaError as exc:
+        raise LogUnavailableError(f"cannot read the event log at {bootstrap}: {exc}") from exc
+    return AgentPartition(
+        [
+            AgentRecord(
+                SourcePosition(topic=tp.topic, partition=tp.partition, offset=offset), value, ms
+            )
+            for (tp, offset, _, ms), value in zip(kept, opened, strict=True)
+        ],
+        {(tp.topic, tp.partition): end for tp, end in reached.items()},
+        expected,
+    )
+
+
+async def _agent_partitions(
+    consumer: AIOKafkaConsumer, names: Sequence[str], partition: int, partitions: int
+) -> list[TopicPartition]:
+    existing = await consumer.topics()
+    tps = []
+    for name in names:
+        if name not in existing:
+            continue  # nothing was ever written there: no records, not an error
+        count = len(consumer.partitions_for_topic(name) or ())
+        if count != partitions:
+            raise LogUnavailableError(
+                f"{name} has {count} partitions, not {partitions} as configured "
+                "(ENGRAM_PARTITIONS): the agent's records cannot be located"
+            )
+        tps.append(TopicPartition(name, partition))
+    return tps
