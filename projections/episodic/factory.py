@@ -4,14 +4,19 @@ a path means Qdrant Edge in-process (the embedded default)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from pathlib import Path
 
-from projections.episodic.edge import EdgeEpisodicMemory
-from projections.episodic.qdrant_server import QdrantServerEpisodicMemory, drop_collection
-from projections.interfaces import EpisodicMemoryStore
+from projections.episodic.edge import SHARD_DIR, EdgeEpisodicMemory
+from projections.episodic.qdrant_server import (
+    QdrantServerEpisodicMemory,
+    drop_collection,
+    stored_dim,
+)
+from projections.interfaces import EpisodicMemoryStore, ProjectionError
 
-__all__ = ["drop_episodic_store", "open_episodic_store"]
+__all__ = ["drop_episodic_store", "open_episodic_store", "stored_episodic_dim"]
 
 
 async def open_episodic_store(
@@ -39,6 +44,40 @@ async def open_episodic_store(
         "no episodic store configured: give a Qdrant server URL (cluster) or a directory for "
         "the embedded Qdrant Edge store"
     )
+
+
+async def stored_episodic_dim(
+    *,
+    qdrant_url: str | None,
+    qdrant_path: Path | None,
+    collection: str,
+    api_key: str | None = None,
+) -> int | None:
+    """The vector size the episodic store ``collection`` holds; None if it was never made.
+
+    A projection version built by a reprocess holds its own embedder's vectors, whatever the
+    embedder configured now: what opens it without embedding anything opens it with this size.
+    """
+    if qdrant_url:
+        return await stored_dim(qdrant_url, collection, api_key=api_key)
+    if qdrant_path is not None:
+        return await asyncio.to_thread(_edge_dim, qdrant_path / collection)
+    raise ValueError("no episodic store configured")
+
+
+def _edge_dim(path: Path) -> int | None:
+    """Read from the shard's ``edge_config.json``: Edge offers no call that returns a shard's
+    vector configuration, and loading it with another size fails."""
+    try:
+        config = json.loads((path / SHARD_DIR / "edge_config.json").read_bytes())
+        size = config["vectors"][""]["size"]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ProjectionError(f"Qdrant Edge: the shard at {path} has no readable config") from exc
+    if not isinstance(size, int):
+        raise ProjectionError(f"Qdrant Edge: the shard at {path} names no vector size")
+    return size
 
 
 async def drop_episodic_store(

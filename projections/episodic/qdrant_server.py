@@ -517,6 +517,27 @@ class QdrantServerEpisodicMemory:
             raise ProjectionError(f"Qdrant at {self._where}: the store is closed")
 
 
+async def stored_dim(
+    location: str | Path, collection: str, *, api_key: str | None = None
+) -> int | None:
+    """The size of the dense vectors of ``collection``; None if it does not exist. A version
+    made by a reprocess may hold another embedder's."""
+    client, _ = _client_for(location, api_key, 10)
+    try:
+        with _client_errors(str(location), f"reading collection {collection}"):
+            if not await client.collection_exists(collection):
+                return None
+            info = await client.get_collection(collection)
+    finally:
+        await client.close()
+    vectors = info.config.params.vectors
+    if not isinstance(vectors, models.VectorParams):
+        raise ProjectionError(
+            f"Qdrant at {location}: collection {collection} holds {vectors}, not one dense vector"
+        )
+    return vectors.size
+
+
 async def drop_collection(
     location: str | Path, collection: str, *, api_key: str | None = None
 ) -> None:

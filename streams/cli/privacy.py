@@ -15,7 +15,6 @@ from streams.cli.version_stores import VersionStores, version_stores
 from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
-    from projections.versions import OpenStores, ProjectionStores, ProjectionVersion
     from streams.privacy.forgetting import ForgetReport
 
 commands = typer.Typer()
@@ -80,7 +79,7 @@ async def _forget(
             open_working=lambda v: deferred.redis_store.RedisWorkingMemory.from_url(
                 stores.redis_url, v.redis_namespace
             ),
-            open_inactive=_inactive_opener(stores),
+            open_inactive=stores.open_existing,
             reason=reason,
             timeout=timeout,
         )
@@ -97,22 +96,6 @@ async def _forget(
         await stores.versions.close()
         if keyring is not None:
             await keyring.close()
-
-
-def _inactive_opener(stores: VersionStores) -> OpenStores:
-    """Opens an inactive version's stores, without making an episodic store it never had."""
-
-    async def open_inactive(version: ProjectionVersion) -> ProjectionStores:
-        edge_dir = await stores.edge_dir()
-        if edge_dir is not None and not (edge_dir / version.qdrant_collection).exists():
-            # Never used here: opening it would make an empty shard of ~143 MB.
-            working = deferred.redis_store.RedisWorkingMemory.from_url(
-                stores.redis_url, version.redis_namespace
-            )
-            return working, None
-        return await stores.open_stores(version)
-
-    return open_inactive
 
 
 def _print_report(agent_id: str, report: ForgetReport, *, as_json: bool) -> None:

@@ -31,11 +31,14 @@ class VersionStores:
     redis_url: str
     versions: ProjectionVersions
     open_stores: OpenStores
+    """Open a version's stores to build or serve it: with the configured embedder's vector size
+    (another size in an existing episodic store fails)."""
+    open_existing: OpenStores
+    """Open a version's stores as they are, to change them without embedding (erase an agent):
+    its episodic store with the vector size it holds, which a reprocess with another embedder
+    made its own, and none if it was never made (an empty Edge shard costs ~143 MB)."""
     drop: Callable[[ProjectionVersion], Awaitable[None]]
     """Delete a version's Redis keys and Qdrant collection, and forget it."""
-    edge_dir: Callable[[], Awaitable[Path | None]]
-    """Where the versions' Qdrant Edge shards are (None: on a Qdrant server): where the
-    process holding them recorded (:mod:`projections.episodic.edge_location`)."""
 
 
 def version_stores(settings: EngramSettings) -> VersionStores:
@@ -52,6 +55,8 @@ def version_stores(settings: EngramSettings) -> VersionStores:
     located: list[Path] = []
 
     async def edge_dir() -> Path | None:
+        """Where the versions' Qdrant Edge shards are (None: on a Qdrant server): where the
+        process holding them recorded (:mod:`projections.episodic.edge_location`)."""
         if settings.qdrant_url:
             return None
         if not located:
@@ -76,6 +81,26 @@ def version_stores(settings: EngramSettings) -> VersionStores:
         )
         return working, episodic
 
+    async def open_existing(version: ProjectionVersion) -> ProjectionStores:
+        factory = deferred.episodic_factory
+        qdrant_path, collection = await edge_dir(), version.qdrant_collection
+        stored = await factory.stored_episodic_dim(
+            qdrant_url=settings.qdrant_url,
+            qdrant_path=qdrant_path,
+            collection=collection,
+            api_key=api_key,
+        )
+        if stored is None:
+            return working_of(version), None
+        episodic = await factory.open_episodic_store(
+            qdrant_url=settings.qdrant_url,
+            qdrant_path=qdrant_path,
+            collection=collection,
+            dim=stored,
+            api_key=api_key,
+        )
+        return working_of(version), episodic
+
     async def drop(version: ProjectionVersion) -> None:
         working = working_of(version)
         try:
@@ -91,4 +116,4 @@ def version_stores(settings: EngramSettings) -> VersionStores:
         if version.name is not None:
             await versions.forget(version.name)
 
-    return VersionStores(bootstrap, redis_url, versions, open_stores, drop, edge_dir)
+    return VersionStores(bootstrap, redis_url, versions, open_stores, open_existing, drop)

@@ -27,8 +27,9 @@ from processors.config import ProcessingConfig, load_processing_config
 from processors.embedding import HashingEmbedder
 from processors.lexical import query_vector
 from processors.recording import AgentMemoryState, record
+from projections.episodic import qdrant_server
 from projections.episodic.edge import POSITIONS_FILE, SHARD_DIR, EdgeEpisodicMemory
-from projections.episodic.factory import open_episodic_store
+from projections.episodic.factory import open_episodic_store, stored_episodic_dim
 from projections.episodic.hybrid import fuse
 from projections.episodic.qdrant_server import QdrantServerEpisodicMemory
 from projections.interfaces import EpisodicMemoryStore, ProjectionError
@@ -681,6 +682,25 @@ async def test_client_store_refuses_a_collection_of_another_dimension(tmp_path: 
         await reopened.close()
     with pytest.raises(ValueError, match="neither"):
         await QdrantServerEpisodicMemory.open("qdrant:6333", dim=EMBEDDING_DIM)
+
+
+async def test_a_store_tells_the_vector_size_it_holds(tmp_path: Path) -> None:
+    """What opens a version built by another embedder asks it its size; none before it exists."""
+    assert await stored_episodic_dim(qdrant_url=None, qdrant_path=tmp_path, collection="e") is None
+    edge = await open_episodic_store(qdrant_url=None, qdrant_path=tmp_path, collection="e", dim=16)
+    await edge.close()
+    try:
+        assert (
+            await stored_episodic_dim(qdrant_url=None, qdrant_path=tmp_path, collection="e") == 16
+        )
+    finally:
+        shutil.rmtree(tmp_path / "e", ignore_errors=True)
+
+    local = tmp_path / "local"
+    assert await qdrant_server.stored_dim(local, "e") is None
+    client = await QdrantServerEpisodicMemory.open(local, dim=16, collection="e")
+    await client.close()
+    assert await qdrant_server.stored_dim(local, "e") == 16
 
 
 # Hybrid search and filters ---------------------------------------------------------------------

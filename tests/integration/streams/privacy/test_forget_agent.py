@@ -181,3 +181,50 @@ async def test_forget_agent_explains_bad_input_and_a_missing_worker(
     assert waiting.exit_code == 1, waiting.output
     assert f"{prefix}memory.schedule" in waiting.output
     assert "no worker completed it" in waiting.output
+
+
+async def test_forget_agent_erases_a_version_reprocessed_with_another_embedder(
+    kafka_bootstrap: str, redis_server_url: str, tmp_path: Path
+) -> None:
+    """An inactive version holds its own embedder's vectors (64 here, 384 live): the erasure
+    opens it with that size, whatever the embedder configured now."""
+    prefix = f"forgetdim{uuid.uuid4().hex[:8]}."
+    settings = isolated_settings(prefix, tmp_path / "live", schedule_interval=0)
+    topics = Topics(prefix)
+    env = cli_env(settings, kafka_bootstrap, redis_server_url)
+    node = await Node(settings, Endpoints(kafka_bootstrap, redis_server_url)).start()
+    try:
+        assert node.pipeline is not None
+        assert node.episodic is not None
+        async with AsyncPublisher(kafka_bootstrap, topics=topics, keyring=node.keyring) as pub:
+            await node.pipeline.stats.wait_for(await pub.publish_many(events()))
+        reprocessed = await invoke(["reprocess"], {**env, "ENGRAM_EMBEDDER": "hashing-64"})
+        assert reprocessed.exit_code == 0, reprocessed.output
+
+        v1_edge = settings.edge_path() / f"{settings.qdrant_collection}_v1"
+        v1_working = RedisWorkingMemory.from_url(redis_server_url, f"{settings.redis_namespace}.v1")
+        v1_episodic = EdgeEpisodicMemory.open(v1_edge, 64)
+        try:
+            assert await memories(v1_working, v1_episodic, FORGOTTEN_AGENT)
+            v1_kept = await memories(v1_working, v1_episodic, KEPT_AGENT)
+            assert v1_kept
+        finally:
+            await v1_episodic.close()
+
+        result = await invoke(["forget-agent", FORGOTTEN_AGENT, "--yes", "--json"], env)
+        assert result.exit_code == 0, result.output
+        report = orjson.loads(result.stdout)
+        assert report["active_version_erased"] is True
+        assert report["other_versions_erased"] == ["v1"]
+
+        assert await memories(node.working, node.episodic, FORGOTTEN_AGENT) == []
+        assert await memories(node.working, node.episodic, KEPT_AGENT)
+        v1_episodic = EdgeEpisodicMemory.open(v1_edge, 64)
+        try:
+            assert await memories(v1_working, v1_episodic, FORGOTTEN_AGENT) == []
+            assert await memories(v1_working, v1_episodic, KEPT_AGENT) == v1_kept
+        finally:
+            await v1_episodic.close()
+            await v1_working.close()
+    finally:
+        await node.stop()
