@@ -494,3 +494,9 @@ class Node:
         if self.keyring is not None:
             with contextlib.suppress(Exception):
                 await self.keyring.close()
+
+    async def __aenter__(self) -> Node:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()

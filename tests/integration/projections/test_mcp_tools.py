@@ -59,13 +59,9 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def node(
     kafka_bootstrap: str, redis_server_url: str, prefix: str, data_dir: Path
 ) -> AsyncIterator[Node]:
-    node = await Node(
-        isolated_settings(prefix, data_dir), Endpoints(kafka_bootstrap, redis_server_url)
-    ).start()
-    try:
+    settings = isolated_settings(prefix, data_dir)
+    async with Node(settings, Endpoints(kafka_bootstrap, redis_server_url)) as node:
         yield node
-    finally:
-        await node.stop()
 
 
 @pytest.fixture

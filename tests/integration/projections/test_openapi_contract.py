@@ -79,13 +79,9 @@ async def node(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[Node]:
     data_dir: Path = tmp_path_factory.mktemp("engram")
-    node = await Node(
-        isolated_settings(prefix, data_dir), Endpoints(kafka_bootstrap, redis_server_url)
-    ).start()
-    try:
+    settings = isolated_settings(prefix, data_dir)
+    async with Node(settings, Endpoints(kafka_bootstrap, redis_server_url)) as node:
         yield node
-    finally:
-        await node.stop()
 
 
 @pytest.fixture(scope="module")

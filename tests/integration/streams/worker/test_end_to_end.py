@@ -46,11 +46,8 @@ async def node(
 ) -> AsyncIterator[Node]:
     data_dir: Path = tmp_path_factory.mktemp("engram")
     settings = isolated_settings(prefix, data_dir)
-    node = await Node(settings, Endpoints(kafka_bootstrap, redis_server_url)).start()
-    try:
+    async with Node(settings, Endpoints(kafka_bootstrap, redis_server_url)) as node:
         yield node
-    finally:
-        await node.stop()
 
 
 @pytest.fixture(scope="module")
