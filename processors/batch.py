@@ -9,10 +9,11 @@ decoded becomes a :class:`DeadLetter` with the reason; the records around it are
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal, Protocol, assert_never
 
+from processors.batch_embedding import PreparedEmbedder
 from processors.lifecycle import Deriving, on_agent_event, on_retrieval, on_tick
 from processors.recording import AgentMemoryState
 from schemas.agent_events import AgentEvent, Decision, Feedback, Observation
@@ -116,6 +117,30 @@ def _decode(
             assert_never(raw.kind)
 
 
+def _decode_agent_events(
+    records: Sequence[RawRecord], opener: RecordOpener
+) -> dict[int, AgentEvent | DecodeError]:
+    """The batch's agent events decoded ahead (by index), so their texts are embedded in one
+    call (:mod:`processors.batch_embedding`) before the rules run one event at a time."""
+    early: dict[int, AgentEvent | DecodeError] = {}
+    for index, raw in enumerate(records):
+        if raw.kind != "agent":
+            continue
+        try:
+            event = _decode(raw, opener)
+        except DecodeError as exc:
+            early[index] = exc
+            continue
+        assert isinstance(event, Observation | Decision | Feedback)
+        early[index] = event
+    return early
+
+
+def _prepared(ctx: Deriving) -> PreparedEmbedder:
+    embedder = ctx.embedder
+    return embedder if isinstance(embedder, PreparedEmbedder) else PreparedEmbedder(embedder)
+
+
 def agent_forgotten(command: ForgetAgent, position: SourcePosition) -> AgentForgotten:
     """What a forget command derives: deterministic, so a redelivered command logs the same."""
     return AgentForgotten(
@@ -158,11 +183,21 @@ def process_batch(
 ) -> BatchResult:
     """Derive from a batch in record order. ``agents_of_partition`` names the agents a tick
     of that partition concerns, besides those this batch already touched."""
-    batch = _Batch(load_state, ctx, agents_of_partition, opener or PlainRecords())
-    for raw in records:
+    opener = opener or PlainRecords()
+    early = _decode_agent_events(records, opener)
+    prepared = _prepared(ctx)
+    prepared.prepare(
+        event.content for event in early.values() if not isinstance(event, DecodeError)
+    )
+    batch = _Batch(load_state, replace(ctx, embedder=prepared), agents_of_partition, opener)
+    for index, raw in enumerate(records):
         position = SourcePosition(topic=raw.topic, partition=raw.partition, offset=raw.offset)
+        # What a forget command earlier in the batch forgot must not decode: decode again.
+        decoded = early.get(index) if not batch.result.forgotten_agents else None
         try:
-            event = _decode(raw, batch.opener)
+            if isinstance(decoded, DecodeError):
+                raise decoded
+            event = decoded or _decode(raw, batch.opener)
         except DecodeError as exc:
             batch.refuse(raw, exc, failed_at)
             continue

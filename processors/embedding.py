@@ -11,7 +11,8 @@ from __future__ import annotations
 import itertools
 import re
 import zlib
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -87,6 +88,16 @@ class Embedder(Protocol):
         ...
 
 
+@runtime_checkable
+class EmbedsMany(Protocol):
+    """An embedder that does a batch in one call: a model pays its per-call cost once per
+    batch, and the hashing embedder's numpy work is done once for all rows."""
+
+    def embed_many(self, texts: Sequence[str]) -> np.ndarray:
+        """One float32 row per text, in order, each equal to ``embed`` of that text."""
+        ...
+
+
 def keywords(text: str) -> list[str]:
     """Lowercased word tokens without stopwords (shared with keyword-overlap relevance)."""
     return [t for t in TOKEN.findall(text.lower()) if t not in STOPWORDS]
@@ -123,13 +134,21 @@ class HashingEmbedder:
     def dim(self) -> int:
         return self._dim
 
+    def _hashes_of(self, features: list[str]) -> list[int]:
+        cache = self._hashes
+        found = list(map(cache.get, features))
+        if None not in found:
+            return found  # type: ignore[return-value]
+        return [self._hash(f) if h is None else h for f, h in zip(features, found, strict=True)]
+
     def embed(self, text: str) -> np.ndarray:
+        """One text without the batch's bookkeeping (queries, summaries): the same row as
+        ``embed_many`` gives it, which the tests hold it to."""
         tokens = keywords(text)
-        features = tokens + [f"{a} {b}" for a, b in itertools.pairwise(tokens)]
+        features = tokens + list(map(" ".join, itertools.pairwise(tokens)))
         if not features:
             return np.zeros(self._dim, dtype=np.float32)
-        lookup = self._hash
-        hashes = np.fromiter(map(lookup, features), dtype=np.uint64, count=len(features))
+        hashes = np.fromiter(self._hashes_of(features), dtype=np.uint64, count=len(features))
         weights = np.where((hashes >> np.uint64(31)) & np.uint64(1), 1.0, -1.0)
         weights[len(tokens) :] *= 0.5
         vector: np.ndarray = np.bincount(
@@ -139,6 +158,35 @@ class HashingEmbedder:
         if norm > 0.0:
             vector = vector / norm
         return vector.astype(np.float32)
+
+    def embed_many(self, texts: Sequence[str]) -> np.ndarray:
+        """All rows in one pass of numpy: per text, the bins of its features are summed (words
+        weigh 1, bigrams 0.5, the sign from bit 31 of the hash) and the row L2-normalised.
+        Features are summed in the same order whatever the batch, so a text's row does not
+        depend on the batch it came in."""
+        dim, n = self._dim, len(texts)
+        features: list[str] = []
+        counts: list[int] = []
+        for text in texts:
+            tokens = keywords(text)
+            features += tokens
+            grams = list(map(" ".join, itertools.pairwise(tokens)))
+            features += grams
+            counts.append(len(tokens))
+            counts.append(len(grams))
+        if not features:
+            return np.zeros((n, dim), dtype=np.float32)
+        h = np.fromiter(self._hashes_of(features), dtype=np.uint64, count=len(features))
+        spans = np.asarray(counts, dtype=np.intp)
+        weights = np.where((h >> np.uint64(31)) & np.uint64(1), 1.0, -1.0)
+        weights *= np.repeat(np.tile([1.0, 0.5], n), spans)
+        rows = np.repeat(np.arange(n, dtype=np.intp), spans[0::2] + spans[1::2])
+        cells = rows * dim + (h % np.uint64(dim)).astype(np.intp)
+        matrix = np.bincount(cells, weights=weights, minlength=n * dim).reshape(n, dim)
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        matrix = np.divide(matrix, norms, out=matrix, where=norms > 0.0)
+        rows_f32: np.ndarray = matrix.astype(np.float32)
+        return rows_f32
 
 
 def embedder_from_name(name: str) -> Embedder:

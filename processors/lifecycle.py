@@ -296,7 +296,7 @@ def consolidate(
             episodic, EpisodicEntry(entry.importance, entry.seq, copy.memory_id), ctx.config
         )
         out.extend(capacity_forgetting(m, "episodic", copy, ctx.config_version) for m in evicted)
-    working = tuple(replace(w, considered=True) for w in state.working)
+    working = tuple(w if w.considered else replace(w, considered=True) for w in state.working)
     out.append(
         ConsolidationCompleted(
             event_id=derived_event_id(trigger.event_id, f"consolidated:{agent_id}"),

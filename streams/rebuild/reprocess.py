@@ -68,6 +68,7 @@ from streams.eventlog.derived_log import read_markers, read_to_end
 from streams.eventlog.kafka_clients import group_offsets_client, log_reader, record_producer
 from streams.eventlog.topic_admin import ensure_topics
 from streams.privacy.sealing import RecordSealer
+from streams.worker.batch_send import aiokafka_batch_sender
 from streams.worker.pipeline import IngestPipeline
 
 log = logging.getLogger("engram.reprocess")
@@ -320,6 +321,7 @@ class Reprocess:
                 working=working,
                 episodic=episodic,
                 send=send,
+                send_batch=aiokafka_batch_sender(lambda: producer),
                 summariser=self.summariser,
                 # A batch job: a store that is down ends the run instead of retrying forever.
                 should_stop=lambda: True,

@@ -28,6 +28,7 @@ from schemas.memory_events import DerivedEvent
 from schemas.topics import Topics
 from streams.eventlog.derived_log import recover_state
 from streams.settings import EngramSettings
+from streams.worker.batch_send import aiokafka_batch_sender
 from streams.worker.faust_tuning import TunedFaustApp
 from streams.worker.pipeline import IngestPipeline, SendFn
 from streams.worker.scheduler import publish_ticks, ticks_for
@@ -69,7 +70,12 @@ def create_processor_app(
         async def recover(partitions: set[int]) -> tuple[FoldedState, list[DerivedEvent]]:
             return await recover_state(bootstrap, topics, partitions, pipeline.sealer)
 
-        pipeline = make_pipeline(send=send, recover=recover, should_stop=lambda: app.should_stop)
+        pipeline = make_pipeline(
+            send=send,
+            send_batch=aiokafka_batch_sender(_producer_of(app)),
+            recover=recover,
+            should_stop=lambda: app.should_stop,
+        )
         holder["pipeline"] = pipeline
         return pipeline
 
@@ -169,6 +175,13 @@ def _sender(app: faust.App) -> SendFn:
         )
 
     return send
+
+
+def _producer_of(app: faust.App) -> Callable[[], Any]:
+    """The aiokafka producer under Faust's (its driver's ``_ensure_producer``: Faust has no
+    public call for whole record batches). Faust flushes that same producer before it commits
+    offsets, so batches queued there keep the commit order of single sends."""
+    return lambda: app.producer._ensure_producer()  # type: ignore[attr-defined]
 
 
 def _add_schedule_timer(

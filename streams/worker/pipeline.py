@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from processors.batch import BatchResult, RawRecord
 from processors.batch_markers import opening_markers
@@ -53,6 +53,7 @@ from schemas.topics import Topics
 from streams.eventlog.publisher import Position
 from streams.privacy.keyring import KeyringError
 from streams.privacy.sealing import RecordSealer
+from streams.worker.batch_send import BatchSendFn
 
 log = logging.getLogger("engram.ingest")
 
@@ -67,6 +68,17 @@ class SendFn(Protocol):
 
 
 Recover = Callable[[set[int]], Awaitable[tuple[FoldedState, list[DerivedEvent]]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """Records handed to the producer: ``indexes`` are their places in what was sent, and
+    ``delivery`` completes with a list of where each landed (``batched``) or with the
+    metadata of the one record."""
+
+    indexes: list[int]
+    delivery: Awaitable[Any]
+    batched: bool
 
 
 class DeliveryError(BackendUnavailableError):
@@ -116,6 +128,9 @@ class IngestPipeline:
     episodic: EpisodicMemoryStore | None
     """None when an episodic projector applies the log instead (Qdrant Edge in another process)."""
     send: SendFn
+    send_batch: BatchSendFn | None = None
+    """Whole record batches per partition (the Faust shell gives the producer's); None sends
+    record by record through ``send``."""
     summariser: Summariser = field(default_factory=ExtractiveSummariser)
     recover: Recover | None = None
     """Reads the derived log of partitions back; None for a pipeline that starts empty."""
@@ -225,9 +240,11 @@ class IngestPipeline:
     async def _log_markers(self, markers: Sequence[DerivedUpTo]) -> None:
         """Send markers to their partition of ``memory.lifecycle`` and wait until logged."""
         lifecycle = self.topics.lifecycle
-        await self._await_deliveries(
-            [await self.send(lifecycle, None, encode_event(m), m.partition) for m in markers]
-        )
+        sent = [
+            Sent([i], await self.send(lifecycle, None, encode_event(m), m.partition), False)
+            for i, m in enumerate(markers)
+        ]
+        await self._await_deliveries(sent, len(sent))
 
     def derive(self, records: Sequence[RawRecord]) -> DerivedBatch:
         return derive_batch(
@@ -255,8 +272,8 @@ class IngestPipeline:
         else:
             batch = self.derive(records)
         result = batch.result
-        deliveries = await self._send(result.derived)
-        for letter in result.dead_letters:
+        sent = await self._send(result.derived)
+        for n, letter in enumerate(result.dead_letters):
             log.warning(
                 "dead letter",
                 extra={
@@ -267,14 +284,15 @@ class IngestPipeline:
                 },
             )
             key = base64.b64decode(letter.key_b64) if letter.key_b64 else None
-            deliveries.append(
-                await self.send(self.topics.deadletter, key, encode_event(letter), None)
-            )
+            delivery = await self.send(self.topics.deadletter, key, encode_event(letter), None)
+            sent.append(Sent([len(result.derived) + n], delivery, False))
         # The log is the truth: the batch is done only once the broker has every derived record,
         # and readers count it only once its markers follow them. Only then do the projections
         # apply it: a batch cut short is derived again, maybe otherwise (a redelivery may cut
         # the batch elsewhere), and they must not hold the first try.
-        delivered = await self._await_deliveries(deliveries)
+        delivered = await self._await_deliveries(
+            sent, len(result.derived) + len(result.dead_letters)
+        )
         await self._log_markers(batch.markers(delivered, datetime.now(UTC)))
         await self.apply(result.derived)
         await self.advance_past(records, result.derived)
@@ -320,36 +338,56 @@ class IngestPipeline:
             self.sealer.forget(agent, key_ids)
         self.stats.forgotten_records += result.forgotten_records
 
-    async def _send(self, events: Sequence[DerivedEvent]) -> list[Any]:
-        """Hand derived events to the producer, each to its source's partition number."""
-        send, topics, sealer = self.send, self.topics, self.sealer
+    async def _send(self, events: Sequence[DerivedEvent]) -> list[Sent]:
+        """Hand derived events to the producer, each to its source's partition number: a
+        partition's events as whole record batches when the shell can (``send_batch``)."""
+        topics, sealer = self.topics, self.sealer
         agents = {e.agent_id for e in events if not isinstance(e, AgentForgotten)}
         await self._with_keyring(sealer.prepare_seal, agents)
-        deliveries: list[Any] = []
-        # Sequential awaits: each only enqueues, and no Task is made per record.
-        for event in events:
+        groups: dict[tuple[str, int | None], list[int]] = {}
+        records: list[tuple[bytes, bytes]] = []
+        for index, event in enumerate(events):
             position = event.source_position
-            delivery = await send(
-                topics.derived_topic(event),
-                event.agent_id.encode("utf-8"),
-                # What erases an agent must stay readable once its keys are gone.
-                encode_event(event)
-                if isinstance(event, AgentForgotten)
-                else sealer.seal(event.agent_id, encode_event(event)),
-                position.partition if position is not None else None,
+            partition = position.partition if position is not None else None
+            groups.setdefault((topics.derived_topic(event), partition), []).append(index)
+            records.append(
+                (
+                    event.agent_id.encode("utf-8"),
+                    # What erases an agent must stay readable once its keys are gone.
+                    encode_event(event)
+                    if isinstance(event, AgentForgotten)
+                    else sealer.seal(event.agent_id, encode_event(event)),
+                )
             )
-            deliveries.append(delivery)
-        return deliveries
+        sent: list[Sent] = []
+        for (topic, partition), indexes in groups.items():
+            if partition is not None and self.send_batch is not None:
+                batch = [records[i] for i in indexes]
+                sent.append(Sent(indexes, await self.send_batch(topic, partition, batch), True))
+                continue
+            # Sequential awaits: each only enqueues, and no Task is made per record.
+            for i in indexes:
+                key, value = records[i]
+                sent.append(Sent([i], await self.send(topic, key, value, partition), False))
+        return sent
 
     @staticmethod
-    async def _await_deliveries(deliveries: Sequence[Any]) -> list[Any]:
-        """The producer's metadata of every record; raise unless the broker took them all (a
-        producer flush never raises, so a failed delivery would otherwise go unnoticed)."""
-        results = await asyncio.gather(*deliveries, return_exceptions=True)
+    async def _await_deliveries(sent: Sequence[Sent], count: int) -> list[Any]:
+        """The producer's metadata of each of ``count`` records; raise unless the broker took
+        them all (a producer flush never raises, so a failed delivery would otherwise go
+        unnoticed)."""
+        results = await asyncio.gather(*(s.delivery for s in sent), return_exceptions=True)
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
             raise DeliveryError(f"{len(failed)} derived records were not delivered: {failed[0]!r}")
-        return results
+        landed: list[Any] = [None] * count
+        for s, result in zip(sent, cast(list[Any], results), strict=True):
+            if s.batched:
+                for index, metadata in zip(s.indexes, result, strict=True):
+                    landed[index] = metadata
+            else:
+                landed[s.indexes[0]] = result
+        return landed
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
         """Apply to both projections; retry while a backend is down instead of losing the batch."""

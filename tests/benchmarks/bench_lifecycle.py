@@ -47,7 +47,8 @@ async def main(events: int, agents: int, rate: float, seconds: float) -> None:
     endpoints = stack.start()
     try:
         for name, overrides in CONFIGS.items():
-            rates[name] = await engram_rate(stack, endpoints, events, agents, 1, **overrides)
+            measured = await engram_rate(stack, endpoints, events, agents, 1, **overrides)
+            rates[name] = measured.per_second
             print(f"ingest, {name}: {rates[name]:,.0f} events/s", flush=True)
     finally:
         stack.stop()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 from hypothesis import given
@@ -73,9 +75,39 @@ def test_decision_round_trip_is_lossless(
     assert decode_agent_event(encode_event(event)) == event
 
 
+@given(
+    skill=st.from_regex(r"[a-z_]{1,20}", fullmatch=True),
+    content=texts,
+    at=times,
+    params=st.dictionaries(st.text(max_size=5), st.floats() | st.text(max_size=5), max_size=3),
+)
+def test_encoding_is_orjson_of_the_json_dump(
+    skill: str, content: str, at: datetime, params: dict[str, object]
+) -> None:
+    event = Decision(agent_id="A", skill=skill, content=content, occurred_at=at, parameters=params)  # type: ignore[arg-type]
+    assert encode_event(event) == orjson.dumps(event.model_dump(mode="json"))
+
+
+@given(vector=st.lists(st.floats(-1, 1, width=16), min_size=1, max_size=64))
+def test_vectors_travel_exactly_as_float16(vector: list[float]) -> None:
+    encoded = encode_vector(vector)
+    assert encoded.startswith("f16:")
+    assert decode_vector(encoded).tolist() == vector
+
+
 @given(vector=st.lists(st.floats(-1, 1, width=32), min_size=1, max_size=64))
-def test_vectors_travel_exactly_as_float32(vector: list[float]) -> None:
-    assert decode_vector(encode_vector(vector)).tolist() == vector
+def test_unit_range_vectors_lose_at_most_half_precision(vector: list[float]) -> None:
+    decoded = decode_vector(encode_vector(vector))
+    assert decoded.dtype == np.float32
+    # float16: 11 significant bits; below its smallest normal (6.1e-5) the step is 6e-8.
+    for got, sent in zip(decoded.tolist(), vector, strict=True):
+        assert abs(got - sent) <= max(abs(sent) * 2.0**-11, 2.0**-24)
+
+
+@given(vector=st.lists(st.floats(-1, 1, width=32), min_size=1, max_size=64))
+def test_float32_embeddings_of_older_logs_still_decode_exactly(vector: list[float]) -> None:
+    older = base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+    assert decode_vector(older).tolist() == vector
 
 
 def test_memory_recorded_round_trip() -> None:
