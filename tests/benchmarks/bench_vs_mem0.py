@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -162,6 +163,8 @@ def mem0_rate(python: Path, events: int, agents: int) -> Mem0Result:
         )
     except subprocess.TimeoutExpired:
         raise BenchmarkError(f"the mem0 run did not finish in {timeout:.0f} s") from None
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     if done.returncode != 0:
         raise BenchmarkError(f"the mem0 run failed:\n{done.stderr[-3000:]}")
     result = parse_child_report(done.stdout)
