@@ -36,6 +36,8 @@ from projections.retrieval.models import (
     RetrievalResponse,
     WaitTimedOut,
 )
+from projections.service.auth import ApiKeys
+from projections.service.http_auth import route_guard
 from projections.service.openapi import document_with_topics
 from schemas.envelope import AgentId
 from schemas.memory_events import MemoryRetrieved, RetrievedItem
@@ -143,6 +145,7 @@ def create_app(
     recall: LogRecall | None = None,
     title: str = "Engram query service",
     version: str | None = None,
+    api_keys: ApiKeys | None = None,
 ) -> FastAPI:
     """The query service over ``engine``. ``readiness`` defaults to pinging the engine's
     stores; a check that fails, or does not answer within ``readiness_timeout_s``, makes
@@ -153,6 +156,9 @@ def create_app(
     retrieval is answered anyway. ``history`` reads an agent's history from the log; without
     it the history route answers 503. ``recall`` answers retrievals with ``as_of``; without
     it they answer 503.
+
+    ``api_keys``: every route but the probes needs a key with the ``read`` scope for the
+    agent of its path (401 without a known key, 403 otherwise); None: no authentication.
     """
     app = FastAPI(title=title, version=version or _package_version(), description=DESCRIPTION)
     app.openapi = document_with_topics(  # type: ignore[method-assign]
@@ -161,12 +167,35 @@ def create_app(
     audit = RetrievalAudit()
     app.state.retrieval_audit = audit
     _add_error_handlers(app)
+    guard = Guarded(api_keys)
     _add_retrieval_route(
-        app, engine, _recorder(on_retrieval, on_retrieval_timeout_s, audit), recall
+        app, engine, _recorder(on_retrieval, on_retrieval_timeout_s, audit), recall, guard
     )
-    _add_history_route(app, history)
+    _add_history_route(app, history, guard)
     _add_probe_routes(app, readiness or engine.readiness, readiness_timeout_s)
     return app
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """What a route adds for authentication: its dependency and its documented refusals
+    (nothing at all without keys)."""
+
+    keys: ApiKeys | None
+
+    def dependencies(self, scope: Literal["read", "publish", "admin"]) -> list[Any]:
+        return [] if self.keys is None else [route_guard(self.keys, scope)]
+
+    def responses(self) -> dict[int | str, dict[str, Any]]:
+        if self.keys is None:
+            return {}
+        return {
+            401: {"model": ServiceError, "description": "No API key, or an unknown one."},
+            403: {
+                "model": ServiceError,
+                "description": "The API key lacks the scope, or is not for this agent.",
+            },
+        }
 
 
 RetrievalRecorder = Callable[[str, RetrievalRequest, RetrievalResponse], Awaitable[None]]
@@ -242,10 +271,15 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 def _add_retrieval_route(
-    app: FastAPI, engine: RetrievalEngine, record: RetrievalRecorder, recall: LogRecall | None
+    app: FastAPI,
+    engine: RetrievalEngine,
+    record: RetrievalRecorder,
+    recall: LogRecall | None,
+    guard: Guarded,
 ) -> None:
     @app.post(
         "/v1/agents/{agent_id}/retrieve",
+        dependencies=guard.dependencies("read"),
         tags=["retrieval"],
         summary="Retrieve an agent's most relevant memories",
         description="Ranks the agent's working and episodic memories and returns the best "
@@ -266,6 +300,7 @@ def _add_retrieval_route(
                 "description": "The positions of `after` were not applied within "
                 "`wait_timeout_ms`.",
             },
+            **guard.responses(),
         },
     )
     async def retrieve(
@@ -298,15 +333,19 @@ async def _recalled(
         raise HTTPException(503, f"event log unavailable: {error}") from error
 
 
-def _add_history_route(app: FastAPI, history: HistoryReader | None) -> None:
+def _add_history_route(app: FastAPI, history: HistoryReader | None, guard: Guarded) -> None:
     @app.get(
         "/v1/agents/{agent_id}/history",
+        dependencies=guard.dependencies("read"),
         tags=["history"],
         summary="What happened to an agent's memories, from the log",
         description="The agent's memories recorded, promoted, summarised and forgotten, its "
         "year-end consolidations and its retrievals, oldest first: the latest `limit` entries, "
         "with counts over the whole history. An agent with no records has an empty history.",
-        responses={503: {"model": ServiceError, "description": "The event log cannot be read."}},
+        responses={
+            503: {"model": ServiceError, "description": "The event log cannot be read."},
+            **guard.responses(),
+        },
     )
     async def agent_history(
         agent_id: Annotated[

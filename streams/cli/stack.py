@@ -236,6 +236,17 @@ def project() -> None:
     run_node(load_settings(), run_processors=False, run_service=False, run_projector=True)
 
 
-@commands.command(help=("Run the query service against the configured Redis and Qdrant."))
-def serve(port: Annotated[int | None, typer.Option(help="HTTP port.")] = None) -> None:
-    run_node(load_settings(http_port=port), run_processors=False)
+@commands.command(
+    help=(
+        "Run the query service against the configured Redis and Qdrant. With "
+        "ENGRAM_API_KEYS_FILE every request but the probes needs an API key; without it the "
+        "service is unauthenticated and should listen on 127.0.0.1 (the default)."
+    )
+)
+def serve(
+    port: Annotated[int | None, typer.Option(help="HTTP port (env ENGRAM_HTTP_PORT).")] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on (env ENGRAM_HTTP_HOST; 127.0.0.1).")
+    ] = None,
+) -> None:
+    run_node(load_settings(http_port=port, http_host=host), run_processors=False)

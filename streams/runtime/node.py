@@ -26,6 +26,8 @@ from projections.interfaces import EpisodicMemoryStore, ProjectionError, Working
 from projections.retrieval.as_of import RECALL_TIMEOUT_S
 from projections.retrieval.engine import RetrievalEngine
 from projections.service.app import HistoryReader, RetrievalHook, create_app
+from projections.service.auth import ApiKeys
+from projections.service.http_auth import api_keys_for
 from projections.versions import (
     DerivedLog,
     ProjectionStores,
@@ -39,7 +41,7 @@ from schemas.errors import BackendUnavailableError
 from schemas.memory_events import MemoryRetrieved
 from schemas.topics import Topics
 from streams.eventlog.history import read_agent_history
-from streams.eventlog.kafka_clients import record_producer
+from streams.eventlog.kafka_clients import record_producer, use_security
 from streams.eventlog.log_ends import BrokerLogEnds
 from streams.eventlog.publisher import KEY_REFRESH_S
 from streams.eventlog.topic_admin import ensure_topics
@@ -169,11 +171,19 @@ class Node:
     _write_lock: WriteLock = field(default_factory=WriteLock, init=False)
     """One lock for every writer of this process, so one fence pauses them all."""
     http_port: int | None = field(default=None, init=False)
+    api_keys: ApiKeys | None = field(default=None, init=False)
+    """The keys the query service accepts (``ENGRAM_API_KEYS_FILE``); None: it takes anyone."""
     _server: uvicorn.Server | None = field(default=None, init=False)
     _server_task: asyncio.Task[None] | None = field(default=None, init=False)
 
     async def start(self) -> Node:
         settings = self.settings
+        use_security(settings)
+        if self.run_service:
+            # Before any backend: a bad keys file is a configuration error, said at once.
+            self.api_keys = api_keys_for(
+                settings.api_keys_file, "query service", settings.http_host
+            )
         self.embedder = embedder_from_name(settings.embedder)
         self.keyring = await open_keyring(
             settings.keyring,
@@ -369,6 +379,7 @@ class Node:
             on_retrieval=on_retrieval,
             history=history,
             recall=self._log_recall(),
+            api_keys=self.api_keys,
         )
         config = uvicorn.Config(
             app,

@@ -27,6 +27,7 @@ from processors.state_fold import FoldedState
 from schemas.memory_events import DerivedEvent
 from schemas.topics import Topics
 from streams.eventlog.derived_log import recover_state
+from streams.eventlog.kafka_security import KafkaSecurity, faust_credentials
 from streams.settings import EngramSettings
 from streams.worker.faust_tuning import TunedFaustApp
 from streams.worker.pipeline import IngestPipeline, SendFn
@@ -82,6 +83,7 @@ def _faust_app(settings: EngramSettings, bootstrap: str, app_id: str) -> faust.A
         app_id,
         fetch_max_wait=settings.fetch_max_wait,
         broker=f"kafka://{bootstrap}",
+        broker_credentials=faust_credentials(KafkaSecurity.from_settings(settings)),
         store="memory://",
         topic_partitions=settings.partitions,
         topic_replication_factor=1,
