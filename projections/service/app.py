@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_jsonable_python
 
@@ -38,6 +40,7 @@ from projections.retrieval.models import (
 )
 from projections.service.auth import ApiKeys
 from projections.service.http_auth import route_guard
+from projections.service.metrics import ServiceMetrics
 from projections.service.openapi import document_with_topics
 from schemas.envelope import AgentId
 from schemas.memory_events import MemoryRetrieved, RetrievedItem
@@ -146,6 +149,7 @@ def create_app(
     title: str = "Engram query service",
     version: str | None = None,
     api_keys: ApiKeys | None = None,
+    metrics: ServiceMetrics | None = None,
 ) -> FastAPI:
     """The query service over ``engine``. ``readiness`` defaults to pinging the engine's
     stores; a check that fails, or does not answer within ``readiness_timeout_s``, makes
@@ -159,6 +163,8 @@ def create_app(
 
     ``api_keys``: every route but the probes needs a key with the ``read`` scope for the
     agent of its path (401 without a known key, 403 otherwise); None: no authentication.
+    ``metrics``: retrieval latencies and read-your-writes waits are counted there, and
+    ``/metrics`` serves its registry (open, like the probes: it names no agent).
     """
     app = FastAPI(title=title, version=version or _package_version(), description=DESCRIPTION)
     app.openapi = document_with_topics(  # type: ignore[method-assign]
@@ -166,14 +172,22 @@ def create_app(
     )
     audit = RetrievalAudit()
     app.state.retrieval_audit = audit
-    _add_error_handlers(app)
+    _add_error_handlers(app, metrics)
     guard = Guarded(api_keys)
     _add_retrieval_route(
-        app, engine, _recorder(on_retrieval, on_retrieval_timeout_s, audit), recall, guard
+        app, engine, _recorder(on_retrieval, on_retrieval_timeout_s, audit), recall, guard, metrics
     )
     _add_history_route(app, history, guard)
     _add_probe_routes(app, readiness or engine.readiness, readiness_timeout_s)
+    if metrics is not None:
+        _add_metrics_route(app, metrics)
     return app
+
+
+def _add_metrics_route(app: FastAPI, metrics: ServiceMetrics) -> None:
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus_metrics() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 @dataclass(frozen=True)
@@ -223,7 +237,7 @@ def _recorder(
     return record
 
 
-def _add_error_handlers(app: FastAPI) -> None:
+def _add_error_handlers(app: FastAPI, metrics: ServiceMetrics | None) -> None:
     """Known failures become answers a client can act on: 422 naming the field, 409 for
     positions the log does not hold, 503 when a store cannot be read, 504 when the writes to
     wait for were not applied in time."""
@@ -264,6 +278,8 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PositionsNotAppliedError)
     async def _not_applied(_: Request, error: PositionsNotAppliedError) -> JSONResponse:
         log.warning("read-your-writes wait timed out: %s", error)
+        if metrics is not None:
+            metrics.ryw_timeouts.inc()
         body = WaitTimedOut(
             detail=str(error), pending=error.pending, waited_ms=error.waited_s * 1000.0
         )
@@ -276,6 +292,7 @@ def _add_retrieval_route(
     record: RetrievalRecorder,
     recall: LogRecall | None,
     guard: Guarded,
+    metrics: ServiceMetrics | None,
 ) -> None:
     @app.post(
         "/v1/agents/{agent_id}/retrieve",
@@ -313,6 +330,18 @@ def _add_retrieval_route(
         ],
         request: RetrievalRequest,
     ) -> RetrievalResponse:
+        if metrics is None:
+            return await answer(agent_id, request)
+        started = time.perf_counter()
+        if request.after:
+            metrics.ryw_waits.inc()
+        try:
+            return await answer(agent_id, request)
+        finally:
+            mode = "as_of" if request.as_of is not None else request.mode
+            metrics.retrieval_seconds.labels(mode).observe(time.perf_counter() - started)
+
+    async def answer(agent_id: str, request: RetrievalRequest) -> RetrievalResponse:
         if request.as_of is not None:
             return await _recalled(recall, agent_id, request)
         response = await engine.retrieve(agent_id, request)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from streams.integrations import chat_summariser, tool_server
     from streams.privacy import forgetting, keyring, sealing
     from streams.rebuild import as_of, log_cut, projection_switch, replay, reprocess
-    from streams.runtime import node
+    from streams.runtime import metrics_server, node
     from streams.runtime.devstack import broker, redis_server
     from streams.runtime.devstack import stack as devstack
 
@@ -71,6 +71,7 @@ _MODULES = {
     "replay": "streams.rebuild.replay",
     "reprocess": "streams.rebuild.reprocess",
     "node": "streams.runtime.node",
+    "metrics_server": "streams.runtime.metrics_server",
     "broker": "streams.runtime.devstack.broker",
     "redis_server": "streams.runtime.devstack.redis_server",
     "devstack": "streams.runtime.devstack.stack",
@@ -97,6 +98,7 @@ __all__ = [
     "kafka_clients",
     "keyring",
     "log_cut",
+    "metrics_server",
     "node",
     "projection_switch",
     "projection_versions",

@@ -201,8 +201,18 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
 
     async def main() -> None:
         node = await deferred.node.Node(settings, endpoints, **roles).start()
+        metrics = None
         if node.http_url is not None:
-            console.print(f"query service on {node.http_url}")
+            console.print(f"query service on {node.http_url} (metrics at /metrics)")
+        else:
+            server = deferred.metrics_server.MetricsServer(
+                node.metrics, host=settings.http_host, port=settings.metrics_port
+            )
+            try:
+                metrics = await server.start()
+            except BaseException:
+                await node.stop()
+                raise
         try:
             reason = await until_signalled_or_left(node)
             log.info(
@@ -210,6 +220,8 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
                 "signalled" if reason is None else "the active projection version moved",
             )
         finally:
+            if metrics is not None:
+                await metrics.stop()
             await node.stop()
         if reason is not None:
             log.warning("stopped: %s", reason)

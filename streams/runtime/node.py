@@ -15,6 +15,7 @@ from typing import Any
 
 import uvicorn
 from aiokafka.errors import KafkaError
+from prometheus_client import CollectorRegistry
 
 from processors.config import ProcessingConfig, load_processing_config
 from processors.embedding import Embedder, embedder_from_name
@@ -28,6 +29,7 @@ from projections.retrieval.engine import RetrievalEngine
 from projections.service.app import HistoryReader, RetrievalHook, create_app
 from projections.service.auth import ApiKeys
 from projections.service.http_auth import api_keys_for
+from projections.service.metrics import ServiceMetrics
 from projections.versions import (
     DerivedLog,
     ProjectionStores,
@@ -51,6 +53,7 @@ from streams.privacy.sealing import RecordSealer
 from streams.rebuild.as_of import LogRecaller
 from streams.rebuild.projection_switch import ProjectionFollower, Serving, WrongConfigurationError
 from streams.rebuild.projector import EpisodicProjector
+from streams.runtime.node_metrics import node_registry
 from streams.settings import EngramSettings
 from streams.worker.app import ProcessorApp, create_processor_app
 from streams.worker.pipeline import IngestPipeline
@@ -171,6 +174,9 @@ class Node:
     _write_lock: WriteLock = field(default_factory=WriteLock, init=False)
     """One lock for every writer of this process, so one fence pauses them all."""
     http_port: int | None = field(default=None, init=False)
+    metrics: CollectorRegistry = field(init=False)
+    """Every Prometheus metric of this node (its workers' and its query service's)."""
+    _service_metrics: ServiceMetrics = field(init=False)
     api_keys: ApiKeys | None = field(default=None, init=False)
     """The keys the query service accepts (``ENGRAM_API_KEYS_FILE``); None: it takes anyone."""
     _server: uvicorn.Server | None = field(default=None, init=False)
@@ -179,6 +185,7 @@ class Node:
     async def start(self) -> Node:
         settings = self.settings
         use_security(settings)
+        self.metrics, self._service_metrics = node_registry(self)
         if self.run_service:
             # Before any backend: a bad keys file is a configuration error, said at once.
             self.api_keys = api_keys_for(
@@ -380,6 +387,7 @@ class Node:
             history=history,
             recall=self._log_recall(),
             api_keys=self.api_keys,
+            metrics=self._service_metrics,
         )
         config = uvicorn.Config(
             app,
