@@ -141,6 +141,10 @@ class EngramSettings(BaseSettings):
         description="The key this process presents to the query service (engram retrieve, "
         "the MCP server's read tools).",
     )
+    metrics: bool = Field(
+        default=True,
+        description="Serve Prometheus /metrics and time retrievals for it; false: neither.",
+    )
     metrics_port: int = Field(
         default=9102,
         ge=0,

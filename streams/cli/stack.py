@@ -203,8 +203,8 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
         node = await deferred.node.Node(settings, endpoints, **roles).start()
         metrics = None
         if node.http_url is not None:
-            console.print(f"query service on {node.http_url} (metrics at /metrics)")
-        else:
+            console.print(f"query service on {node.http_url}")
+        elif settings.metrics:
             server = deferred.metrics_server.MetricsServer(
                 node.metrics, host=settings.http_host, port=settings.metrics_port
             )

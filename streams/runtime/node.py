@@ -387,7 +387,7 @@ class Node:
             history=history,
             recall=self._log_recall(),
             api_keys=self.api_keys,
-            metrics=self._service_metrics,
+            metrics=self._service_metrics if self.settings.metrics else None,
         )
         config = uvicorn.Config(
             app,
