@@ -7,9 +7,10 @@ stack: a local broker, a local redis-server and Qdrant Edge under ``ENGRAM_DATA_
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import quote
 
-from pydantic import Field, SecretStr
+from pydantic import Field, FilePath, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from processors.config import LifecycleRules
@@ -21,7 +22,33 @@ class EngramSettings(BaseSettings):
     kafka_bootstrap: str | None = Field(
         default=None, description="host:port[,host:port]; unset starts the embedded broker."
     )
-    redis_url: str | None = Field(default=None, description="unset starts a local redis-server.")
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT",
+        description="How every Kafka client of Engram connects: SSL encrypts, SASL_* log in.",
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_cafile: FilePath | None = Field(
+        default=None,
+        description="CA bundle the broker's certificate is checked against; unset: the system's.",
+    )
+    kafka_ssl_certfile: FilePath | None = Field(
+        default=None, description="Client certificate (mutual TLS), PEM; may hold the key too."
+    )
+    kafka_ssl_keyfile: FilePath | None = Field(default=None, description="Its private key, PEM.")
+
+    redis_url: str | None = Field(
+        default=None,
+        repr=False,  # it may carry the password: redis://:PASSWORD@host:6379/0
+        description="unset starts a local redis-server. rediss:// for TLS; the password in "
+        "the URL.",
+    )
+    redis_ssl_cafile: FilePath | None = Field(
+        default=None,
+        description="CA bundle a rediss:// server's certificate is checked against (added to "
+        "the URL as ssl_ca_certs); unset: the system's.",
+    )
     redis_namespace: str = "engram"
     qdrant_url: str | None = Field(default=None, description="a Qdrant server; else Qdrant Edge.")
     qdrant_api_key: SecretStr | None = None
@@ -91,19 +118,95 @@ class EngramSettings(BaseSettings):
 
     keyring: str | None = Field(
         default=None,
+        repr=False,  # a redis:// URL may carry a password
         description="Where each agent's sealing key lives: 'redis' (ENGRAM_REDIS_URL), a "
         "redis:// URL, 'file:PATH', or 'off' (nothing sealed, so forget-agent cannot make the "
         "log unreadable). Unset: what the Redis records (the dev stack's directory), else "
         "'redis'; without a Redis, DATA_DIR/keyring.",
     )
 
-    http_host: str = "127.0.0.1"
+    http_host: str = Field(
+        default="127.0.0.1",
+        description="Where the query service listens. Without ENGRAM_API_KEYS_FILE it is "
+        "unauthenticated: keep it on localhost.",
+    )
     http_port: int = Field(default=8000, ge=0, le=65535)
+    api_keys_file: Path | None = Field(
+        default=None,
+        description="JSON of the API keys the query service and the MCP server accept "
+        '({"keys": [{"name", "sha256", "agents", "scopes"}]}); unset: no authentication.',
+    )
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="The key this process presents to the query service (engram retrieve, "
+        "the MCP server's read tools).",
+    )
+    metrics: bool = Field(
+        default=True,
+        description="Serve Prometheus /metrics and time retrievals for it; false: neither.",
+    )
+    metrics_port: int = Field(
+        default=9102,
+        ge=0,
+        le=65535,
+        description="Where `engram worker` and `engram project` serve /metrics (the query "
+        "service serves it on its own port); 0: any free port.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "console"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _redis_ca_in_url(cls, values: Any) -> Any:
+        """Every Redis client of Engram is made from the URL (``redis.from_url``), which takes
+        the CA bundle as its ``ssl_ca_certs`` parameter: added there once, it reaches them all."""
+        if not isinstance(values, dict):
+            return values
+        url, cafile = values.get("redis_url"), values.get("redis_ssl_cafile")
+        if url and cafile and "ssl_ca_certs=" not in str(url):
+            separator = "&" if "?" in str(url) else "?"
+            values = {**values, "redis_url": f"{url}{separator}ssl_ca_certs={quote(str(cafile))}"}
+        return values
+
+    @model_validator(mode="after")
+    def _kafka_security_consistent(self) -> EngramSettings:
+        problem = kafka_security_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
     def edge_path(self) -> Path:
         return self.qdrant_path or self.data_dir / "qdrant-edge"
 
     def keyring_dir(self) -> Path:
         return self.data_dir / "keyring"
+
+
+def kafka_security_problem(settings: EngramSettings) -> str | None:
+    """Why these Kafka security settings cannot work together, or None. Checked when the
+    settings are read, so a half-configured cluster login fails at start with one sentence
+    rather than as a broker refusing connections."""
+    protocol = settings.kafka_security_protocol
+    sasl, tls = protocol.startswith("SASL_"), protocol in ("SSL", "SASL_SSL")
+    login = settings.kafka_sasl_username is not None or settings.kafka_sasl_password is not None
+    if sasl and (not settings.kafka_sasl_username or settings.kafka_sasl_password is None):
+        return (
+            f"ENGRAM_KAFKA_SECURITY_PROTOCOL={protocol} logs in with "
+            f"{settings.kafka_sasl_mechanism}: set ENGRAM_KAFKA_SASL_USERNAME and "
+            "ENGRAM_KAFKA_SASL_PASSWORD"
+        )
+    if login and not sasl:
+        return (
+            "ENGRAM_KAFKA_SASL_USERNAME/PASSWORD are set but "
+            f"ENGRAM_KAFKA_SECURITY_PROTOCOL={protocol} does not log in: use SASL_SSL "
+            "(or SASL_PLAINTEXT on a trusted network)"
+        )
+    files = (settings.kafka_ssl_cafile, settings.kafka_ssl_certfile, settings.kafka_ssl_keyfile)
+    if any(f is not None for f in files) and not tls:
+        return (
+            f"ENGRAM_KAFKA_SSL_* files are set but ENGRAM_KAFKA_SECURITY_PROTOCOL={protocol} "
+            "does not use TLS: use SSL or SASL_SSL"
+        )
+    if settings.kafka_ssl_keyfile is not None and settings.kafka_ssl_certfile is None:
+        return "ENGRAM_KAFKA_SSL_KEYFILE needs ENGRAM_KAFKA_SSL_CERTFILE (the client certificate)"
+    return None

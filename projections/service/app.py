@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_jsonable_python
 
@@ -36,6 +38,9 @@ from projections.retrieval.models import (
     RetrievalResponse,
     WaitTimedOut,
 )
+from projections.service.auth import ApiKeys
+from projections.service.http_auth import route_guard
+from projections.service.metrics import ServiceMetrics
 from projections.service.openapi import document_with_topics
 from schemas.envelope import AgentId
 from schemas.memory_events import MemoryRetrieved, RetrievedItem
@@ -143,6 +148,8 @@ def create_app(
     recall: LogRecall | None = None,
     title: str = "Engram query service",
     version: str | None = None,
+    api_keys: ApiKeys | None = None,
+    metrics: ServiceMetrics | None = None,
 ) -> FastAPI:
     """The query service over ``engine``. ``readiness`` defaults to pinging the engine's
     stores; a check that fails, or does not answer within ``readiness_timeout_s``, makes
@@ -153,6 +160,11 @@ def create_app(
     retrieval is answered anyway. ``history`` reads an agent's history from the log; without
     it the history route answers 503. ``recall`` answers retrievals with ``as_of``; without
     it they answer 503.
+
+    ``api_keys``: every route but the probes needs a key with the ``read`` scope for the
+    agent of its path (401 without a known key, 403 otherwise); None: no authentication.
+    ``metrics``: retrieval latencies and read-your-writes waits are counted there, and
+    ``/metrics`` serves its registry (open, like the probes: it names no agent).
     """
     app = FastAPI(title=title, version=version or _package_version(), description=DESCRIPTION)
     app.openapi = document_with_topics(  # type: ignore[method-assign]
@@ -160,13 +172,44 @@ def create_app(
     )
     audit = RetrievalAudit()
     app.state.retrieval_audit = audit
-    _add_error_handlers(app)
+    _add_error_handlers(app, metrics)
+    guard = Guarded(api_keys)
     _add_retrieval_route(
-        app, engine, _recorder(on_retrieval, on_retrieval_timeout_s, audit), recall
+        app, engine, _recorder(on_retrieval, on_retrieval_timeout_s, audit), recall, guard, metrics
     )
-    _add_history_route(app, history)
+    _add_history_route(app, history, guard)
     _add_probe_routes(app, readiness or engine.readiness, readiness_timeout_s)
+    if metrics is not None:
+        _add_metrics_route(app, metrics)
     return app
+
+
+def _add_metrics_route(app: FastAPI, metrics: ServiceMetrics) -> None:
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus_metrics() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """What a route adds for authentication: its dependency and its documented refusals
+    (nothing at all without keys)."""
+
+    keys: ApiKeys | None
+
+    def dependencies(self, scope: Literal["read", "publish", "admin"]) -> list[Any]:
+        return [] if self.keys is None else [route_guard(self.keys, scope)]
+
+    def responses(self) -> dict[int | str, dict[str, Any]]:
+        if self.keys is None:
+            return {}
+        return {
+            401: {"model": ServiceError, "description": "No API key, or an unknown one."},
+            403: {
+                "model": ServiceError,
+                "description": "The API key lacks the scope, or is not for this agent.",
+            },
+        }
 
 
 RetrievalRecorder = Callable[[str, RetrievalRequest, RetrievalResponse], Awaitable[None]]
@@ -194,7 +237,7 @@ def _recorder(
     return record
 
 
-def _add_error_handlers(app: FastAPI) -> None:
+def _add_error_handlers(app: FastAPI, metrics: ServiceMetrics | None) -> None:
     """Known failures become answers a client can act on: 422 naming the field, 409 for
     positions the log does not hold, 503 when a store cannot be read, 504 when the writes to
     wait for were not applied in time."""
@@ -235,6 +278,8 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PositionsNotAppliedError)
     async def _not_applied(_: Request, error: PositionsNotAppliedError) -> JSONResponse:
         log.warning("read-your-writes wait timed out: %s", error)
+        if metrics is not None:
+            metrics.ryw_timeouts.inc()
         body = WaitTimedOut(
             detail=str(error), pending=error.pending, waited_ms=error.waited_s * 1000.0
         )
@@ -242,10 +287,16 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 def _add_retrieval_route(
-    app: FastAPI, engine: RetrievalEngine, record: RetrievalRecorder, recall: LogRecall | None
+    app: FastAPI,
+    engine: RetrievalEngine,
+    record: RetrievalRecorder,
+    recall: LogRecall | None,
+    guard: Guarded,
+    metrics: ServiceMetrics | None,
 ) -> None:
     @app.post(
         "/v1/agents/{agent_id}/retrieve",
+        dependencies=guard.dependencies("read"),
         tags=["retrieval"],
         summary="Retrieve an agent's most relevant memories",
         description="Ranks the agent's working and episodic memories and returns the best "
@@ -266,6 +317,7 @@ def _add_retrieval_route(
                 "description": "The positions of `after` were not applied within "
                 "`wait_timeout_ms`.",
             },
+            **guard.responses(),
         },
     )
     async def retrieve(
@@ -278,6 +330,18 @@ def _add_retrieval_route(
         ],
         request: RetrievalRequest,
     ) -> RetrievalResponse:
+        if metrics is None:
+            return await answer(agent_id, request)
+        started = time.perf_counter()
+        if request.after:
+            metrics.ryw_waits.inc()
+        try:
+            return await answer(agent_id, request)
+        finally:
+            mode = "as_of" if request.as_of is not None else request.mode
+            metrics.retrieval_seconds.labels(mode).observe(time.perf_counter() - started)
+
+    async def answer(agent_id: str, request: RetrievalRequest) -> RetrievalResponse:
         if request.as_of is not None:
             return await _recalled(recall, agent_id, request)
         response = await engine.retrieve(agent_id, request)
@@ -298,15 +362,19 @@ async def _recalled(
         raise HTTPException(503, f"event log unavailable: {error}") from error
 
 
-def _add_history_route(app: FastAPI, history: HistoryReader | None) -> None:
+def _add_history_route(app: FastAPI, history: HistoryReader | None, guard: Guarded) -> None:
     @app.get(
         "/v1/agents/{agent_id}/history",
+        dependencies=guard.dependencies("read"),
         tags=["history"],
         summary="What happened to an agent's memories, from the log",
         description="The agent's memories recorded, promoted, summarised and forgotten, its "
         "year-end consolidations and its retrievals, oldest first: the latest `limit` entries, "
         "with counts over the whole history. An agent with no records has an empty history.",
-        responses={503: {"model": ServiceError, "description": "The event log cannot be read."}},
+        responses={
+            503: {"model": ServiceError, "description": "The event log cannot be read."},
+            **guard.responses(),
+        },
     )
     async def agent_history(
         agent_id: Annotated[

@@ -173,6 +173,10 @@ def _timeout(http: httpx.Client | httpx.AsyncClient, request: RetrievalRequest) 
     )
 
 
+def _auth(api_key: str | None) -> dict[str, str]:
+    return {} if api_key is None else {"Authorization": f"Bearer {api_key}"}
+
+
 def _history_params(limit: int | None) -> dict[str, int]:
     return {} if limit is None else {"limit": limit}
 
@@ -240,8 +244,13 @@ class EngramClient:
         *,
         timeout: float = 10.0,
         transport: httpx.BaseTransport | None = None,
+        api_key: str | None = None,
     ) -> None:
-        self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
+        """``api_key``: presented as ``Authorization: Bearer`` on every request (a service
+        with ``ENGRAM_API_KEYS_FILE`` answers 401 without it)."""
+        self._http = httpx.Client(
+            base_url=base_url, timeout=timeout, transport=transport, headers=_auth(api_key)
+        )
 
     format_for_prompt = staticmethod(format_for_prompt)
 
@@ -301,9 +310,13 @@ class AsyncEngramClient:
         *,
         timeout: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        api_key: str | None = None,
     ) -> None:
-        """``transport``: another way to reach the service (an in-process ASGI app, say)."""
-        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout, transport=transport)
+        """``transport``: another way to reach the service (an in-process ASGI app, say);
+        ``api_key`` as for :class:`EngramClient`."""
+        self._http = httpx.AsyncClient(
+            base_url=base_url, timeout=timeout, transport=transport, headers=_auth(api_key)
+        )
 
     format_for_prompt = staticmethod(format_for_prompt)
 

@@ -18,7 +18,7 @@ import asyncio
 import importlib.metadata
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import uvicorn
 from mcp.server import Server, ServerRequestContext
@@ -36,6 +36,8 @@ from mcp_types import (
 from mcp_types.jsonrpc import INVALID_PARAMS
 from starlette.applications import Starlette
 
+from projections.service.auth import ApiKey, ApiKeys, authorize
+from projections.service.http_auth import API_KEY_SCOPE, AsgiApp, McpBearerAuth
 from projections.service.tools import MemoryTool, ToolContext, ToolError, ToolRegistry
 
 __all__ = ["MCP_PATH", "SERVER_NAME", "create_mcp_server", "http_app", "serve_http", "serve_stdio"]
@@ -81,10 +83,14 @@ def create_mcp_server(
     *,
     name: str = SERVER_NAME,
     version: str | None = None,
+    api_keys: ApiKeys | None = None,
 ) -> Server[Any]:
     """A server offering ``registry``'s tools, each call run against ``context``.
 
-    The tool list is fixed when the server is made: register every tool first."""
+    The tool list is fixed when the server is made: register every tool first. With
+    ``api_keys`` (HTTP only: :func:`http_app` authenticates the request), a call needs a key
+    with the ``read`` scope for a read-only tool and ``publish`` for the others, for the
+    ``agent_id`` the call names; a refusal is a tool error the model reads."""
     definitions = [tool_definition(tool) for tool in registry]
     schemas = {tool.name: tool.input_schema() for tool in registry}
 
@@ -94,12 +100,16 @@ def create_mcp_server(
         return ListToolsResult(tools=definitions)
 
     async def call_tool(
-        _ctx: ServerRequestContext[Any], params: CallToolRequestParams
+        ctx: ServerRequestContext[Any], params: CallToolRequestParams
     ) -> CallToolResult:
         tool = registry.get(params.name)
         if tool is None:
             known = ", ".join(registry.names())
             raise MCPError(INVALID_PARAMS, f"unknown tool {params.name!r}; the tools are {known}")
+        if api_keys is not None:
+            refusal = _refusal(tool, _request_key(ctx), params.arguments)
+            if refusal is not None:
+                return error_result(refusal)
         try:
             result = await tool.call(context, params.arguments)
         except ToolError as exc:
@@ -126,6 +136,31 @@ def create_mcp_server(
     )
 
 
+def _request_key(ctx: ServerRequestContext[Any]) -> ApiKey | None:
+    request = ctx.request
+    scope = getattr(request, "scope", None)
+    key = scope.get(API_KEY_SCOPE) if isinstance(scope, dict) else None
+    return key if isinstance(key, ApiKey) else None
+
+
+def _refusal(
+    tool: MemoryTool[Any], key: ApiKey | None, arguments: dict[str, Any] | None
+) -> str | None:
+    """Why ``key`` may not make this call, or None."""
+    if key is None:
+        return "not authenticated: this memory server needs an API key (Authorization: Bearer)"
+    agent_id = (arguments or {}).get("agent_id")
+    decision = authorize(
+        key,
+        "read" if tool.read_only else "publish",
+        agent_id if isinstance(agent_id, str) else None,
+    )
+    if decision.allowed:
+        return None
+    log.info("refused %s: %s", tool.name, decision.reason)
+    return f"refused: {decision.reason}"
+
+
 async def serve_stdio(server: Server[Any]) -> None:
     """Serves one client on this process's stdin and stdout until it closes them; nothing
     else may write to stdout meanwhile (logs go to stderr)."""
@@ -133,10 +168,16 @@ async def serve_stdio(server: Server[Any]) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
-def http_app(server: Server[Any], *, host: str) -> Starlette:
+def http_app(
+    server: Server[Any], *, host: str, api_keys: ApiKeys | None = None
+) -> Starlette | McpBearerAuth:
     """Streamable HTTP at :data:`MCP_PATH`. ``host`` is where it listens: on a loopback
-    address the SDK refuses requests whose Host or Origin is another site (DNS rebinding)."""
-    return server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    address the SDK refuses requests whose Host or Origin is another site (DNS rebinding).
+    ``api_keys``: a request without a known key is answered 401 before the SDK sees it."""
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    if api_keys is None:
+        return app
+    return McpBearerAuth(cast(AsgiApp, app), api_keys, path=MCP_PATH)
 
 
 async def serve_http(
@@ -146,13 +187,14 @@ async def serve_http(
     port: int,
     on_started: Callable[[str], Awaitable[None] | None] | None = None,
     stop: asyncio.Event | None = None,
+    api_keys: ApiKeys | None = None,
 ) -> None:
     """Serves streamable HTTP until ``stop`` is set (or the task is cancelled).
 
     ``port`` 0 takes a free one; ``on_started`` is called with the endpoint's URL once the
     socket listens."""
     config = uvicorn.Config(
-        http_app(server, host=host),
+        http_app(server, host=host, api_keys=api_keys),
         host=host,
         port=port,
         log_level="warning",

@@ -26,7 +26,11 @@ def load_settings(**overrides: Any) -> EngramSettings:
 
 
 def configure(settings: EngramSettings) -> None:
+    """Logging, and how this process's Kafka clients connect (PLAINTEXT needs nothing, so a
+    command that never reaches Kafka does not load its client for it)."""
     configure_logging(settings.log_level, settings.log_format)
+    if settings.kafka_security_protocol != "PLAINTEXT":
+        deferred.kafka_clients.use_security(settings)
 
 
 def bootstrap_of(settings: EngramSettings) -> str:

@@ -43,6 +43,7 @@ def known_errors() -> tuple[type[Exception], ...]:
         deferred.redis_server.RedisServerError,
         deferred.archive.ArchiveError,
         deferred.keyring.KeyringError,
+        deferred.service_auth.ApiKeysFileError,
     )
 
 

@@ -24,16 +24,17 @@ if TYPE_CHECKING:
     from projections.episodic import edge_location
     from projections.episodic import factory as episodic_factory
     from projections.retrieval import models as retrieval_models
+    from projections.service import auth as service_auth
     from projections.service import client as query_client
     from projections.working import redis_store
     from schemas import agent_events, envelope, errors, json_schema, topics
     from streams import demo
-    from streams.eventlog import archive, publisher
+    from streams.eventlog import archive, kafka_clients, publisher
     from streams.eventlog import history as history_reader
     from streams.integrations import chat_summariser, tool_server
     from streams.privacy import forgetting, keyring, sealing
     from streams.rebuild import as_of, log_cut, projection_switch, replay, reprocess
-    from streams.runtime import node
+    from streams.runtime import metrics_server, node
     from streams.runtime.devstack import broker, redis_server
     from streams.runtime.devstack import stack as devstack
 
@@ -47,6 +48,7 @@ _MODULES = {
     "episodic_factory": "projections.episodic.factory",
     "retrieval_models": "projections.retrieval.models",
     "query_client": "projections.service.client",
+    "service_auth": "projections.service.auth",
     "redis_store": "projections.working.redis_store",
     "agent_events": "schemas.agent_events",
     "envelope": "schemas.envelope",
@@ -56,6 +58,7 @@ _MODULES = {
     "demo": "streams.demo",
     "archive": "streams.eventlog.archive",
     "history_reader": "streams.eventlog.history",
+    "kafka_clients": "streams.eventlog.kafka_clients",
     "publisher": "streams.eventlog.publisher",
     "chat_summariser": "streams.integrations.chat_summariser",
     "tool_server": "streams.integrations.tool_server",
@@ -68,6 +71,7 @@ _MODULES = {
     "replay": "streams.rebuild.replay",
     "reprocess": "streams.rebuild.reprocess",
     "node": "streams.runtime.node",
+    "metrics_server": "streams.runtime.metrics_server",
     "broker": "streams.runtime.devstack.broker",
     "redis_server": "streams.runtime.devstack.redis_server",
     "devstack": "streams.runtime.devstack.stack",
@@ -91,8 +95,10 @@ __all__ = [
     "history_reader",
     "httpx",
     "json_schema",
+    "kafka_clients",
     "keyring",
     "log_cut",
+    "metrics_server",
     "node",
     "projection_switch",
     "projection_versions",
@@ -104,6 +110,7 @@ __all__ = [
     "reprocess",
     "retrieval_models",
     "sealing",
+    "service_auth",
     "store_interfaces",
     "tool_server",
     "topics",

@@ -162,6 +162,14 @@ WaitTimeout = Annotated[
     int | None, typer.Option(min=0, max=30_000, help="Longest wait for --after (ms).")
 ]
 Url = Annotated[str, typer.Option(envvar="ENGRAM_URL", help="Query service URL.")]
+ApiKey = Annotated[
+    str | None,
+    typer.Option(
+        envvar="ENGRAM_API_KEY",
+        show_envvar=True,
+        help="API key for a query service that asks for one (ENGRAM_API_KEYS_FILE).",
+    ),
+]
 Query = Annotated[str | None, typer.Option(help="Query text.")]
 TopK = Annotated[int, typer.Option(min=1, max=100)]
 Year = Annotated[int | None, typer.Option(help="Current simulation year.")]
@@ -200,6 +208,7 @@ def retrieve(
     after: After = None,
     wait_timeout_ms: WaitTimeout = None,
     url: Url = "http://127.0.0.1:8000",
+    api_key: ApiKey = None,
 ) -> None:
     positions = [_position(text) for text in after or []]
     params = retrieval_params(
@@ -221,7 +230,7 @@ def retrieve(
         weight=weight,
     )
     params["wait_timeout_ms"] = wait_timeout_ms
-    response = _retrieve(url, agent_id, positions, params)
+    response = _retrieve(url, agent_id, positions, params, api_key)
     print_answer(response, prompt)
 
 
@@ -303,12 +312,16 @@ def _weights(texts: list[str]) -> dict[str, float]:
 
 
 def _retrieve(
-    url: str, agent_id: str, positions: list[dict[str, Any]], params: dict[str, Any]
+    url: str,
+    agent_id: str,
+    positions: list[dict[str, Any]],
+    params: dict[str, Any],
+    api_key: str | None,
 ) -> RetrievalResponse:
     """The service's answer, or one line naming the invalid field or the unreachable URL."""
     with friendly_errors():
         try:
-            with deferred.query_client.EngramClient(url) as client:
+            with deferred.query_client.EngramClient(url, api_key=api_key) as client:
                 return client.retrieve(
                     agent_id,
                     after=positions,

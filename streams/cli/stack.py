@@ -201,8 +201,18 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
 
     async def main() -> None:
         node = await deferred.node.Node(settings, endpoints, **roles).start()
+        metrics = None
         if node.http_url is not None:
             console.print(f"query service on {node.http_url}")
+        elif settings.metrics:
+            server = deferred.metrics_server.MetricsServer(
+                node.metrics, host=settings.http_host, port=settings.metrics_port
+            )
+            try:
+                metrics = await server.start()
+            except BaseException:
+                await node.stop()
+                raise
         try:
             reason = await until_signalled_or_left(node)
             log.info(
@@ -210,6 +220,8 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
                 "signalled" if reason is None else "the active projection version moved",
             )
         finally:
+            if metrics is not None:
+                await metrics.stop()
             await node.stop()
         if reason is not None:
             log.warning("stopped: %s", reason)
@@ -236,6 +248,17 @@ def project() -> None:
     run_node(load_settings(), run_processors=False, run_service=False, run_projector=True)
 
 
-@commands.command(help=("Run the query service against the configured Redis and Qdrant."))
-def serve(port: Annotated[int | None, typer.Option(help="HTTP port.")] = None) -> None:
-    run_node(load_settings(http_port=port), run_processors=False)
+@commands.command(
+    help=(
+        "Run the query service against the configured Redis and Qdrant. With "
+        "ENGRAM_API_KEYS_FILE every request but the probes needs an API key; without it the "
+        "service is unauthenticated and should listen on 127.0.0.1 (the default)."
+    )
+)
+def serve(
+    port: Annotated[int | None, typer.Option(help="HTTP port (env ENGRAM_HTTP_PORT).")] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on (env ENGRAM_HTTP_HOST; 127.0.0.1).")
+    ] = None,
+) -> None:
+    run_node(load_settings(http_port=port, http_host=host), run_processors=False)

@@ -19,6 +19,7 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
 from projections.service.client import AsyncEngramClient
+from projections.service.http_auth import api_keys_for
 from projections.service.mcp_server import create_mcp_server, serve_http, serve_stdio
 from projections.service.tools import ToolContext, ToolError, ToolRegistry, memory_tools
 from schemas.agent_events import Observation
@@ -143,9 +144,20 @@ async def run_tool_server(
     publication was acknowledged before its call answered)."""
     root = logging.getLogger().getEffectiveLevel()
     logging.getLogger("mcp").setLevel(max(logging.WARNING, root))  # a line per session else
+    # Over HTTP the callers present keys; on stdio the caller is the process that launched it.
+    api_keys = (
+        api_keys_for(settings.api_keys_file, "MCP server", settings.mcp_host)
+        if transport == "http"
+        else None
+    )
     publisher = LogPublisher(settings, timeout=settings.publish_timeout)
-    async with AsyncEngramClient(settings.query_url, timeout=settings.query_timeout) as memory:
-        server = create_mcp_server(registry or memory_tools(), ToolContext(memory, publisher))
+    own_key = settings.api_key.get_secret_value() if settings.api_key else None
+    async with AsyncEngramClient(
+        settings.query_url, timeout=settings.query_timeout, api_key=own_key
+    ) as memory:
+        server = create_mcp_server(
+            registry or memory_tools(), ToolContext(memory, publisher), api_keys=api_keys
+        )
         try:
             if transport == "http":
                 await serve_http(
@@ -154,6 +166,7 @@ async def run_tool_server(
                     port=settings.mcp_port,
                     on_started=on_started,
                     stop=stop,
+                    api_keys=api_keys,
                 )
             else:
                 serving = asyncio.create_task(serve_stdio(server))

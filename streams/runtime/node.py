@@ -15,6 +15,7 @@ from typing import Any
 
 import uvicorn
 from aiokafka.errors import KafkaError
+from prometheus_client import CollectorRegistry
 
 from processors.config import ProcessingConfig, load_processing_config
 from processors.embedding import Embedder, embedder_from_name
@@ -26,6 +27,9 @@ from projections.interfaces import EpisodicMemoryStore, ProjectionError, Working
 from projections.retrieval.as_of import RECALL_TIMEOUT_S
 from projections.retrieval.engine import RetrievalEngine
 from projections.service.app import HistoryReader, RetrievalHook, create_app
+from projections.service.auth import ApiKeys
+from projections.service.http_auth import api_keys_for
+from projections.service.metrics import ServiceMetrics
 from projections.versions import (
     DerivedLog,
     ProjectionStores,
@@ -39,7 +43,7 @@ from schemas.errors import BackendUnavailableError
 from schemas.memory_events import MemoryRetrieved
 from schemas.topics import Topics
 from streams.eventlog.history import read_agent_history
-from streams.eventlog.kafka_clients import record_producer
+from streams.eventlog.kafka_clients import record_producer, use_security
 from streams.eventlog.log_ends import BrokerLogEnds
 from streams.eventlog.publisher import KEY_REFRESH_S
 from streams.eventlog.topic_admin import ensure_topics
@@ -49,6 +53,7 @@ from streams.privacy.sealing import RecordSealer
 from streams.rebuild.as_of import LogRecaller
 from streams.rebuild.projection_switch import ProjectionFollower, Serving, WrongConfigurationError
 from streams.rebuild.projector import EpisodicProjector
+from streams.runtime.node_metrics import node_registry
 from streams.settings import EngramSettings
 from streams.worker.app import ProcessorApp, create_processor_app
 from streams.worker.pipeline import IngestPipeline
@@ -169,11 +174,23 @@ class Node:
     _write_lock: WriteLock = field(default_factory=WriteLock, init=False)
     """One lock for every writer of this process, so one fence pauses them all."""
     http_port: int | None = field(default=None, init=False)
+    metrics: CollectorRegistry = field(init=False)
+    """Every Prometheus metric of this node (its workers' and its query service's)."""
+    _service_metrics: ServiceMetrics = field(init=False)
+    api_keys: ApiKeys | None = field(default=None, init=False)
+    """The keys the query service accepts (``ENGRAM_API_KEYS_FILE``); None: it takes anyone."""
     _server: uvicorn.Server | None = field(default=None, init=False)
     _server_task: asyncio.Task[None] | None = field(default=None, init=False)
 
     async def start(self) -> Node:
         settings = self.settings
+        use_security(settings)
+        self.metrics, self._service_metrics = node_registry(self)
+        if self.run_service:
+            # Before any backend: a bad keys file is a configuration error, said at once.
+            self.api_keys = api_keys_for(
+                settings.api_keys_file, "query service", settings.http_host
+            )
         self.embedder = embedder_from_name(settings.embedder)
         self.keyring = await open_keyring(
             settings.keyring,
@@ -369,6 +386,8 @@ class Node:
             on_retrieval=on_retrieval,
             history=history,
             recall=self._log_recall(),
+            api_keys=self.api_keys,
+            metrics=self._service_metrics if self.settings.metrics else None,
         )
         config = uvicorn.Config(
             app,

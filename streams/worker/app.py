@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,11 +28,13 @@ from processors.state_fold import FoldedState
 from schemas.memory_events import DerivedEvent
 from schemas.topics import Topics
 from streams.eventlog.derived_log import recover_state
+from streams.eventlog.kafka_security import KafkaSecurity, faust_credentials
 from streams.settings import EngramSettings
 from streams.worker.batch_send import aiokafka_batch_sender
 from streams.worker.faust_tuning import TunedFaustApp
 from streams.worker.pipeline import IngestPipeline, SendFn
 from streams.worker.scheduler import publish_ticks, ticks_for
+from streams.worker.timings import WorkerTimings
 
 log = logging.getLogger("engram.processors")
 
@@ -44,6 +47,8 @@ class ProcessorApp:
     topics: Topics
     bind: Callable[[PipelineFactory], IngestPipeline]
     """Give the app its pipeline (built with the shell's ``send`` and ``should_stop``)."""
+    timings: WorkerTimings
+    """Batch and takeover durations, for the metrics."""
 
 
 def create_processor_app(
@@ -59,7 +64,8 @@ def create_processor_app(
     app_id = app_id or f"{settings.topic_prefix}{settings.app_id}"
     app = _faust_app(settings, bootstrap, app_id)
     holder: dict[str, IngestPipeline] = {}
-    _add_ingest_agent(app, settings, topics, holder)
+    timings = WorkerTimings()
+    _add_ingest_agent(app, settings, topics, holder, timings)
     send = _sender(app)
     if settings.schedule_interval > 0:
         _add_schedule_timer(app, settings, topics, send)
@@ -68,7 +74,10 @@ def create_processor_app(
     def bind(make_pipeline: PipelineFactory) -> IngestPipeline:
 
         async def recover(partitions: set[int]) -> tuple[FoldedState, list[DerivedEvent]]:
-            return await recover_state(bootstrap, topics, partitions, pipeline.sealer)
+            started = time.perf_counter()
+            recovered = await recover_state(bootstrap, topics, partitions, pipeline.sealer)
+            timings.takeover(time.perf_counter() - started, len(recovered[1]))
+            return recovered
 
         pipeline = make_pipeline(
             send=send,
@@ -79,7 +88,7 @@ def create_processor_app(
         holder["pipeline"] = pipeline
         return pipeline
 
-    return ProcessorApp(app=app, topics=topics, bind=bind)
+    return ProcessorApp(app=app, topics=topics, bind=bind, timings=timings)
 
 
 def _faust_app(settings: EngramSettings, bootstrap: str, app_id: str) -> faust.App:
@@ -88,6 +97,7 @@ def _faust_app(settings: EngramSettings, bootstrap: str, app_id: str) -> faust.A
         app_id,
         fetch_max_wait=settings.fetch_max_wait,
         broker=f"kafka://{bootstrap}",
+        broker_credentials=faust_credentials(KafkaSecurity.from_settings(settings)),
         store="memory://",
         topic_partitions=settings.partitions,
         topic_replication_factor=1,
@@ -109,7 +119,11 @@ def _inputs(topics: Topics) -> tuple[str, ...]:
 
 
 def _add_ingest_agent(
-    app: faust.App, settings: EngramSettings, topics: Topics, holder: dict[str, IngestPipeline]
+    app: faust.App,
+    settings: EngramSettings,
+    topics: Topics,
+    holder: dict[str, IngestPipeline],
+    timings: WorkerTimings,
 ) -> None:
     """The one agent: batches of raw records from every input, handed to the pipeline."""
     # One channel for every input, so Faust assigns the same partition numbers of all of them
@@ -120,7 +134,9 @@ def _add_ingest_agent(
 
     async def handle(records: list[RawRecord]) -> None:
         try:
+            started = time.perf_counter()
             await holder["pipeline"].handle(records)
+            timings.batch(time.perf_counter() - started)
         except Exception:
             # Crash-only: the batch is not acknowledged, and a restarted worker folds its
             # state from the log and skips what was already derived. Letting Faust restart

@@ -99,6 +99,8 @@ class IngestStats:
     lifecycle_events: int = 0
     """Promotions, summaries, forgettings and consolidation records."""
     dead_letters: int = 0
+    dead_letter_kinds: dict[str, int] = field(default_factory=dict)
+    """Dead letters by ``error_kind`` (not_json, invalid, ...), for the metrics."""
     forgotten_records: int = 0
     """Records skipped because they were sealed with a forgotten agent's key."""
     projection_retries: int = 0
@@ -431,6 +433,10 @@ class IngestPipeline:
         stats.memories += recorded
         stats.lifecycle_events += len(result.derived) - recorded
         stats.dead_letters += len(result.dead_letters)
+        for letter in result.dead_letters:
+            stats.dead_letter_kinds[letter.error_kind] = 1 + stats.dead_letter_kinds.get(
+                letter.error_kind, 0
+            )
         stats.last_batch_at = time.time()
         for raw in records:
             key = (raw.topic, raw.partition)

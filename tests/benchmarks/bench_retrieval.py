@@ -1,7 +1,7 @@
 """Retrieval over HTTP, every mode: agents x memories (10 working, the rest episodic).
 
     python -m tests.benchmarks.bench_retrieval [--agents 1000] [--memories 100]
-        [--requests 2000] [--clients 1 8]
+        [--requests 2000] [--clients 1 8] [--overhead]
 
 Memories are made by the real processors (importance, routing, capacities, the episodic capacity
 raised to hold them) and applied to a real redis-server and Qdrant Edge; the query service then
@@ -10,6 +10,11 @@ Every agent is read once first (its first read after the service opened the stor
 and is reported apart). Then, for each mode and each client count, that many clients send
 requests to random agents one after another each: latency percentiles are per request,
 queries/s for all clients together.
+
+``--overhead`` measures what API keys and metrics cost instead: the service is started four
+times on the same stores, alternately with neither (``ENGRAM_METRICS=false``, no keys file) and
+with both (a keys file of 100 keys, every request presenting the last one; ``/metrics`` timing
+every retrieval), and each start measures the modes asked with one client.
 """
 
 from __future__ import annotations
@@ -17,13 +22,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import hashlib
+import json
 import os
 import random
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import httpx
@@ -112,10 +119,16 @@ async def load(redis_url: str, edge: Path, agents: int, memories: int) -> None:
 
 
 def serve(
-    bootstrap: str, redis_url: str, data: Path, port: int, memories: int
+    bootstrap: str,
+    redis_url: str,
+    data: Path,
+    port: int,
+    memories: int,
+    extra: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """The query service as deployed: every retrieval also goes to memory.access."""
     env = {
+        **(extra or {}),
         **os.environ,
         "ENGRAM_KAFKA_BOOTSTRAP": bootstrap,
         "ENGRAM_REDIS_URL": redis_url,
@@ -129,12 +142,16 @@ def serve(
     )
 
 
+HEADERS: dict[str, str] = {}
+"""Sent with every request (``--overhead`` sets the API key here)."""
+
+
 def timed_retrievals(
     url: str, agent_numbers: Iterable[int], body: dict[str, object]
 ) -> list[float]:
     """One client's requests, one after another; milliseconds each."""
     took: list[float] = []
-    with httpx.Client(base_url=url, timeout=30) as client:
+    with httpx.Client(base_url=url, timeout=30, headers=HEADERS) as client:
         for number in agent_numbers:
             t = time.perf_counter()
             response = client.post(f"/v1/agents/A{number:05d}/retrieve", json=body)
@@ -230,6 +247,58 @@ def main(agents: int, memories: int, requests: int, clients: list[int], modes: l
             server.wait(20)
 
 
+def keys_file(directory: Path) -> tuple[Path, str]:
+    """100 keys, as a deployment with many callers would have; the one a client presents is
+    the last compared."""
+    keys = [f"bench-key-{n:03d}-{os.urandom(8).hex()}" for n in range(100)]
+    entries = [
+        {
+            "name": f"caller-{n}",
+            "sha256": hashlib.sha256(key.encode()).hexdigest(),
+            "agents": [f"B{n}*", "A*"] if n == 99 else [f"B{n}*"],
+            "scopes": ["read"],
+        }
+        for n, key in enumerate(keys)
+    ]
+    path = directory / "api-keys.json"
+    path.write_text(json.dumps({"keys": entries}))
+    return path, keys[-1]
+
+
+def overhead(agents: int, memories: int, requests: int, modes: list[str]) -> None:
+    data = Path(tempfile.mkdtemp(prefix="engram-retrieval-"))
+    path, key = keys_file(data)
+    setups = {
+        "off": ({"ENGRAM_METRICS": "false"}, {}),
+        "on": ({"ENGRAM_API_KEYS_FILE": str(path)}, {"Authorization": f"Bearer {key}"}),
+    }
+    with fresh_servers() as (bootstrap, redis_url):
+        asyncio.run(load(redis_url, data, agents, memories))
+        print(f"loaded {agents:,} agents x {memories} memories")
+        print("| start | auth + metrics | mode | p50 ms | p99 ms | queries/s |")
+        print("|---|---|---|---|---|---|")
+        for start, name in enumerate(["off", "on", "off", "on"], 1):
+            env, headers = setups[name]
+            HEADERS.clear()
+            HEADERS.update(headers)
+            port = free_port()
+            server = serve(bootstrap, redis_url, data, port, memories, env)
+            try:
+                if not wait_for_port(port, 120):
+                    raise RuntimeError("engram serve did not start")
+                first_reads(f"http://127.0.0.1:{port}", agents)
+                for mode in modes:
+                    r = measure(f"http://127.0.0.1:{port}", agents, requests, 1, MODES[mode])
+                    print(
+                        f"| {start} | {name} | {mode} | {r['p50']:.2f} | {r['p99']:.2f} | "
+                        f"{r['qps']:,.0f} |",
+                        flush=True,
+                    )
+            finally:
+                server.terminate()
+                server.wait(20)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=1_000)
@@ -239,7 +308,15 @@ if __name__ == "__main__":
     parser.add_argument("--requests", type=int, default=2_000, help="per mode and client count")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=list(MODES))
+    parser.add_argument(
+        "--overhead",
+        action="store_true",
+        help="API keys and metrics off and on, alternately (1 client; see the docstring)",
+    )
     args = parser.parse_args()
     if args.memories <= WORKING:
         parser.error(f"--memories must be above {WORKING} (the working memories)")
-    main(args.agents, args.memories, args.requests, args.clients, args.modes)
+    if args.overhead:
+        overhead(args.agents, args.memories, args.requests, args.modes)
+    else:
+        main(args.agents, args.memories, args.requests, args.clients, args.modes)

@@ -1,0 +1,61 @@
+"""``/metrics`` on a port of its own, for the processes without a query service
+(``engram worker``, ``engram project``): a small uvicorn server in the process's event loop,
+so a scrape reads the counters on the same thread that writes them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import uvicorn
+from prometheus_client import CollectorRegistry, make_asgi_app
+
+__all__ = ["MetricsServer"]
+
+log = logging.getLogger("engram.metrics")
+
+START_TIMEOUT_S = 10.0
+
+
+class MetricsServer:
+    def __init__(self, registry: CollectorRegistry, *, host: str, port: int) -> None:
+        config = uvicorn.Config(
+            make_asgi_app(registry),
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+        )
+        self._server = uvicorn.Server(config)
+        self._server.install_signal_handlers = False  # type: ignore[attr-defined]
+        self._task: asyncio.Task[None] | None = None
+        self.port: int | None = None
+
+    async def start(self) -> MetricsServer:
+        self._task = asyncio.create_task(self._serve())
+        async with asyncio.timeout(START_TIMEOUT_S):
+            while not self._server.started:
+                if self._task.done():
+                    self._task.result()
+                    raise OSError("the metrics server stopped while starting (port in use?)")
+                await asyncio.sleep(0.02)
+        sockets = [s for server in self._server.servers for s in server.sockets]
+        self.port = int(sockets[0].getsockname()[1])
+        log.info("metrics on port %d at /metrics", self.port)
+        return self
+
+    async def _serve(self) -> None:
+        """uvicorn exits the process (``SystemExit``) when it cannot bind: an ``OSError``."""
+        try:
+            await self._server.serve()
+        except SystemExit:
+            port = self._server.config.port
+            raise OSError(f"the metrics server cannot listen on port {port} (in use?)") from None
+
+    async def stop(self) -> None:
+        self._server.should_exit = True
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._task, 10)
