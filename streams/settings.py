@@ -99,6 +99,13 @@ class EngramSettings(BaseSettings):
 
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=8000, ge=0, le=65535)
+    health_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Port of the /healthz and /readyz of a worker or projector (on "
+        "ENGRAM_HTTP_HOST; the query service has them on its own port); unset: none.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "console"
 

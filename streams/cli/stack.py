@@ -15,6 +15,7 @@ from streams.cli.configuration import (
     configure,
     load_settings,
     record_dev_keyring,
+    writable_data_dir,
 )
 from streams.cli.console import console, fail, run
 from streams.cli.progress import transfer
@@ -198,6 +199,8 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
     configure(settings)
     kafka = roles.get("run_processors", True) or roles.get("run_projector", False)
     endpoints = cluster_endpoints(settings, kafka=kafka)
+    if kafka or not (settings.qdrant_url or settings.qdrant_path):
+        writable_data_dir(settings)
 
     async def main() -> None:
         node = await deferred.node.Node(settings, endpoints, **roles).start()
