@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from streams.eventlog.kafka_clients import log_end_reader
+from streams.eventlog.log_ends import BrokerLogEnds
 from streams.rebuild.replay import committed_offsets
 
 log = logging.getLogger("engram.health")
@@ -99,18 +100,25 @@ class AssignmentProgress:
         return "ok"
 
     async def _backlogs(self, assigned: set[TopicPart]) -> dict[TopicPart, int]:
-        """The end of every assigned partition that holds records."""
-        tps = [TopicPartition(t, p) for t, p in assigned]
-        if not tps:
+        """The end of every assigned partition that holds records (read to the end: Tansu
+        reports the last batch's base offset + 1, :class:`BrokerLogEnds`)."""
+        if not assigned:
             return {}
+        tps = [TopicPartition(t, p) for t, p in assigned]
+        ends_of = await BrokerLogEnds(self.bootstrap, 1 + max(p for _, p in assigned)).start()
         reader = log_end_reader(self.bootstrap)
         await reader.start()
         try:
+            ends = await ends_of(assigned)
             starts = await reader.beginning_offsets(tps)
-            ends = await reader.end_offsets(tps)
         finally:
             await reader.stop()
-        return {(tp.topic, tp.partition): ends[tp] for tp in tps if ends[tp] > starts[tp]}
+            await ends_of.stop()
+        return {
+            (tp.topic, tp.partition): ends[(tp.topic, tp.partition)]
+            for tp in tps
+            if ends[(tp.topic, tp.partition)] > starts[tp]
+        }
 
     def watch(self, app: Any) -> None:
         """Follow a Faust app's assignments (its ``on_partitions_assigned`` signal)."""
