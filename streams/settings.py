@@ -152,6 +152,13 @@ class EngramSettings(BaseSettings):
         description="Where `engram worker` and `engram project` serve /metrics (the query "
         "service serves it on its own port); 0: any free port.",
     )
+    health_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Port of the /healthz and /readyz of a worker or projector (on "
+        "ENGRAM_HTTP_HOST; the query service has them on its own port); unset: none.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "console"
 

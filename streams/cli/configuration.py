@@ -3,6 +3,7 @@ and the servers it names (broker, Redis, keyring) checked before any work starts
 
 from __future__ import annotations
 
+import tempfile
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -51,6 +52,24 @@ def cluster_endpoints(settings: EngramSettings, *, kafka: bool = True) -> Endpoi
     return deferred.node.Endpoints(
         kafka_bootstrap=settings.kafka_bootstrap or "", redis_url=settings.redis_url
     )
+
+
+def writable_data_dir(settings: EngramSettings) -> None:
+    """Fail in one line naming ``ENGRAM_DATA_DIR`` when it cannot be written, before any work:
+    a process that keeps files there (Faust's, a Qdrant Edge shard, a keyring directory) would
+    otherwise die later with a bare ``PermissionError``, as an image's non-root user does in a
+    working directory owned by root."""
+    directory = settings.data_dir
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        fail(
+            f"ENGRAM_DATA_DIR={directory} ({directory.absolute()}) is not writable "
+            f"({exc.strerror or exc}): set ENGRAM_DATA_DIR to a writable directory "
+            "(the image uses /var/lib/engram, a mounted volume)"
+        )
 
 
 async def open_keyring(settings: EngramSettings, redis_url: str | None = None) -> Keyring | None:

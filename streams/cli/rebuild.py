@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -63,12 +63,23 @@ def replay(
     fence_timeout: Annotated[
         float, typer.Option(min=1.0, help="Longest wait for the writers to pause (seconds).")
     ] = 30.0,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="With --version: if that version exists (an earlier run of this replay "
+            "stopped, or a Job retried it), catch it up and switch to it instead of refusing; "
+            "if it is active already, do nothing. Safe to run again and again.",
+        ),
+    ] = False,
 ) -> None:
     settings = load_settings()
     if since is not None and into is None:
         fail("--since needs --into: a new version built from a later point would miss memories")
     if version is not None and into is not None:
         fail("give either --version (a new version) or --into (an existing one)")
+    if resume and version is None:
+        fail("--resume needs --version: the name of the version a retried replay continues")
     moment = _parse_since(since)
     stores = version_stores(settings)
     configure(settings)
@@ -77,16 +88,25 @@ def replay(
         keyring = await open_keyring(settings)
         try:
             target = await _replay_target(stores.versions, into)
+            resumed = await _resumable(stores.versions, version) if resume else None
+            if resumed == "done":
+                console.print(f"version {version} is active already: nothing to resume")
+                return
+            if resumed is not None:
+                console.print(f"resuming version {resumed.label}")
+                target = resumed
             job = _replay_job(settings, stores, keyring, batch_size, fence_timeout)
             with sized_as_it_goes("replaying") as (total, advance):
                 result = await job.run(
-                    name=version,
+                    name=None if resumed is not None else version,
                     into=target,
                     since=moment,
                     switch=switch,
                     total=total,
                     advance=advance,
                 )
+            if resumed is not None and not result.switched and resumed.name is not None:
+                await stores.versions.set_state(resumed.name, "ready")
             _print_replayed(result)
             if drop_old and result.previous is not None:
                 await _drop_when_unused(stores, result.previous)
@@ -146,6 +166,23 @@ async def _replay_target(
                 "log of its own; engram replay rebuilds only from the live one"
             )
     return target
+
+
+async def _resumable(
+    versions: ProjectionVersions, name: str | None
+) -> ProjectionVersion | Literal["done"] | None:
+    """The version ``--version NAME --resume`` continues: None when there is none yet (the
+    replay creates it), "done" when it is active already, else the version an earlier run
+    built part of (never a reprocessed or a retired one)."""
+    info = next((i for i in await versions.versions() if i.version.name == name), None)
+    if info is None:
+        return None
+    if info.active:
+        return "done"
+    if info.derived_log is not None or info.state == "retired":
+        what = "was reprocessed" if info.derived_log is not None else "is retired"
+        fail(f"projection version {name} {what}: a replay does not resume it")
+    return info.version
 
 
 def _print_replayed(result: ReplayReport) -> None:

@@ -15,6 +15,7 @@ from streams.cli.configuration import (
     configure,
     load_settings,
     record_dev_keyring,
+    writable_data_dir,
 )
 from streams.cli.console import console, fail, run
 from streams.cli.progress import transfer
@@ -198,13 +199,16 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
     configure(settings)
     kafka = roles.get("run_processors", True) or roles.get("run_projector", False)
     endpoints = cluster_endpoints(settings, kafka=kafka)
+    if kafka or not (settings.qdrant_url or settings.qdrant_path):
+        writable_data_dir(settings)
 
     async def main() -> None:
         node = await deferred.node.Node(settings, endpoints, **roles).start()
         metrics = None
         if node.http_url is not None:
             console.print(f"query service on {node.http_url}")
-        elif settings.metrics:
+        elif settings.metrics and settings.health_port is None:
+            # With ENGRAM_HEALTH_PORT, /metrics is served beside the probes there.
             server = deferred.metrics_server.MetricsServer(
                 node.metrics, host=settings.http_host, port=settings.metrics_port
             )

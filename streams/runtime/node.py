@@ -54,6 +54,7 @@ from streams.rebuild.as_of import LogRecaller
 from streams.rebuild.projection_switch import ProjectionFollower, Serving, WrongConfigurationError
 from streams.rebuild.projector import EpisodicProjector
 from streams.runtime.node_metrics import node_registry
+from streams.runtime.worker_health import AssignmentProgress, ProbeServer, probe_app
 from streams.settings import EngramSettings
 from streams.worker.app import ProcessorApp, create_processor_app
 from streams.worker.pipeline import IngestPipeline
@@ -181,6 +182,9 @@ class Node:
     """The keys the query service accepts (``ENGRAM_API_KEYS_FILE``); None: it takes anyone."""
     _server: uvicorn.Server | None = field(default=None, init=False)
     _server_task: asyncio.Task[None] | None = field(default=None, init=False)
+    progress: AssignmentProgress | None = field(default=None, init=False)
+    """Whether the processors caught up with their assignment (``ENGRAM_HEALTH_PORT`` set)."""
+    probes: ProbeServer | None = field(default=None, init=False)
 
     async def start(self) -> Node:
         settings = self.settings
@@ -239,6 +243,13 @@ class Node:
             refusal=self._refusal,
             on_leave=self._leave,
         ).start()
+        if settings.health_port is not None and not self.run_service:
+            app = probe_app(
+                self.liveness,
+                self.probe_readiness,
+                metrics=self.metrics if settings.metrics else None,
+            )
+            self.probes = await ProbeServer(app, settings.http_host, settings.health_port).start()
         return self
 
     async def _serve_derived_log_of(self, version: ProjectionVersion) -> None:
@@ -362,6 +373,12 @@ class Node:
 
         self.pipeline = self.processor.bind(make_pipeline)
         self.pipeline.write_lock = self._write_lock
+        if settings.health_port is not None:
+            stats = self.pipeline.stats
+            self.progress = AssignmentProgress(
+                self.endpoints.kafka_bootstrap, self._group, lambda: stats.applied
+            )
+            self.progress.watch(self.processor.app)  # before the app joins its group
         await self.processor.app.start()
         log.info("processors started", extra={"config_version": self.pipeline.config_version})
 
@@ -486,8 +503,26 @@ class Node:
             checks["episodic projector"] = "ok" if self.projector.running else "stopped"
         return checks
 
+    async def liveness(self) -> dict[str, str]:
+        """The processing loops run (answering at all says the event loop does)."""
+        checks: dict[str, str] = {}
+        if self.processor is not None:
+            checks["processors"] = "ok" if not self.processor.app.should_stop else "stopped"
+        if self.projector is not None:
+            checks["episodic projector"] = "ok" if self.projector.running else "stopped"
+        return checks
+
+    async def probe_readiness(self) -> dict[str, str]:
+        """Live, and the processors took their partitions over and processed their backlog."""
+        checks = await self.liveness()
+        if self.progress is not None:
+            checks["partitions"] = await self.progress.check()
+        return checks
+
     async def stop(self) -> None:
         """Drain: the query service stops taking requests, then Faust commits and stops."""
+        if self.probes is not None:
+            await self.probes.stop()
         if self._server is not None:
             self._server.should_exit = True
             if self._server_task is not None:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -45,9 +46,23 @@ class WorkerProcess:
     """One ``engram worker`` process at a time; :meth:`start` again after a kill or a stop
     runs a new one, appending to the same output file."""
 
-    def __init__(self, env: dict[str, str], output: Path) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        output: Path,
+        *,
+        role: str = "worker",
+        as_user: Sequence[str] = (),
+        cwd: Path | None = None,
+    ) -> None:
+        """``role``: the ``engram`` command (``worker``, ``serve``); ``as_user``: a command
+        that runs it as another user (``setpriv ...``); ``cwd``: where it runs (default: beside
+        the output file)."""
         self.env = env
         self.output = output
+        self.role = role
+        self.as_user = list(as_user)
+        self.cwd = cwd or output.parent
         self.process: subprocess.Popen[bytes] | None = None
         self._file: TextIO | None = None
         self.started = 0
@@ -56,14 +71,14 @@ class WorkerProcess:
         assert self.process is None or self.process.poll() is not None, "already running"
         self.started += 1
         self._file = self.output.open("a")
-        self._file.write(f"----- worker start #{self.started} -----\n")
+        self._file.write(f"----- {self.role} start #{self.started} -----\n")
         self._file.flush()
         self.process = subprocess.Popen(
-            [str(ENGRAM), "worker"],
+            [*self.as_user, str(ENGRAM), self.role],
             env=self.env,
             stdout=self._file,
             stderr=subprocess.STDOUT,
-            cwd=self.output.parent,
+            cwd=self.cwd,
         )
 
     @property
@@ -105,7 +120,7 @@ class WorkerProcess:
         """Fail with the output if the process has exited by itself."""
         if self.process is not None and self.process.poll() is not None:
             raise AssertionError(
-                f"the worker exited with code {self.process.returncode}:\n{self.tail()}"
+                f"the {self.role} exited with code {self.process.returncode}:\n{self.tail()}"
             )
 
     def tail(self, lines: int = 60) -> str:

