@@ -8,15 +8,21 @@ everything a projection needs, the embedding included: a replay never re-embeds.
 
 from __future__ import annotations
 
-import base64
 import uuid
-from collections.abc import Sequence
 from typing import Annotated, Any, Literal, assert_never
 
 import numpy as np
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from schemas.derived_fields import Embedding, SourcePosition, decode_vector, encode_vector
 from schemas.envelope import AgentId, Event, EventId, Tag
+from schemas.learned_events import (
+    FactStated,
+    LearnedChange,
+    MemoryRated,
+    PlanChanged,
+    ProcedureChanged,
+)
 
 Destination = Literal["working", "episodic"]
 
@@ -36,35 +42,6 @@ def memory_id_for(agent_id: str, source_event_id: str) -> str:
 
 def derived_event_id(source_event_id: str, what: str) -> str:
     return str(uuid.uuid5(MEMORY_NAMESPACE, f"{what}:{source_event_id}"))
-
-
-def encode_vector(vector: Sequence[float] | np.ndarray) -> str:
-    """A vector as it travels: base64 of little-endian float32 (4x smaller than JSON floats)."""
-    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
-
-
-def decode_vector(encoded: str) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(encoded.encode("ascii")), dtype="<f4")
-
-
-def _check_vector(value: str) -> str:
-    if len(value) % 4:
-        raise ValueError("embedding must be base64 of float32 values")
-    return value
-
-
-Embedding = Annotated[str, AfterValidator(_check_vector)]
-"""Kept encoded on the model: a hot path that only forwards a vector never unpacks it."""
-
-
-class SourcePosition(BaseModel):
-    """Where the source event sits in the log; projections record it as their applied position."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    topic: str
-    partition: int = Field(ge=0)
-    offset: int = Field(ge=0)
 
 
 class ImportanceInputs(BaseModel):
@@ -335,6 +312,10 @@ DerivedEvent = (
     | MemoryForgotten
     | ConsolidationCompleted
     | AgentForgotten
+    | ProcedureChanged
+    | PlanChanged
+    | FactStated
+    | MemoryRated
 )
 
 DerivedTopic = Literal["items", "lifecycle"]
@@ -355,6 +336,7 @@ def derived_topic_of(event: DerivedEvent) -> DerivedTopic:
             | MemoryForgotten()
             | ConsolidationCompleted()
             | AgentForgotten()
+            | LearnedChange()
         ):
             return "lifecycle"
         case _:
