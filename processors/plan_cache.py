@@ -127,6 +127,11 @@ def on_feedback(
     return out
 
 
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return float(np.dot(a, b)) / norms if norms > 0.0 else 0.0
+
+
 @dataclass(frozen=True)
 class CachedPlan:
     """A plan as a lookup sees it."""
@@ -143,7 +148,7 @@ def best_plan(query: np.ndarray, plans: Iterable[CachedPlan]) -> tuple[CachedPla
     its epsilon (the higher score among equally similar ones), with its similarity."""
     best: tuple[CachedPlan, float] | None = None
     for plan in plans:
-        similarity = float(np.dot(query, plan.vector))
+        similarity = cosine(query, plan.vector)
         if similarity < plan.similarity_threshold or plan.score < plan.score_threshold:
             continue
         if best is None or (similarity, plan.score) > (best[1], best[0].score):

@@ -5,8 +5,9 @@ that are never memory ids (reads of memories follow the ZSET of ids), so the age
 holds all its Redis state: forgetting the agent deletes them with it, and clearing a namespace
 clears them. Fields (``#l:`` values, ``#v:`` the revision each value was written at):
 
-* ``#l:p:{name}`` a procedure's rate, uses and revision; ``#l:p:{name}:d`` its description
-  and embedding; ``#l:p:{name}:t:{slot}`` a text attached by an upvote;
+* ``#l:p:{skill}`` a procedure's rate, uses and revision; ``#l:p:{skill}:d`` its description
+  and embedding; ``#l:p:{skill}:t:{slot}`` a text attached by an upvote (``{skill}``: the
+  SHA-1 of its name, :func:`procedure_field`);
 * ``#l:c:{plan_id}`` a cached plan (prompt, actions, embedding); ``#l:s:{plan_id}`` its score
   and thresholds; both deleted when it is evicted;
 * ``#l:f:{fact_id}`` a fact; ``#l:f:{fact_id}:to`` when and by which fact it was superseded;
@@ -92,8 +93,13 @@ def learned_writes(event: LearnedEvent) -> list[Write]:
             assert_never(event)
 
 
+def procedure_field(name: str) -> bytes:
+    """A skill's field: its name hashed, since a name may end like the suffixes below."""
+    return b"#l:p:" + hashlib.sha1(name.encode()).hexdigest().encode()
+
+
 def _procedure(event: ProcedureChanged) -> list[Write]:
-    name = b"#l:p:" + event.name.encode()
+    name = procedure_field(event.name)
     summary = {
         "name": event.name,
         "success_rate": event.success_rate,

@@ -23,6 +23,7 @@ from pydantic_core import to_jsonable_python
 
 from projections.history import MAX_HISTORY_LIMIT, AgentHistory, LogUnavailableError
 from projections.interfaces import ProjectionError
+from projections.learned.reads import LearnedMemory
 from projections.retrieval.as_of import AsOfNotInLog, AsOfNotInLogError, LogRecall
 from projections.retrieval.engine import (
     PositionsNotAppliedError,
@@ -36,6 +37,7 @@ from projections.retrieval.models import (
     RetrievalResponse,
     WaitTimedOut,
 )
+from projections.service.learned_routes import add_learned_routes
 from projections.service.openapi import document_with_topics
 from schemas.envelope import AgentId
 from schemas.memory_events import MemoryRetrieved, RetrievedItem
@@ -143,6 +145,7 @@ def create_app(
     recall: LogRecall | None = None,
     title: str = "Engram query service",
     version: str | None = None,
+    learned: LearnedMemory | None = None,
 ) -> FastAPI:
     """The query service over ``engine``. ``readiness`` defaults to pinging the engine's
     stores; a check that fails, or does not answer within ``readiness_timeout_s``, makes
@@ -152,7 +155,8 @@ def create_app(
     fails or takes longer than ``on_retrieval_timeout_s`` is counted and logged, and the
     retrieval is answered anyway. ``history`` reads an agent's history from the log; without
     it the history route answers 503. ``recall`` answers retrievals with ``as_of``; without
-    it they answer 503.
+    it they answer 503. ``learned`` answers the procedures, facts and plans routes; without it
+    they answer 503.
     """
     app = FastAPI(title=title, version=version or _package_version(), description=DESCRIPTION)
     app.openapi = document_with_topics(  # type: ignore[method-assign]
@@ -165,6 +169,7 @@ def create_app(
         app, engine, _recorder(on_retrieval, on_retrieval_timeout_s, audit), recall
     )
     _add_history_route(app, history)
+    add_learned_routes(app, learned)
     _add_probe_routes(app, readiness or engine.readiness, readiness_timeout_s)
     return app
 

@@ -23,6 +23,7 @@ from projections.episodic.edge_location import record_edge_dir
 from projections.episodic.factory import open_episodic_store
 from projections.history import AgentHistory
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
+from projections.learned.reads import LearnedMemory
 from projections.retrieval.as_of import RECALL_TIMEOUT_S
 from projections.retrieval.engine import RetrievalEngine
 from projections.service.app import HistoryReader, RetrievalHook, create_app
@@ -369,6 +370,7 @@ class Node:
             on_retrieval=on_retrieval,
             history=history,
             recall=self._log_recall(),
+            learned=LearnedMemory(lambda: self.working, self.embedder),
         )
         config = uvicorn.Config(
             app,
