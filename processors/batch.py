@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Literal, Protocol, assert_never
 
 from processors.batch_embedding import PreparedEmbedder
+from processors.learning import learn
 from processors.lifecycle import Deriving, on_agent_event, on_retrieval, on_tick
 from processors.recording import AgentMemoryState
 from schemas.agent_events import AgentEvent, Decision, Feedback, Observation
@@ -280,6 +281,8 @@ class _Batch:
     def agent_event(self, event: AgentEvent, position: SourcePosition) -> None:
         agent = event.agent_id
         outcome = on_agent_event(event, self._state_of(agent), self.ctx, position)
-        self.result.states[agent] = outcome.state
+        learned, state = learn(event, outcome.state, self.ctx, position)
+        self.result.states[agent] = state
         self.result.derived.extend(outcome.events)
+        self.result.derived.extend(learned)
         self.touched_in.setdefault(position.partition, set()).add(agent)

@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from processors.learning_config import LearningRules
+
 Symbol = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
 """A sensor name or level: no ``:`` or ``|``, which join them into a signature."""
 
@@ -123,7 +125,8 @@ SurpriseConfig = Annotated[
 class AgentTypeProfile(BaseModel):
     """How one kind of agent weighs what happens to it (seed 003, ``agent_types.yaml``).
 
-    ``surprise`` is its surprise strategy (``null`` in YAML: none, no arousal is recorded).
+    ``surprise`` is its surprise strategy (``null`` in YAML: none, no arousal is recorded);
+    ``learning`` its rules of learning from feedback (:mod:`processors.learning_config`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -136,6 +139,7 @@ class AgentTypeProfile(BaseModel):
     default_emotion: str = "routine"
     default_source: str = "abstract"
     surprise: SurpriseConfig | None = Field(default_factory=DecisionConsistencySurprise)
+    learning: LearningRules = Field(default_factory=LearningRules)
 
     @field_validator("emotional_weights", "source_weights", "event_importance")
     @classmethod

@@ -15,6 +15,7 @@ from datetime import datetime
 from processors.config import ProcessingConfig
 from processors.embedding import Embedder
 from processors.importance import importance_of
+from processors.learned_state import LearnedState
 from processors.routing import destination_for
 from processors.surprise import assess
 from schemas.agent_events import AgentEvent, agent_event_fields
@@ -134,6 +135,8 @@ class AgentMemoryState:
     """The agent's latest surprise reading (its arousal, and the strategy's state to go on
     from), as carried by the recording of seq ``surprise_seq``."""
     surprise_seq: int = -1
+    learned: LearnedState = field(default_factory=LearnedState)
+    """Procedures, plans, facts and recent decisions (:mod:`processors.learned_state`)."""
 
     @property
     def working_ids(self) -> tuple[str, ...]:
@@ -253,6 +256,7 @@ def record(
         summaries=state.summaries,
         surprise=state.surprise if reading is None else reading,
         surprise_seq=state.surprise_seq if reading is None else memory.seq,
+        learned=state.learned,
     )
     return Recorded(memory=memory, forgotten=tuple(forgotten), state=new_state)
 

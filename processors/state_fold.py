@@ -20,6 +20,7 @@ from typing import assert_never
 
 from processors.batch_markers import Logged, logged_batches, recording_rule_applies
 from processors.emission_order import causal_order
+from processors.learning import fold_learning
 from processors.lifecycle import on_retrieval
 from processors.recording import (
     AgentMemoryState,
@@ -28,6 +29,7 @@ from processors.recording import (
     WorkingEntry,
     with_clock,
 )
+from schemas.learned_events import FactStated, MemoryRated, PlanChanged, ProcedureChanged
 from schemas.memory_events import (
     AgentForgotten,
     ConsolidationCompleted,
@@ -143,6 +145,8 @@ def fold(state: AgentMemoryState, event: DerivedEvent) -> AgentMemoryState:
             # Every memory of the agent left the projections: what it publishes next starts
             # afresh.
             return AgentMemoryState()
+        case ProcedureChanged() | PlanChanged() | FactStated() | MemoryRated():
+            return fold_learning(state, event)
         case _:
             assert_never(event)
 

@@ -25,8 +25,10 @@ from typing import Literal, assert_never, get_args
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from projections.learned.history_text import describe_learned
 from schemas.envelope import AgentId
 from schemas.errors import BackendUnavailableError
+from schemas.learned_events import LearnedChange
 from schemas.memory_events import (
     AgentForgotten,
     ConsolidationCompleted,
@@ -46,6 +48,10 @@ EntryKind = Literal[
     "consolidated",
     "agent_forgotten",
     "retrieved",
+    "procedure",
+    "plan",
+    "fact",
+    "rated",
 ]
 ENTRY_KINDS: tuple[EntryKind, ...] = get_args(EntryKind)
 
@@ -66,6 +72,10 @@ _TOPIC_RANK: dict[EntryKind, int] = {
     "consolidated": 1,
     "agent_forgotten": 1,
     "retrieved": 2,
+    "procedure": 1,
+    "plan": 1,
+    "fact": 1,
+    "rated": 1,
 }
 """Rank of the topic each kind is written to (items, lifecycle, access), by the topic contract."""
 
@@ -222,6 +232,8 @@ def _describe(event: LoggedEvent) -> tuple[EntryKind, str | None, tuple[str, ...
                 f"agent forgotten: every memory left the projections, {keys} sealing "
                 f"{'key' if keys == 1 else 'keys'} deleted",
             )
+        case LearnedChange():
+            return describe_learned(event)
         case MemoryRetrieved():
             ids = tuple(r.memory_id for r in sorted(event.results, key=lambda r: r.rank))
             return ("retrieved", None, ids, _retrieved_text(event, ids))

@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import AfterValidator, Field, JsonValue, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StringConstraints,
+    model_validator,
+)
 
 from schemas.envelope import MAX_CONTENT_CHARS, Event, EventId, Tag
 
@@ -48,12 +56,45 @@ TYPE_FROM_TOPIC = (
 )
 
 
+Short = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+
+class FactStatement(BaseModel):
+    """A fact about the world, "the what without the when" (seed 000's semantic memory): a later
+    statement on the same subject and attribute supersedes this one."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    subject: Short
+    attribute: Short
+    value: Annotated[str, StringConstraints(min_length=1, max_length=2048)]
+
+
+class PlanAction(BaseModel):
+    """One step a decision took: the tool, what it was given, what came back (seed 002)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool: Short
+    input: Annotated[str, StringConstraints(max_length=4096)] = ""
+    observation: Annotated[str, StringConstraints(max_length=4096)] = ""
+
+
+MAX_PLAN_ACTIONS = 32
+"""Steps a cached plan keeps: a plan is replayed by a model, whose context is the limit."""
+
+
 class Observation(AgentEventBase):
     """Something the agent perceived: a flood, a neighbour elevating, a policy change."""
 
     event_type: Literal["observation"] = Field(
         default="observation",
         description=TYPE_FROM_TOPIC,
+    )
+    fact: FactStatement | None = Field(
+        default=None,
+        description="A fact the observation states; it supersedes the agent's earlier fact on "
+        "the same subject and attribute.",
     )
 
 
@@ -66,6 +107,14 @@ class Decision(AgentEventBase):
     )
     skill: Annotated[str, StringConstraints(min_length=1, max_length=128)]
     parameters: JsonObject = Field(default_factory=dict)
+    prompt: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = Field(
+        default=None,
+        description="The request the decision answered; with `actions`, the decision is cached "
+        "as a plan keyed by it (seed 002).",
+    )
+    actions: tuple[PlanAction, ...] = Field(
+        default=(), max_length=MAX_PLAN_ACTIONS, description="The steps the decision took."
+    )
 
 
 class Feedback(AgentEventBase):

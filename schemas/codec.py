@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from schemas.agent_events import AGENT_EVENT_TYPES, AgentEvent
 from schemas.errors import EngramError
+from schemas.learned_events import FactStated, MemoryRated, PlanChanged, ProcedureChanged
 from schemas.memory_events import (
     AgentForgotten,
     ConsolidationCompleted,
@@ -50,6 +51,10 @@ CURRENT_VERSIONS: dict[str, int] = {
     "agent.forget": 1,
     "memory.agent_forgotten": 1,
     "memory.logged": 1,
+    "procedure.changed": 1,
+    "plan.changed": 1,
+    "fact.stated": 1,
+    "memory.rated": 1,
 }
 
 UPCASTERS: dict[tuple[str, int], Upcaster] = {}
@@ -63,6 +68,10 @@ _DERIVED_TYPES: dict[str, type[DerivedRecord]] = {
     "memory.consolidated": ConsolidationCompleted,
     "memory.agent_forgotten": AgentForgotten,
     "memory.logged": DerivedUpTo,
+    "procedure.changed": ProcedureChanged,
+    "plan.changed": PlanChanged,
+    "fact.stated": FactStated,
+    "memory.rated": MemoryRated,
 }
 """``event_type`` -> model of every :data:`DerivedRecord`; a type missing here is refused as
 ``unknown_event_type``, never decoded as another (a unit test holds it to the union)."""

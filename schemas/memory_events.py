@@ -8,16 +8,22 @@ everything a projection needs, the embedding included: a replay never re-embeds.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import uuid
-from collections.abc import Sequence
 from typing import Annotated, Any, Literal, assert_never
 
 import numpy as np
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from schemas.derived_fields import Embedding, SourcePosition, decode_vector, encode_vector
 from schemas.envelope import AgentId, Event, EventId, Tag
+from schemas.learned_events import (
+    FactStated,
+    LearnedChange,
+    MemoryRated,
+    PlanChanged,
+    ProcedureChanged,
+)
 
 Destination = Literal["working", "episodic"]
 
@@ -50,50 +56,6 @@ def name_uuid(name: str) -> str:
     digest[8] = (digest[8] & 0x3F) | 0x80
     x = digest.hex()
     return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
-
-
-HALF_PRECISION = "f16:"
-"""Marks an embedding of little-endian float16 values; one without it is float32 (the form
-logs written before half precision hold, still read)."""
-
-
-def encode_vector(vector: Sequence[float] | np.ndarray) -> str:
-    """A vector as it travels: base64 of little-endian float16 (8x smaller than JSON floats,
-    half of float32). Embeddings are unit vectors: float16's 11 significant bits move a cosine
-    by less than 0.001, far below what separates two memories, and every derived event is
-    written to the log, read back by every rebuild and applied to Qdrant."""
-    packed = np.asarray(vector, dtype="<f2").tobytes()
-    return HALF_PRECISION + base64.b64encode(packed).decode("ascii")
-
-
-def decode_vector(encoded: str) -> np.ndarray:
-    """The float32 vector of either form."""
-    if encoded.startswith(HALF_PRECISION):
-        half = np.frombuffer(base64.b64decode(encoded[len(HALF_PRECISION) :]), dtype="<f2")
-        return half.astype(np.float32)
-    return np.frombuffer(base64.b64decode(encoded.encode("ascii")), dtype="<f4")
-
-
-def _check_vector(value: str) -> str:
-    half = value.startswith(HALF_PRECISION)
-    body = value[len(HALF_PRECISION) :] if half else value
-    if len(body) % 4:
-        raise ValueError("embedding must be base64 of float32 values, or 'f16:' and float16")
-    return value
-
-
-Embedding = Annotated[str, AfterValidator(_check_vector)]
-"""Kept encoded on the model: a hot path that only forwards a vector never unpacks it."""
-
-
-class SourcePosition(BaseModel):
-    """Where the source event sits in the log; projections record it as their applied position."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    topic: str
-    partition: int = Field(ge=0)
-    offset: int = Field(ge=0)
 
 
 class ImportanceInputs(BaseModel):
@@ -364,6 +326,10 @@ DerivedEvent = (
     | MemoryForgotten
     | ConsolidationCompleted
     | AgentForgotten
+    | ProcedureChanged
+    | PlanChanged
+    | FactStated
+    | MemoryRated
 )
 
 DerivedTopic = Literal["items", "lifecycle"]
@@ -384,6 +350,7 @@ def derived_topic_of(event: DerivedEvent) -> DerivedTopic:
             | MemoryForgotten()
             | ConsolidationCompleted()
             | AgentForgotten()
+            | LearnedChange()
         ):
             return "lifecycle"
         case _:

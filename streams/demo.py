@@ -3,7 +3,9 @@
 Each simulated year, every household lives through the year's flood (if any), files claims,
 watches its neighbours, then recalls its memories over HTTP before it decides, and the
 decision becomes a memory too. Importance comes from the 004 event-type tables (sections 5.2
-and 10) via the ``household`` profile. At the end the Year-11 trace of seed 003 is replayed:
+and 10) via the ``household`` profile. The next year's damage is feedback on that decision:
+procedures' success rates move, and the yearly plan is cached, reused and evicted
+(:mod:`streams.demo_learning`). At the end the Year-11 trace of seed 003 is replayed:
 the Year-1 flood must beat the Year-10 gardening day under the v2 weighted score (0.38 vs
 0.315).
 """
@@ -16,9 +18,11 @@ from dataclasses import dataclass, field
 from rich.console import Console
 
 from projections.history import AgentHistory
+from projections.learned.reads import PlanLookup, Procedures
 from projections.retrieval.models import RetrievalResponse
 from projections.service.client import AsyncEngramClient
 from schemas.agent_events import AgentEvent, Decision, Observation
+from streams.demo_learning import outcome_feedback, show_plan_lookup, show_procedures, with_plan
 from streams.eventlog.publisher import AsyncPublisher
 from streams.worker.pipeline import IngestStats
 
@@ -62,6 +66,8 @@ class DemoOutcome:
     summaries: RetrievalResponse | None = None
     history: AgentHistory | None = None
     events_published: int = 0
+    plan_lookups: dict[tuple[str, int], PlanLookup] = field(default_factory=dict)
+    procedures: dict[str, Procedures] = field(default_factory=dict)
 
 
 def year_events(house: Household, year: int) -> list[AgentEvent]:
@@ -206,10 +212,14 @@ async def run_demo(
     houses = [
         Household(f"H{i:03d}", random.Random(f"{seed}-{i}")) for i in range(1, households + 1)
     ]
+    last: dict[str, Decision] = {}
+    """Each household's latest decision: the next year's outcome is feedback on it."""
     for year in range(1, years + 1):
         flood = FLOOD_YEARS.get(year)
         out.rule(f"Year {year}" + (f"  [red]flood (base damage ${flood:,})[/red]" if flood else ""))
         happened = [e for house in houses for e in year_events(house, year)]
+        feedback = [outcome_feedback(happened, last.get(house.agent_id)) for house in houses]
+        happened.extend(f for f in feedback if f is not None)
         await stats.wait_for(await publisher.publish_many(happened), timeout)
         outcome.events_published += len(happened)
         decisions = []
@@ -220,16 +230,21 @@ async def run_demo(
             outcome.recalls[(house.agent_id, year)] = recalled
             skill = choose(house, recalled)
             outcome.decisions[(house.agent_id, year)] = skill
-            decisions.append(decision_event(house, year, skill))
+            decision = with_plan(decision_event(house, year, skill))
+            decisions.append(decision)
+            last[house.agent_id] = decision
             out.print(f"[bold]{house.agent_id}[/bold] recalls before deciding:")
             for m in recalled.results:
                 out.print(f"   {m.score:5.3f} [dim]{m.store:8}[/dim] {m.content}")
             if not recalled.results:
                 out.print("   (nothing yet)")
+            lookup = await show_plan_lookup(client, house.agent_id, out)
+            outcome.plan_lookups[(house.agent_id, year)] = lookup
             out.print(f"   -> decides [cyan]{skill}[/cyan]")
         await stats.wait_for(await publisher.publish_many(decisions), timeout)
         outcome.events_published += len(decisions)
 
+    outcome.procedures = await show_procedures(client, [h.agent_id for h in houses], out)
     await show_memory_over_time(client, houses[0].agent_id, years, out, outcome)
 
     out.rule("Year 11: the trace of seed 003 (v2 weighted, tags Flood, Danger, Rain)")

@@ -41,8 +41,10 @@ from processors.lifecycle import Deriving
 from processors.state_fold import FoldedState
 from processors.summarising import ExtractiveSummariser
 from processors.worker_step import DerivedBatch, carry, derive_batch
-from schemas.agent_events import Decision, Observation
+from projections.learned.redis_fields import learned_writes
+from schemas.agent_events import Decision, FactStatement, Feedback, Observation
 from schemas.codec import decode_retrieval, encode_event
+from schemas.learned_events import LearnedChange
 from schemas.memory_events import (
     DerivedEvent,
     DerivedRecord,
@@ -88,6 +90,8 @@ KINDS = (None, None, None, "flood.major", "flood.minor", "claim.denied")
 SKILLS = ("elevate_house", "buy_insurance", "do_nothing", "relocate", "wait_and_see")
 SCORES = (-0.2, 0.1, 0.5, 0.9, 1.3)
 """Retrieval scores, clipped to [0, 1] by the relevance of MUS."""
+SIGNALS = (-1.0, -0.5, 0.0, 0.5, 1.0)
+"""Feedback signals: failures, no outcome, successes."""
 
 Action = tuple[str, str, int]
 """(agent, or partition for a tick; what; a value whose meaning depends on what)."""
@@ -99,7 +103,9 @@ action: st.SearchStrategy[Action] = st.one_of(
     _observe,
     _observe,
     _observe,
-    st.tuples(_agent, st.just("decide"), st.integers(0, len(SKILLS) - 1)),
+    st.tuples(_agent, st.just("decide"), st.integers(0, 2 * len(SKILLS) - 1)),
+    st.tuples(_agent, st.just("feedback"), st.integers(0, 2 * len(SIGNALS) - 1)),
+    st.tuples(_agent, st.just("fact"), st.integers(0, 3)),
     _advance,
     _advance,
     st.tuples(_agent, st.just("retrieve"), st.integers(0, len(SCORES) - 1)),
@@ -248,6 +254,8 @@ class StreamBuilder:
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     steps: dict[str, int] = field(default_factory=dict)
     now: datetime = START
+    published: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    """Per agent and event type, the ids of the events published, for feedback to target."""
 
     def add(self, topic: str, partition: int, value: bytes, kind: RecordKind) -> None:
         offset = self.offsets.get((topic, partition), 0)
@@ -295,19 +303,62 @@ class StreamBuilder:
                 kind=kind,
                 tags=("flood", f"n{n % 4}"),
             )
+            self.published.setdefault((who, "observation"), []).append(observation.event_id)
             self.add(TOPICS.observations, partition, encode_event(observation), "agent")
         elif what == "decide":
-            decision = Decision(
+            self.decide(n, when, value)
+        elif what == "feedback":
+            self.feedback(n, when, value)
+        elif what == "fact":
+            observation = Observation(
                 **when,
                 agent_type="household",
-                content=f"I decided to {SKILLS[value].replace('_', ' ')} after event {n}",
-                skill=SKILLS[value],
+                content=f"the house measures {n} at event {n}",
+                fact=FactStatement(
+                    subject="house", attribute=("elevation", "insured")[value % 2], value=str(n)
+                ),
             )
-            self.add(TOPICS.decisions, partition, encode_event(decision), "agent")
+            self.add(TOPICS.observations, partition, encode_event(observation), "agent")
         elif what == "garbage":
             self.add(TOPICS.observations, partition, b'{"event_type": "observation"', "agent")
         else:
             self.retrieve(n, who, SCORES[value], step, year)
+
+    def decide(self, n: int, when: dict[str, object], value: int) -> None:
+        """A decision; every other skill index also carries a prompt and steps (a plan)."""
+        skill = SKILLS[value % len(SKILLS)]
+        plan = value >= len(SKILLS)
+        decision = Decision.model_validate(
+            {
+                **when,
+                "agent_type": "household",
+                "content": f"I decided to {skill.replace('_', ' ')} after event {n}",
+                "skill": skill,
+                "prompt": f"protect the house from flood {value % 3}" if plan else None,
+                "actions": [{"tool": skill, "input": str(n), "observation": "ok"}] if plan else [],
+            }
+        )
+        self.published.setdefault((decision.agent_id, "decision"), []).append(decision.event_id)
+        self.add(TOPICS.decisions, PARTITION_OF[decision.agent_id], encode_event(decision), "agent")
+
+    def feedback(self, n: int, when: dict[str, object], value: int) -> None:
+        """Feedback on one of the agent's decisions, or (odd values) on another event of it."""
+        agent = str(when["agent_id"])
+        targets = self.published.get((agent, "decision" if value % 2 == 0 else "observation"))
+        state = self.worker.folded.states.get(agent)
+        if value % 4 == 3 and state is not None and state.summaries:
+            targets = [s.memory_id for s in state.summaries]
+        if not targets:
+            return
+        feedback = Feedback.model_validate(
+            {
+                **when,
+                "agent_type": "household",
+                "target_event_id": targets[-1 - (n % min(3, len(targets)))],
+                "signal": SIGNALS[(value // 2) % len(SIGNALS)],
+            }
+        )
+        self.add(TOPICS.feedback, PARTITION_OF[agent], encode_event(feedback), "agent")
 
     def retrieve(
         self, n: int, agent: str, score: float, step: int | None, year: int | None
@@ -354,4 +405,25 @@ def projected(events: Iterable[DerivedEvent]) -> dict[str, DerivedEvent]:
             held.pop(event.memory_id, None)
         elif isinstance(event, MemoryRecorded | MemoryPromoted | MemorySummarised):
             held[event.memory_id] = event
+    return held
+
+
+def learned_projected(events: Iterable[DerivedEvent]) -> dict[bytes, bytes]:
+    """What the Redis projection of learned items holds after ``events`` in order (the write
+    rule of ``projections.learned.redis_fields``: a field is written at a revision at least
+    the one it holds; an empty value deletes it), per agent and field."""
+    held: dict[bytes, bytes] = {}
+    revisions: dict[bytes, int] = {}
+    for event in events:
+        if not isinstance(event, LearnedChange):
+            continue
+        for name, revision, value in learned_writes(event):  # type: ignore[arg-type]
+            key = event.agent_id.encode() + b"/" + name
+            if revisions.get(key, -1) > revision:
+                continue
+            revisions[key] = revision
+            if value:
+                held[key] = value
+            else:
+                held.pop(key, None)
     return held

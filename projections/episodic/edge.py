@@ -75,6 +75,7 @@ from projections.episodic.hybrid import (
 from projections.interfaces import ProjectionError, latest_positions
 from projections.memory import StoredMemory, memory_from_point, point_payload
 from projections.retrieval.filters import MemoryFilter
+from schemas.learned_events import LearnedChange
 from schemas.memory_events import (
     AgentForgotten,
     ConsolidationCompleted,
@@ -150,7 +151,7 @@ def episodic_changes(events: Sequence[DerivedEvent], dim: int) -> EpisodicChange
                 agent = event.agent_id
                 upserts = {k: m for k, m in upserts.items() if m.agent_id != agent}
                 erased.add(agent)
-            case ConsolidationCompleted():
+            case ConsolidationCompleted() | LearnedChange():
                 pass
             case _:
                 assert_never(event)

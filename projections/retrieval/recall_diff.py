@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_jsonable_python
 
 from projections.retrieval.models import RetrievedMemory
+from schemas.learned_events import LearnedChange
 from schemas.memory_events import (
     AgentForgotten,
     ConsolidationCompleted,
@@ -123,8 +124,10 @@ def memory_fates(
                 for key, fate in fates.items():
                     if fate == "held":
                         fates[key] = "forgotten_before"
-            case ConsolidationCompleted():
-                pass  # an audit record: the copies it made are MemoryPromoted events of their own
+            case ConsolidationCompleted() | LearnedChange():
+                # An audit record (the copies it made are MemoryPromoted events of their own),
+                # or what was learned, which is no memory.
+                pass
             case _:
                 assert_never(event)
     for event in later:
@@ -132,7 +135,7 @@ def memory_fates(
             case MemoryRecorded() | MemoryPromoted() | MemorySummarised():
                 if event.memory_id not in fates:
                     fates[event.memory_id] = "written_after"
-            case MemoryForgotten() | AgentForgotten() | ConsolidationCompleted():
+            case MemoryForgotten() | AgentForgotten() | ConsolidationCompleted() | LearnedChange():
                 pass  # after the point: a memory forgotten later was still held at it
             case _:
                 assert_never(event)

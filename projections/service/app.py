@@ -25,6 +25,7 @@ from pydantic_core import to_jsonable_python
 
 from projections.history import MAX_HISTORY_LIMIT, AgentHistory, LogUnavailableError
 from projections.interfaces import ProjectionError
+from projections.learned.reads import LearnedMemory
 from projections.retrieval.as_of import AsOfNotInLog, AsOfNotInLogError, LogRecall
 from projections.retrieval.engine import (
     PositionsNotAppliedError,
@@ -39,7 +40,8 @@ from projections.retrieval.models import (
     WaitTimedOut,
 )
 from projections.service.auth import ApiKeys
-from projections.service.http_auth import route_guard
+from projections.service.http_auth import Guarded, ServiceError
+from projections.service.learned_routes import add_learned_routes
 from projections.service.metrics import ServiceMetrics
 from projections.service.openapi import document_with_topics
 from schemas.envelope import AgentId
@@ -121,10 +123,6 @@ class ReadinessReport(BaseModel):
     checks: dict[str, str] = Field(description='Per backend: "ok" or why it is not ready.')
 
 
-class ServiceError(BaseModel):
-    detail: str
-
-
 @dataclass
 class RetrievalAudit:
     """How many retrievals the hook took and refused; on ``app.state.retrieval_audit``.
@@ -150,6 +148,7 @@ def create_app(
     version: str | None = None,
     api_keys: ApiKeys | None = None,
     metrics: ServiceMetrics | None = None,
+    learned: LearnedMemory | None = None,
 ) -> FastAPI:
     """The query service over ``engine``. ``readiness`` defaults to pinging the engine's
     stores; a check that fails, or does not answer within ``readiness_timeout_s``, makes
@@ -159,7 +158,8 @@ def create_app(
     fails or takes longer than ``on_retrieval_timeout_s`` is counted and logged, and the
     retrieval is answered anyway. ``history`` reads an agent's history from the log; without
     it the history route answers 503. ``recall`` answers retrievals with ``as_of``; without
-    it they answer 503.
+    it they answer 503. ``learned`` answers the procedures, facts and plans routes; without it
+    they answer 503.
 
     ``api_keys``: every route but the probes needs a key with the ``read`` scope for the
     agent of its path (401 without a known key, 403 otherwise); None: no authentication.
@@ -178,6 +178,7 @@ def create_app(
         app, engine, _recorder(on_retrieval, on_retrieval_timeout_s, audit), recall, guard, metrics
     )
     _add_history_route(app, history, guard)
+    add_learned_routes(app, learned, guard)
     _add_probe_routes(app, readiness or engine.readiness, readiness_timeout_s)
     if metrics is not None:
         _add_metrics_route(app, metrics)
@@ -188,28 +189,6 @@ def _add_metrics_route(app: FastAPI, metrics: ServiceMetrics) -> None:
     @app.get("/metrics", include_in_schema=False)
     async def prometheus_metrics() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-
-@dataclass(frozen=True)
-class Guarded:
-    """What a route adds for authentication: its dependency and its documented refusals
-    (nothing at all without keys)."""
-
-    keys: ApiKeys | None
-
-    def dependencies(self, scope: Literal["read", "publish", "admin"]) -> list[Any]:
-        return [] if self.keys is None else [route_guard(self.keys, scope)]
-
-    def responses(self) -> dict[int | str, dict[str, Any]]:
-        if self.keys is None:
-            return {}
-        return {
-            401: {"model": ServiceError, "description": "No API key, or an unknown one."},
-            403: {
-                "model": ServiceError,
-                "description": "The API key lacks the scope, or is not for this agent.",
-            },
-        }
 
 
 RetrievalRecorder = Callable[[str, RetrievalRequest, RetrievalResponse], Awaitable[None]]

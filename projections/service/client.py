@@ -19,6 +19,7 @@ import httpx
 from pydantic import ValidationError
 
 from projections.history import AgentHistory
+from projections.learned.reads import Facts, PlanLookup, Procedures
 from projections.memory import StoredMemory
 from projections.retrieval.as_of import RECALL_TIMEOUT_S
 from projections.retrieval.models import (
@@ -187,6 +188,15 @@ PROMPT_HEADER = "=== YOUR MEMORY ==="
 NOTHING_REMEMBERED = "(nothing remembered yet)"
 
 
+def _learned_params(**params: Any) -> dict[str, Any]:
+    """Query parameters without the unset ones; booleans as the service reads them."""
+    return {
+        k: (str(v).lower() if isinstance(v, bool) else v)
+        for k, v in params.items()
+        if v is not None
+    }
+
+
 def format_for_prompt(
     memories: RetrievalResponse | Iterable[StoredMemory | str],
     *,
@@ -288,6 +298,29 @@ class EngramClient:
         _raise_for(response)
         return AgentHistory.model_validate_json(response.content)
 
+    def procedures(self, agent_id: str, context: str | None = None, **params: Any) -> Procedures:
+        """The agent's procedures for ``context``; ``params``: ``min_success_rate``,
+        ``min_similarity``, ``top_k`` (the route's query parameters)."""
+        response = self._http.get(
+            f"/v1/agents/{agent_id}/procedures", params=_learned_params(context=context, **params)
+        )
+        _raise_for(response)
+        return Procedures.model_validate_json(response.content)
+
+    def facts(self, agent_id: str, query: str | None = None, **params: Any) -> Facts:
+        """The agent's facts for ``query``; ``params``: ``top_k``, ``history``."""
+        response = self._http.get(
+            f"/v1/agents/{agent_id}/facts", params=_learned_params(query=query, **params)
+        )
+        _raise_for(response)
+        return Facts.model_validate_json(response.content)
+
+    def lookup_plan(self, agent_id: str, prompt: str) -> PlanLookup:
+        """A cached plan for ``prompt`` (a hit), or a miss."""
+        response = self._http.post(f"/v1/agents/{agent_id}/plans/lookup", json={"prompt": prompt})
+        _raise_for(response)
+        return PlanLookup.model_validate_json(response.content)
+
     def close(self) -> None:
         self._http.close()
 
@@ -350,6 +383,32 @@ class AsyncEngramClient:
         )
         _raise_for(response)
         return AgentHistory.model_validate_json(response.content)
+
+    async def procedures(
+        self, agent_id: str, context: str | None = None, **params: Any
+    ) -> Procedures:
+        """As :meth:`EngramClient.procedures`."""
+        response = await self._http.get(
+            f"/v1/agents/{agent_id}/procedures", params=_learned_params(context=context, **params)
+        )
+        _raise_for(response)
+        return Procedures.model_validate_json(response.content)
+
+    async def facts(self, agent_id: str, query: str | None = None, **params: Any) -> Facts:
+        """As :meth:`EngramClient.facts`."""
+        response = await self._http.get(
+            f"/v1/agents/{agent_id}/facts", params=_learned_params(query=query, **params)
+        )
+        _raise_for(response)
+        return Facts.model_validate_json(response.content)
+
+    async def lookup_plan(self, agent_id: str, prompt: str) -> PlanLookup:
+        """As :meth:`EngramClient.lookup_plan`."""
+        response = await self._http.post(
+            f"/v1/agents/{agent_id}/plans/lookup", json={"prompt": prompt}
+        )
+        _raise_for(response)
+        return PlanLookup.model_validate_json(response.content)
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, HTTPException, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
 
 from projections.service.auth import ApiKey, ApiKeys, Decision, Scope, load_api_keys
 
@@ -149,3 +151,29 @@ async def _refuse(send: Callable[[Any], Awaitable[None]], reason: str) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+class ServiceError(BaseModel):
+    detail: str
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """What a route adds for authentication: its dependency and its documented refusals
+    (nothing at all without keys)."""
+
+    keys: ApiKeys | None
+
+    def dependencies(self, scope: Literal["read", "publish", "admin"]) -> list[Any]:
+        return [] if self.keys is None else [route_guard(self.keys, scope)]
+
+    def responses(self) -> dict[int | str, dict[str, Any]]:
+        if self.keys is None:
+            return {}
+        return {
+            401: {"model": ServiceError, "description": "No API key, or an unknown one."},
+            403: {
+                "model": ServiceError,
+                "description": "The API key lacks the scope, or is not for this agent.",
+            },
+        }

@@ -16,8 +16,11 @@ The tools (:func:`memory_tools`):
 * ``publish_observation``: records what the agent observed; returns the log position a following
   retrieval passes as ``after`` to see it (read your writes).
 
-A further recall tool is one more entry: ``registry.register(recall_tool("recall_fact",
-kinds=("fact",), ...))`` searches the semantic layer once memories of that kind exist.
+* ``recall_fact``, ``recall_procedure``, ``lookup_plan`` and ``give_feedback``: what the agent
+  learned from feedback (:mod:`projections.service.learned_tools`).
+
+A further recall tool is one more entry: ``registry.register(recall_tool("recall_known",
+kinds=("fact",), ...))`` searches memories of those kinds by meaning.
 
 Tools never raise anything but :class:`ToolError` for what the caller can act on (bad
 arguments, a refused or timed-out request, a service or broker out of reach); its message is
@@ -57,7 +60,7 @@ from projections.service.client import (
     WaitTimeoutError,
     format_for_prompt,
 )
-from schemas.agent_events import Content, JsonObject, Observation
+from schemas.agent_events import AgentEvent, Content, JsonObject, Observation
 from schemas.envelope import MAX_CONTENT_CHARS, AgentId, Tag
 from schemas.errors import EngramError
 
@@ -100,11 +103,12 @@ class ToolError(EngramError):
 
 
 class ObservationSink(Protocol):
-    """Puts an observation on the log and says where it landed (``AsyncPublisher.publish``).
+    """Puts an agent event (an observation, feedback) on the log and says where it landed
+    (``AsyncPublisher.publish``).
 
     Raises :class:`ToolError` when the log cannot take it."""
 
-    async def __call__(self, observation: Observation, /) -> HasPosition: ...
+    async def __call__(self, observation: AgentEvent, /) -> HasPosition: ...
 
 
 @dataclass(frozen=True)
@@ -484,7 +488,11 @@ PUBLISH_OBSERVATION: MemoryTool[PublishObservationInput] = MemoryTool(
 
 def memory_tools() -> ToolRegistry:
     """A fresh registry of the memory tools; register more on it before serving it."""
-    return ToolRegistry([RETRIEVE_MEMORY, RECALL_SIMILAR_EXPERIENCE, PUBLISH_OBSERVATION])
+    from projections.service.learned_tools import LEARNED_TOOLS  # it builds on this module
+
+    return ToolRegistry(
+        [RETRIEVE_MEMORY, RECALL_SIMILAR_EXPERIENCE, PUBLISH_OBSERVATION, *LEARNED_TOOLS]
+    )
 
 
 def _problems(exc: ValidationError) -> str:

@@ -9,9 +9,10 @@ Layout under ``{namespace}``:
   in ``KEYS`` and read an agent's memories with one ``HMGET``;
 * ``{ns}:applied:{topic}:{partition}``: the highest source offset applied for that partition.
 
-The memories hash also holds two fields that are never memory ids (reads follow the ZSET):
-``#evicted`` and ``#arousal``, the agent's latest surprise reading, which a recording of either
-destination carries (see ``_APPLY``).
+The memories hash also holds fields that are never memory ids (reads follow the ZSET):
+``#evicted``, ``#arousal``, the agent's latest surprise reading, which a recording of either
+destination carries (see ``_APPLY``), and what the agent learned (``#l:`` and ``#v:``:
+procedures, plans, facts, feedback on memories; :mod:`projections.learned.redis_fields`).
 
 The two per-agent keys are everything the namespace holds about an agent, so an
 :class:`AgentForgotten` deletes both (in the same script as the other events, with its
@@ -46,7 +47,15 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from projections.interfaces import ProjectionError, SourceOffsets, latest_positions
+from projections.learned.redis_fields import (
+    LEARN_SCRIPT,
+    LEARN_SHA,
+    VALUE_PREFIX,
+    learn_args,
+    learned_writes,
+)
 from projections.memory import StoredMemory, memory_json
+from schemas.learned_events import LearnedChange, LearnedEvent
 from schemas.memory_events import (
     AgentForgotten,
     ConsolidationCompleted,
@@ -250,6 +259,8 @@ class RedisWorkingMemory:
                 return self._script(event, b"a")
             case ConsolidationCompleted():
                 return None
+            case LearnedChange():
+                return self._learned(event)
             case _:
                 assert_never(event)
 
@@ -267,6 +278,28 @@ class RedisWorkingMemory:
         if surprise is not None:
             argv = (*argv, surprise.model_dump_json().encode())
         return self._script(event, op, *argv)
+
+    def _learned(self, event: LearnedEvent) -> bytes:
+        """Procedures, plans, facts and ratings: fields of the agent's memories hash
+        (:mod:`projections.learned.redis_fields`), with the applied offset."""
+        keys = [self._memories_key(event.agent_id)]
+        position = event.source_position
+        offset = b""
+        if position is not None:
+            keys.append(self._applied_key(position.topic, position.partition))
+            offset = b"%d" % position.offset
+        args = learn_args(offset, learned_writes(event))
+        return _resp(b"EVALSHA", LEARN_SHA, b"%d" % len(keys), *keys, *args)
+
+    async def learned_fields(self, agent_id: str) -> dict[bytes, bytes]:
+        """The agent's learned fields (``#l:...``), for :mod:`projections.learned.reads`."""
+        try:
+            fields: dict[bytes, bytes] = await self._client.hgetall(  # type: ignore[assignment]
+                self._memories_key(agent_id)
+            )
+        except RedisError as exc:
+            raise self._error(f"reading what {agent_id!r} learned", exc) from exc
+        return {k: v for k, v in fields.items() if k.startswith(VALUE_PREFIX)}
 
     def _script(self, event: DerivedEvent, op: bytes, *argv: bytes) -> bytes:
         """``_APPLY`` on the agent's keys and, if the event has a position, its applied offset."""
@@ -309,6 +342,7 @@ class RedisWorkingMemory:
                     # chunk again is safe: what did run is skipped or re-done idempotently.
                     await self._client.script_load(_APPLY)
                     await self._client.script_load(_ADVANCE)
+                    await self._client.script_load(LEARN_SCRIPT)
                     results = await self._pipeline(chunk)
             except (RedisError, TimeoutError) as exc:
                 raise self._error(action, exc) from exc

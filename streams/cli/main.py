@@ -5,7 +5,18 @@ from __future__ import annotations
 
 import typer
 
-from streams.cli import eventlog, mcp, memory, privacy, rebuild, recall, schemas, stack, versions
+from streams.cli import (
+    eventlog,
+    learned,
+    mcp,
+    memory,
+    privacy,
+    rebuild,
+    recall,
+    schemas,
+    stack,
+    versions,
+)
 
 app = typer.Typer(
     name="engram",
@@ -17,7 +28,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-for group in (stack, memory, recall, mcp, rebuild, privacy, eventlog):
+for group in (stack, memory, learned, recall, mcp, rebuild, privacy, eventlog):
     app.add_typer(group.commands)
 app.add_typer(schemas.commands, name="schemas")
 app.add_typer(versions.commands, name="versions")

@@ -22,7 +22,7 @@ from projections.service.client import AsyncEngramClient
 from projections.service.http_auth import api_keys_for
 from projections.service.mcp_server import create_mcp_server, serve_http, serve_stdio
 from projections.service.tools import ToolContext, ToolError, ToolRegistry, memory_tools
-from schemas.agent_events import Observation
+from schemas.agent_events import AgentEvent
 from schemas.topics import Topics
 from streams.eventlog.publisher import AsyncPublisher, Position, PublishError
 from streams.privacy.keyring import Keyring, KeyringError, open_keyring
@@ -74,7 +74,7 @@ class LogPublisher:
         self._keyring: Keyring | None = None
         self._lock = asyncio.Lock()
 
-    async def __call__(self, observation: Observation, /) -> Position:
+    async def __call__(self, observation: AgentEvent, /) -> Position:
         bootstrap = self._settings.kafka_bootstrap
         if not bootstrap:
             raise ToolError(

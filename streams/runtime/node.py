@@ -24,6 +24,7 @@ from projections.episodic.edge_location import record_edge_dir
 from projections.episodic.factory import open_episodic_store
 from projections.history import AgentHistory
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
+from projections.learned.reads import LearnedMemory
 from projections.retrieval.as_of import RECALL_TIMEOUT_S
 from projections.retrieval.engine import RetrievalEngine
 from projections.service.app import HistoryReader, RetrievalHook, create_app
@@ -405,6 +406,7 @@ class Node:
             recall=self._log_recall(),
             api_keys=self.api_keys,
             metrics=self._service_metrics if self.settings.metrics else None,
+            learned=LearnedMemory(lambda: self.working, self.embedder),
         )
         config = uvicorn.Config(
             app,

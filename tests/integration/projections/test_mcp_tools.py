@@ -183,6 +183,10 @@ async def test_over_stdio_an_agent_records_what_it_observes_and_recalls_it(
         "retrieve_memory",
         "recall_similar_experience",
         "publish_observation",
+        "recall_fact",
+        "recall_procedure",
+        "lookup_plan",
+        "give_feedback",
     }
     assert {m["content"]: m["store"] for m in results_of(remembered)} == {
         flood: "episodic",

@@ -23,6 +23,7 @@ from processors.batch import RawRecord
 from processors.batch_markers import logged_batches
 from processors.state_fold import FoldedState
 from schemas.codec import decode_retrieval
+from schemas.learned_events import FactStated, MemoryRated, PlanChanged, ProcedureChanged
 from schemas.memory_events import (
     ConsolidationCompleted,
     DerivedEvent,
@@ -38,6 +39,7 @@ from tests.agent_streams import (
     Worker,
     action,
     build_stream,
+    learned_projected,
     partition_of,
     projected,
     run,
@@ -76,6 +78,7 @@ def test_batches_of_any_size_derive_what_one_record_at_a_time_does(
     assert run([records]).emitted == one_by_one.emitted
     assert batched.folded.states == one_by_one.folded.states
     assert projected(batched.replayed(seed)) == projected(batched.emitted)
+    assert learned_projected(batched.replayed(seed)) == learned_projected(batched.emitted)
     assert folded_from(batched, records, seed).states == batched.folded.states
 
 
@@ -116,6 +119,7 @@ def continue_and_check(
     assert len(logged) == len(counted), "an event counts twice"
     assert logged == {e.event_id: e for e in uninterrupted.emitted}
     assert projected(second.replayed(seed)) == projected(uninterrupted.emitted)
+    assert learned_projected(second.replayed(seed)) == learned_projected(uninterrupted.emitted)
     assert second.folded.states == uninterrupted.folded.states
     assert folded_from(second, records, seed).states == uninterrupted.folded.states
 
@@ -182,6 +186,14 @@ def test_the_generated_streams_exercise_every_rule() -> None:
         ("S1", "retrieve", 3),
         ("W1", "retrieve", 0),
         ("W1", "garbage", 0),
+        ("S1", "decide", 5),  # a plan
+        ("S1", "feedback", 0),  # downvotes of recent decisions: two in a row evict a plan
+        ("S1", "feedback", 0),
+        ("S1", "feedback", 0),
+        ("S1", "feedback", 8),  # an upvote
+        ("Y1", "feedback", 1),  # on an observation
+        ("W1", "feedback", 7),  # on a summary
+        ("Y1", "fact", 0),
     ]
     records, worker = build_stream(day * 12)
     derived = worker.emitted
@@ -191,7 +203,23 @@ def test_the_generated_streams_exercise_every_rule() -> None:
         MemorySummarised,
         MemoryForgotten,
         ConsolidationCompleted,
+        ProcedureChanged,
+        PlanChanged,
+        FactStated,
+        MemoryRated,
     }
+    assert {e.change for e in derived if isinstance(e, ProcedureChanged)} == {
+        "created",
+        "invoked",
+        "outcome",
+    }
+    assert {e.change for e in derived if isinstance(e, PlanChanged)} == {
+        "cached",
+        "scored",
+        "evicted",
+    }
+    assert any(isinstance(e, FactStated) and e.supersedes for e in derived)
+    assert {e.level for e in derived if isinstance(e, MemoryRated)} >= {0, 1}
     assert {(e.level, e.trigger) for e in derived if isinstance(e, MemorySummarised)} == {
         (1, "step"),
         (1, "year"),

@@ -236,6 +236,10 @@ def test_every_kind_is_rendered_with_what_matters() -> None:
         "consolidated": 1,
         "agent_forgotten": 0,
         "retrieved": 2,
+        "procedure": 0,
+        "plan": 0,
+        "fact": 0,
+        "rated": 0,
     }
     assert entries[4].position == LogPosition(topic="memory.lifecycle", partition=1, offset=3)
 

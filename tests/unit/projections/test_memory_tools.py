@@ -261,7 +261,15 @@ def text_of(result: CallToolResult) -> str:
 async def test_the_tools_are_listed_with_their_models_schemas(service: Service) -> None:
     async with connected(service) as mcp:
         tools = {tool.name: tool for tool in (await mcp.list_tools()).tools}
-    assert list(tools) == ["retrieve_memory", "recall_similar_experience", "publish_observation"]
+    assert list(tools) == [
+        "retrieve_memory",
+        "recall_similar_experience",
+        "publish_observation",
+        "recall_fact",
+        "recall_procedure",
+        "lookup_plan",
+        "give_feedback",
+    ]
 
     retrieve = tools["retrieve_memory"].input_schema
     assert retrieve["required"] == ["agent_id"]
@@ -281,6 +289,10 @@ async def test_the_tools_are_listed_with_their_models_schemas(service: Service) 
         "retrieve_memory": True,
         "recall_similar_experience": True,
         "publish_observation": False,
+        "recall_fact": True,
+        "recall_procedure": True,
+        "lookup_plan": True,
+        "give_feedback": False,
     }
     assert all(tool.description and tool.output_schema for tool in tools.values())
 
@@ -352,22 +364,22 @@ async def test_a_further_recall_tool_is_one_registration(
 ) -> None:
     registry.register(
         recall_tool(
-            "recall_fact",
-            title="Recall fact",
+            "recall_known",
+            title="Recall what you know",
             description="Search what you know (semantic memory).",
             kinds=("fact",),
             header="=== WHAT YOU KNOW ===",
         )
     )
-    with pytest.raises(ValueError, match="recall_fact"):
-        registry.register(registry.get("recall_fact"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="recall_known"):
+        registry.register(registry.get("recall_known"))  # type: ignore[arg-type]
 
     async with connected(service, sink, registry) as mcp:
         names = [tool.name for tool in (await mcp.list_tools()).tools]
         result = await mcp.call_tool(
-            "recall_fact", {"agent_id": AGENT, "query": "flood insurance", "limit": 5}
+            "recall_known", {"agent_id": AGENT, "query": "flood insurance", "limit": 5}
         )
-    assert names[-1] == "recall_fact"
+    assert names[-1] == "recall_known"
     assert not result.is_error, text_of(result)
     [(_, body)] = service.requests
     assert (body["filter"]["kinds"], body["top_k"]) == (["fact"], 5)

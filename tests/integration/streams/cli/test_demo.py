@@ -60,6 +60,16 @@ async def test_the_flood_households_recall_their_floods_and_the_trace_reproduces
     assert outcome.history.counts["retrieved"] >= 3
     assert 1 <= outcome.history.counts["consolidated"] <= 2
 
+    # Year 1's decisions answered the yearly request, so year 2 finds their plans cached; the
+    # year-3 flood is feedback on year 2's decisions, which moves their procedures' rates.
+    assert all(outcome.plan_lookups[(house, 2)].hit for house in ("H001", "H002", "H003"))
+    assert not outcome.plan_lookups[("H001", 1)].hit
+    rates = {
+        p.success_rate for procedures in outcome.procedures.values() for p in procedures.procedures
+    }
+    assert rates - {0.5}, rates
+    assert outcome.history.counts["procedure"] >= 3
+
     trace = outcome.trace
     assert trace is not None
     assert trace.agent_id == TRACE_AGENT

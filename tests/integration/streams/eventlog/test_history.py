@@ -231,6 +231,10 @@ async def test_the_history_is_the_agents_records_from_its_partition_in_order(
         "consolidated": 1,
         "agent_forgotten": 0,
         "retrieved": 1,
+        "procedure": 0,
+        "plan": 0,
+        "fact": 0,
+        "rated": 0,
     }
 
     theirs = await read_agent_history(kafka_bootstrap, topics, neighbour, PARTITIONS, timeout=30)

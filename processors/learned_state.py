@@ -1,0 +1,154 @@
+"""What a processor remembers per agent to learn from feedback, and its fold from the log.
+
+Feedback names the event it is about (``target_event_id``), often long after it: to update a
+decision's procedure and plan, the worker keeps the agent's recent decisions. Every part is
+bounded, because the state is carried between batches for every agent and folded back on
+takeover:
+
+* ``decisions``: the latest :data:`MAX_RECENT_DECISIONS` decisions (skill, plan, the first
+  :data:`DECISION_TEXT_CHARS` characters of their text, attached to the procedure when
+  upvoted). Feedback on an older decision teaches nothing.
+* ``procedures``: at most ``ProcedureRules.max_procedures`` (a number per procedure);
+* ``plans``: at most ``PlanRules.max_plans``, beyond which one is evicted by an event;
+* ``facts``: the current fact of the latest :data:`MAX_FACT_KEYS` subject/attribute pairs
+  stated. A fact on a pair beyond it supersedes nothing in the log; reads still answer the
+  latest fact of each pair, so the answer stays right;
+* ``ratings``: feedback counts of the latest :data:`MAX_RATED_MEMORIES` memories rated.
+
+The fold (:func:`fold_learned`) is the only way this state changes, live and on takeover
+alike: the live path derives events, then folds them (:mod:`processors.learning`), so the
+two cannot drift apart. Bounds are constants rather than configuration because the fold has
+no configuration: the same events must give the same state whatever reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TypeVar, assert_never
+
+from schemas.learned_events import (
+    FactStated,
+    LearnedEvent,
+    MemoryRated,
+    PlanChanged,
+    ProcedureChanged,
+)
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+MAX_RECENT_DECISIONS = 128
+DECISION_TEXT_CHARS = 280
+MAX_FACT_KEYS = 1024
+MAX_RATED_MEMORIES = 1024
+
+
+@dataclass(frozen=True)
+class ProcedureEntry:
+    success_rate: float
+    usage_count: int
+    revision: int
+    attached_count: int
+
+
+@dataclass(frozen=True)
+class DecisionEntry:
+    skill: str
+    text: str
+    plan_id: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    score: float
+    revision: int
+    decision_event_id: str
+
+
+@dataclass(frozen=True)
+class Rating:
+    upvotes: int
+    downvotes: int
+    revision: int
+
+
+@dataclass(frozen=True)
+class LearnedState:
+    """Never changed in place: every change makes new dicts (states are shared between the
+    carried state and a batch in progress). Dict order is the order of insertion, which the
+    bounds evict by: live and fold insert in the same order."""
+
+    procedures: dict[str, ProcedureEntry] = field(default_factory=dict)
+    decisions: dict[str, DecisionEntry] = field(default_factory=dict)
+    plans: dict[str, PlanEntry] = field(default_factory=dict)
+    facts: dict[tuple[str, str], str] = field(default_factory=dict)
+    ratings: dict[str, Rating] = field(default_factory=dict)
+
+
+def _bounded_put(items: dict[K, V], key: K, value: V, bound: int) -> dict[K, V]:
+    """``items`` with ``key`` set last (most recent), the oldest dropped beyond ``bound``."""
+    out = {k: v for k, v in items.items() if k != key}
+    out[key] = value
+    while len(out) > bound:
+        del out[next(iter(out))]
+    return out
+
+
+def fold_learned(state: LearnedState, event: LearnedEvent) -> LearnedState:
+    """The learned state after one learned event; idempotent per event (an older revision
+    applied again changes nothing)."""
+    match event:
+        case ProcedureChanged():
+            return _procedure(state, event)
+        case PlanChanged():
+            return _plan(state, event)
+        case FactStated():
+            facts = _bounded_put(
+                state.facts, (event.subject, event.attribute), event.fact_id, MAX_FACT_KEYS
+            )
+            return replace(state, facts=facts)
+        case MemoryRated():
+            known = state.ratings.get(event.memory_id)
+            if known is not None and known.revision >= event.revision:
+                return state
+            rating = Rating(event.upvotes, event.downvotes, event.revision)
+            return replace(
+                state,
+                ratings=_bounded_put(state.ratings, event.memory_id, rating, MAX_RATED_MEMORIES),
+            )
+        case _:
+            assert_never(event)
+
+
+def _procedure(state: LearnedState, event: ProcedureChanged) -> LearnedState:
+    procedures, decisions = state.procedures, state.decisions
+    known = procedures.get(event.name)
+    if known is None or known.revision <= event.revision:
+        entry = ProcedureEntry(
+            event.success_rate, event.usage_count, event.revision, event.attached_count
+        )
+        procedures = {**procedures, event.name: entry}
+    if event.change != "outcome" and event.decision_event_id not in decisions:
+        noted = DecisionEntry(event.name, (event.decision_text or "")[:DECISION_TEXT_CHARS])
+        decisions = _bounded_put(decisions, event.decision_event_id, noted, MAX_RECENT_DECISIONS)
+    return replace(state, procedures=procedures, decisions=decisions)
+
+
+def _plan(state: LearnedState, event: PlanChanged) -> LearnedState:
+    plans, decisions = state.plans, state.decisions
+    known = plans.get(event.plan_id)
+    if known is not None and known.revision > event.revision:
+        return state
+    if event.change == "evicted":
+        plans = {k: v for k, v in plans.items() if k != event.plan_id}
+    else:
+        entry = PlanEntry(event.score, event.revision, event.decision_event_id)
+        plans = {**plans, event.plan_id: entry}
+    noted = decisions.get(event.decision_event_id)
+    if event.change == "cached" and noted is None:
+        # Procedures turned off: the plan alone needs the decision known.
+        noted = DecisionEntry(event.skill or "", "", event.plan_id)
+        decisions = _bounded_put(decisions, event.decision_event_id, noted, MAX_RECENT_DECISIONS)
+    elif event.change == "cached" and noted is not None and noted.plan_id != event.plan_id:
+        decisions = {**decisions, event.decision_event_id: replace(noted, plan_id=event.plan_id)}
+    return replace(state, plans=plans, decisions=decisions)

@@ -1,0 +1,240 @@
+"""Reading what an agent learned: procedures for a context, facts for a query, a cached plan
+for a request. The agent's learned fields (:mod:`projections.learned.redis_fields`) are read in
+one call and ranked here, with the query embedded by the deployment's embedder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import orjson
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from processors.embedding import Embedder
+from processors.plan_cache import CachedPlan, best_plan, cosine
+from schemas.agent_events import PlanAction
+from schemas.memory_events import decode_vector
+
+PROCEDURE_SIMILARITY = 0.4
+"""Seed 002's threshold for "a known skill": a procedure is relevant to a context at or above
+this cosine similarity to its description or to a text an upvote attached to it."""
+
+DEFAULT_MIN_SUCCESS_RATE = 0.6
+"""Seed 000's ``get_procedures(context, min_success_rate=0.6)``."""
+
+
+class LearnedFieldSource(Protocol):
+    async def learned_fields(self, agent_id: str) -> dict[bytes, bytes]: ...
+
+
+class Procedure(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    success_rate: float
+    usage_count: int
+    description: str
+    score: float | None = Field(
+        description="Relevance to the context: the highest cosine similarity to the "
+        "description or an attached text (None without a context)."
+    )
+    attached_texts: tuple[str, ...] = Field(description="Texts of upvoted decisions.")
+    updated_at: AwareDatetime
+
+
+class Procedures(BaseModel):
+    procedures: tuple[Procedure, ...]
+
+
+class Fact(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    fact_id: str
+    subject: str
+    attribute: str
+    value: str
+    valid_from: AwareDatetime
+    valid_to: AwareDatetime | None = Field(description="None while the fact is current.")
+    superseded_by: str | None = None
+    current: bool
+    source_event_ids: tuple[str, ...]
+    score: float | None = Field(description="Cosine similarity to the query (None without).")
+
+
+class Facts(BaseModel):
+    facts: tuple[Fact, ...]
+
+
+class CachedPlanView(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    plan_id: str
+    prompt: str
+    actions: tuple[PlanAction, ...]
+    skill: str | None
+    decision_event_id: str
+    score: float
+    cached_at: AwareDatetime
+
+
+class PlanLookup(BaseModel):
+    hit: bool
+    plan: CachedPlanView | None = Field(description="The plan to replay, on a hit.")
+    similarity: float | None = Field(
+        description="The hit's similarity; on a miss, the closest plan's (None if none)."
+    )
+    score: float | None = Field(description="The hit's score; on a miss, the closest plan's.")
+    similarity_threshold: float | None = Field(description="tau of the plan compared.")
+    score_threshold: float | None = Field(description="epsilon of the plan compared.")
+
+
+def _grouped(fields: dict[bytes, bytes]) -> dict[str, dict[str, Any]]:
+    """Values by field name (without ``#l:``), decoded."""
+    return {k[3:].decode(): orjson.loads(v) for k, v in fields.items()}
+
+
+class LearnedMemory:
+    """Reads over the agent's learned fields. ``source`` gives the store of the projection
+    version being served (it may change), ``embedder`` embeds queries as the worker did."""
+
+    def __init__(self, source: Callable[[], LearnedFieldSource], embedder: Embedder) -> None:
+        self._source = source
+        self._embedder = embedder
+        self._embed_in_thread = not embedder.id.startswith("hashing")
+
+    async def _embed(self, text: str) -> np.ndarray:
+        if self._embed_in_thread:
+            return await asyncio.to_thread(self._embedder.embed, text)
+        return self._embedder.embed(text)
+
+    async def _fields(self, agent_id: str) -> dict[str, dict[str, Any]]:
+        return _grouped(await self._source().learned_fields(agent_id))
+
+    async def procedures(
+        self,
+        agent_id: str,
+        context: str | None = None,
+        *,
+        min_success_rate: float = DEFAULT_MIN_SUCCESS_RATE,
+        top_k: int = 5,
+        min_similarity: float = PROCEDURE_SIMILARITY,
+    ) -> Procedures:
+        """Procedures at or above ``min_success_rate``, relevant to ``context`` if given,
+        best first: by success rate as seed 000 sorts them, then by relevance."""
+        values = await self._fields(agent_id)
+        query = None if context is None else await self._embed(context)
+        found: list[Procedure] = []
+        for key, summary in values.items():
+            if not key.startswith("p:") or key.count(":") != 1:
+                continue
+            if summary["success_rate"] < min_success_rate:
+                continue
+            described = values.get(f"{key}:d", {})
+            texts = [
+                values[f"{key}:t:{slot}"]
+                for slot in range(summary["attached_count"])
+                if f"{key}:t:{slot}" in values
+            ]
+            score = None
+            if query is not None:
+                vectors = [decode_vector(t["embedding"]) for t in texts]
+                if "embedding" in described:
+                    vectors.append(decode_vector(described["embedding"]))
+                score = max((cosine(query, v) for v in vectors), default=0.0)
+                if score < min_similarity:
+                    continue
+            found.append(
+                Procedure(
+                    name=summary["name"],
+                    success_rate=summary["success_rate"],
+                    usage_count=summary["usage_count"],
+                    description=described.get("description", ""),
+                    score=score,
+                    attached_texts=tuple(t["text"] for t in texts),
+                    updated_at=summary["updated_at"],
+                )
+            )
+        found.sort(key=lambda p: (-p.success_rate, -(p.score or 0.0), p.name))
+        return Procedures(procedures=tuple(found[:top_k]))
+
+    async def facts(
+        self, agent_id: str, query: str | None = None, *, top_k: int = 5, history: bool = False
+    ) -> Facts:
+        """Current facts (all of them, superseded too, with ``history``), most relevant to
+        ``query`` first, else latest first. A fact is current when nothing superseded it and
+        it is the latest of its subject and attribute."""
+        values = await self._fields(agent_id)
+        stated = {k[2:]: v for k, v in values.items() if k.startswith("f:") and k.count(":") == 1}
+        latest: dict[tuple[str, str], str] = {}
+        for fact_id, fact in sorted(stated.items(), key=lambda kv: kv[1]["valid_from"]):
+            latest[(fact["subject"], fact["attribute"])] = fact_id
+        vector = None if query is None else await self._embed(query)
+        found: list[Fact] = []
+        for fact_id, fact in stated.items():
+            ended = values.get(f"f:{fact_id}:to", {})
+            current = not ended and latest[(fact["subject"], fact["attribute"])] == fact_id
+            if not (current or history):
+                continue
+            score = None
+            if vector is not None:
+                score = cosine(vector, decode_vector(fact["embedding"]))
+            found.append(
+                Fact(
+                    fact_id=fact_id,
+                    subject=fact["subject"],
+                    attribute=fact["attribute"],
+                    value=fact["value"],
+                    valid_from=fact["valid_from"],
+                    valid_to=ended.get("valid_to"),
+                    superseded_by=ended.get("superseded_by"),
+                    current=current,
+                    source_event_ids=tuple(fact["source_event_ids"]),
+                    score=score,
+                )
+            )
+        found.sort(key=lambda f: (-(f.score or 0.0), -f.valid_from.timestamp(), f.fact_id))
+        return Facts(facts=tuple(found[:top_k]))
+
+    async def lookup_plan(self, agent_id: str, prompt: str) -> PlanLookup:
+        """The cached plan to replay for ``prompt`` (seed 002), or a miss with the closest."""
+        values = await self._fields(agent_id)
+        query = await self._embed(prompt)
+        plans: dict[str, dict[str, Any]] = {}
+        candidates: list[CachedPlan] = []
+        for key, plan in values.items():
+            scored = values.get(f"s:{key[2:]}")
+            if not key.startswith("c:") or scored is None:
+                continue
+            plans[plan["plan_id"]] = {**plan, "score": scored["score"]}
+            candidates.append(
+                CachedPlan(
+                    plan["plan_id"],
+                    decode_vector(plan["prompt_embedding"]),
+                    scored["score"],
+                    scored["similarity_threshold"],
+                    scored["score_threshold"],
+                )
+            )
+        hit = best_plan(query, candidates)
+        if hit is None:
+            closest = max(candidates, key=lambda c: cosine(query, c.vector), default=None)
+            return PlanLookup(
+                hit=False,
+                plan=None,
+                similarity=None if closest is None else cosine(query, closest.vector),
+                score=None if closest is None else closest.score,
+                similarity_threshold=None if closest is None else closest.similarity_threshold,
+                score_threshold=None if closest is None else closest.score_threshold,
+            )
+        chosen, similarity = hit
+        return PlanLookup(
+            hit=True,
+            plan=CachedPlanView.model_validate(plans[chosen.plan_id]),
+            similarity=similarity,
+            score=chosen.score,
+            similarity_threshold=chosen.similarity_threshold,
+            score_threshold=chosen.score_threshold,
+        )

@@ -1,0 +1,102 @@
+"""The HTTP routes of what agents learned: procedures, facts and the plan cache.
+
+Mounted by :func:`projections.service.app.create_app` when given a
+:class:`~projections.learned.reads.LearnedMemory`; without one they answer 503.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import FastAPI, HTTPException, Path, Query
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from projections.learned.reads import (
+    DEFAULT_MIN_SUCCESS_RATE,
+    PROCEDURE_SIMILARITY,
+    Facts,
+    LearnedMemory,
+    PlanLookup,
+    Procedures,
+)
+from projections.service.http_auth import Guarded
+from schemas.envelope import MAX_CONTENT_CHARS, AgentId
+
+MAX_LEARNED_TOP_K = 50
+AGENT_ID_RULE = "1-200 characters: letters, digits and _ . : @ - (no spaces or slashes)"
+
+Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS)]
+AgentPath = Annotated[AgentId, Path(description=f"The agent: {AGENT_ID_RULE}.", examples=["H001"])]
+TopK = Annotated[int, Query(ge=1, le=MAX_LEARNED_TOP_K, description="How many to return.")]
+
+
+class PlanLookupRequest(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prompt: Text = Field(description="The request to answer: a cached plan for it is a hit.")
+
+
+def _learned(learned: LearnedMemory | None) -> LearnedMemory:
+    if learned is None:
+        raise HTTPException(503, "learned memory unavailable: this service reads no Redis")
+    return learned
+
+
+def add_learned_routes(app: FastAPI, learned: LearnedMemory | None, guard: Guarded) -> None:
+    """The learned-memory routes, each needing the ``read`` scope for its agent when keys are
+    configured (the plan lookup only reads too)."""
+
+    @app.get(
+        "/v1/agents/{agent_id}/procedures",
+        dependencies=guard.dependencies("read"),
+        responses=guard.responses(),
+        tags=["learned"],
+        summary="The agent's procedures for a context (seed 000's recall_procedure)",
+        description="Procedures (decision skills) at or above `min_success_rate`, relevant to "
+        "`context` (cosine similarity to the description or an upvoted decision's text at or "
+        f"above `min_similarity`, {PROCEDURE_SIMILARITY} by default), by success rate then "
+        "relevance.",
+    )
+    async def procedures(
+        agent_id: AgentPath,
+        context: Annotated[Text | None, Query(description="The situation at hand.")] = None,
+        min_success_rate: Annotated[float, Query(ge=0.0, le=1.0)] = DEFAULT_MIN_SUCCESS_RATE,
+        min_similarity: Annotated[float, Query(ge=-1.0, le=1.0)] = PROCEDURE_SIMILARITY,
+        top_k: TopK = 5,
+    ) -> Procedures:
+        return await _learned(learned).procedures(
+            agent_id,
+            context,
+            min_success_rate=min_success_rate,
+            top_k=top_k,
+            min_similarity=min_similarity,
+        )
+
+    @app.get(
+        "/v1/agents/{agent_id}/facts",
+        dependencies=guard.dependencies("read"),
+        responses=guard.responses(),
+        tags=["learned"],
+        summary="The agent's facts (seed 000's recall_fact)",
+        description="Current facts, most relevant to `query` first (latest first without "
+        "one); with `history`, superseded facts too, each with its validity.",
+    )
+    async def facts(
+        agent_id: AgentPath,
+        query: Annotated[Text | None, Query(description="What to recall.")] = None,
+        top_k: TopK = 5,
+        history: Annotated[bool, Query(description="Include superseded facts.")] = False,
+    ) -> Facts:
+        return await _learned(learned).facts(agent_id, query, top_k=top_k, history=history)
+
+    @app.post(
+        "/v1/agents/{agent_id}/plans/lookup",
+        dependencies=guard.dependencies("read"),
+        responses=guard.responses(),
+        tags=["learned"],
+        summary="A cached plan for a request (seed 002's memory cache)",
+        description="A hit is the most similar cached plan with similarity >= tau and score >= "
+        "epsilon (its agent type's), with both numbers; a miss names the closest plan's.",
+    )
+    async def lookup_plan(agent_id: AgentPath, request: PlanLookupRequest) -> PlanLookup:
+        return await _learned(learned).lookup_plan(agent_id, request.prompt)

@@ -1,0 +1,192 @@
+"""The learned-memory tools for LLM agents (seed 000's ``recall_fact`` and
+``recall_procedure``, seed 002's cache lookup) and ``give_feedback``, which publishes the
+feedback everything here learns from."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import httpx
+from pydantic import BaseModel, Field, ValidationError
+
+from projections.learned.reads import (
+    DEFAULT_MIN_SUCCESS_RATE,
+    Facts,
+    PlanLookup,
+    Procedures,
+)
+from projections.retrieval.models import RecordPosition
+from projections.service.client import QueryError
+from projections.service.tools import (
+    MAX_RETRIEVE,
+    MemoryTool,
+    PublishedObservation,
+    Query,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    _problems,
+    _ToolInput,
+)
+from schemas.agent_events import Feedback
+from schemas.envelope import AgentId, EventId
+
+_AGENT = "Your agent id: whose memory this is."
+T = TypeVar("T")
+
+
+async def _asked(context: ToolContext, call: Callable[[], Awaitable[T]]) -> T:
+    """The service's answer, its failures as :class:`ToolError` for the model."""
+    try:
+        return await call()
+    except QueryError as exc:
+        raise ToolError(f"the memory service failed ({exc.status}): {exc.message}") from None
+    except httpx.HTTPError as exc:
+        raise ToolError(f"cannot reach the memory service: {exc}") from None
+
+
+class RecallFactInput(_ToolInput):
+    agent_id: AgentId = Field(description=_AGENT, examples=["H001"])
+    query: Query = Field(description="What you want to know, in words.")
+    limit: int = Field(default=MAX_RETRIEVE, ge=1, le=MAX_RETRIEVE, description="How many.")
+    history: bool = Field(default=False, description="Also facts that were superseded.")
+
+
+async def _recall_fact(context: ToolContext, args: RecallFactInput) -> ToolResult:
+    answer = await _asked(
+        context,
+        lambda: context.memory.facts(
+            args.agent_id, args.query, top_k=args.limit, history=args.history
+        ),
+    )
+    lines = ["=== FACTS ==="] + [
+        f"- {f.subject} {f.attribute}: {f.value}"
+        + ("" if f.current else f" (until {f.valid_to:%Y-%m-%d}, superseded)")
+        for f in answer.facts
+    ]
+    return ToolResult(answer, "\n".join(lines) if answer.facts else "No facts known.")
+
+
+class RecallProcedureInput(_ToolInput):
+    agent_id: AgentId = Field(description=_AGENT, examples=["H001"])
+    context: Query = Field(description="The situation at hand, in words.")
+    min_success_rate: float = Field(
+        default=DEFAULT_MIN_SUCCESS_RATE, ge=0.0, le=1.0, description="Leave out worse ones."
+    )
+    limit: int = Field(default=MAX_RETRIEVE, ge=1, le=MAX_RETRIEVE, description="How many.")
+
+
+async def _recall_procedure(context: ToolContext, args: RecallProcedureInput) -> ToolResult:
+    answer = await _asked(
+        context,
+        lambda: context.memory.procedures(
+            args.agent_id,
+            args.context,
+            min_success_rate=args.min_success_rate,
+            top_k=args.limit,
+        ),
+    )
+    lines = ["=== PROCEDURES ==="] + [
+        f"- {p.name}: success rate {p.success_rate:.2f} over {p.usage_count} uses; {p.description}"
+        for p in answer.procedures
+    ]
+    return ToolResult(answer, "\n".join(lines) if answer.procedures else "No known procedure.")
+
+
+class LookupPlanInput(_ToolInput):
+    agent_id: AgentId = Field(description=_AGENT, examples=["H001"])
+    prompt: Query = Field(description="The request you are about to plan for.")
+
+
+async def _lookup_plan(context: ToolContext, args: LookupPlanInput) -> ToolResult:
+    answer = await _asked(context, lambda: context.memory.lookup_plan(args.agent_id, args.prompt))
+    if not answer.hit or answer.plan is None:
+        return ToolResult(answer, "No cached plan for this request: plan it yourself.")
+    steps = [
+        f"{i}. {a.tool}({a.input}) -> {a.observation}" for i, a in enumerate(answer.plan.actions, 1)
+    ]
+    text = (
+        f"Cached plan (similarity {answer.similarity:.2f}, score {answer.score:.2f}) for "
+        f"{answer.plan.prompt!r}:\n" + "\n".join(steps) + "\nGive feedback on decision "
+        f"{answer.plan.decision_event_id} once you know how it went."
+    )
+    return ToolResult(answer, text)
+
+
+class GiveFeedbackInput(_ToolInput):
+    agent_id: AgentId = Field(description="Your agent id.", examples=["H001"])
+    target_event_id: EventId = Field(
+        description="The decision (or observation) the feedback is about: its event id."
+    )
+    signal: float = Field(
+        ge=-1.0, le=1.0, description="How it went: above 0 a success, below 0 a failure."
+    )
+    content: str | None = Field(default=None, max_length=4096, description="Why, in words.")
+    agent_type: str = Field(default="default", min_length=1, max_length=64)
+
+
+class GivenFeedback(BaseModel):
+    event_id: str
+    position: RecordPosition
+
+
+async def _give_feedback(context: ToolContext, args: GiveFeedbackInput) -> ToolResult:
+    if context.publish is None:
+        raise ToolError("publishing is not available here: no event log is configured")
+    try:
+        feedback = Feedback(**args.model_dump(exclude_none=True))
+    except ValidationError as exc:
+        raise ToolError(f"invalid feedback:\n{_problems(exc)}") from None
+    landed = await context.publish(feedback)
+    position = RecordPosition(topic=landed.topic, partition=landed.partition, offset=landed.offset)
+    text = (
+        f"Recorded feedback {feedback.signal:+.2f} on {feedback.target_event_id}. To read what "
+        f"it changed, pass after={json.dumps([position.model_dump()])} to a retrieval."
+    )
+    return ToolResult(GivenFeedback(event_id=feedback.event_id, position=position), text)
+
+
+LEARNED_TOOLS: tuple[MemoryTool[BaseModel], ...] = (
+    MemoryTool(
+        name="recall_fact",
+        title="Recall fact",
+        description="Search your semantic memory: facts about the world as you last learned "
+        "them (a later fact on the same subject and attribute replaces the earlier one). "
+        "Read-only.",
+        input_model=RecallFactInput,
+        output_model=Facts,
+        run=_recall_fact,  # type: ignore[arg-type]
+    ),
+    MemoryTool(
+        name="recall_procedure",
+        title="Recall procedure",
+        description="Your skills that fit the situation, with how often they succeeded "
+        "(learned from feedback on your decisions), most successful first. Read-only.",
+        input_model=RecallProcedureInput,
+        output_model=Procedures,
+        run=_recall_procedure,  # type: ignore[arg-type]
+    ),
+    MemoryTool(
+        name="lookup_plan",
+        title="Look up a cached plan",
+        description="Before planning a request, check whether a plan that worked for the same "
+        "request is cached: replay its steps on a hit. Read-only.",
+        input_model=LookupPlanInput,
+        output_model=PlanLookup,
+        run=_lookup_plan,  # type: ignore[arg-type]
+    ),
+    MemoryTool(
+        name="give_feedback",
+        title="Give feedback",
+        description="Say how a decision (or a plan you replayed) turned out: success rates "
+        "and cached plans learn from it.",
+        input_model=GiveFeedbackInput,
+        output_model=GivenFeedback,
+        run=_give_feedback,  # type: ignore[arg-type]
+        read_only=False,
+    ),
+)
+
+__all__ = ["LEARNED_TOOLS", "GivenFeedback", "PublishedObservation"]

@@ -1,0 +1,127 @@
+"""``engram procedures``, ``engram facts``, ``engram plan`` and ``engram feedback``: what an
+agent learned from feedback, read from the query service, and the feedback it learns from,
+published to the log."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, TypeVar
+
+import typer
+from pydantic import BaseModel
+
+from streams.cli import deferred
+from streams.cli.configuration import bootstrap_of, load_settings
+from streams.cli.console import console, fail, friendly_errors, run
+from streams.cli.memory import Url, _publish
+
+if TYPE_CHECKING:
+    from projections.service.client import EngramClient
+
+commands = typer.Typer()
+
+AsJson = Annotated[bool, typer.Option("--json", help="Print the answer as JSON.")]
+LearnedTopK = Annotated[int, typer.Option(min=1, max=50, help="How many to show.")]
+Answer = TypeVar("Answer", bound=BaseModel)
+
+
+def _ask(url: str, call: Callable[[EngramClient], Answer]) -> Answer:
+    with friendly_errors():
+        try:
+            with deferred.query_client.EngramClient(url) as client:
+                return call(client)
+        except deferred.httpx.HTTPError as exc:
+            fail(f"cannot reach the query service at {url}: {exc}")
+
+
+@commands.command(help="Show an agent's procedures (decision skills) and their success rates.")
+def procedures(
+    agent_id: Annotated[str, typer.Argument(help="Whose procedures.")],
+    context: Annotated[str | None, typer.Option(help="The situation: relevant ones only.")] = None,
+    min_success_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.0,
+    top_k: LearnedTopK = 10,
+    url: Url = "http://127.0.0.1:8000",
+    as_json: AsJson = False,
+) -> None:
+    answer = _ask(
+        url,
+        lambda c: c.procedures(agent_id, context, min_success_rate=min_success_rate, top_k=top_k),
+    )
+    if as_json:
+        typer.echo(answer.model_dump_json(indent=2))
+        return
+    for p in answer.procedures:
+        relevance = "" if p.score is None else f", relevance {p.score:.2f}"
+        console.print(
+            f"{p.name}: success rate {p.success_rate:.4f}, {p.usage_count} uses{relevance}"
+        )
+    if not answer.procedures:
+        console.print(f"no procedures of {agent_id} match")
+
+
+@commands.command(help="Show an agent's current facts (with --history, superseded ones too).")
+def facts(
+    agent_id: Annotated[str, typer.Argument(help="Whose facts.")],
+    query: Annotated[str | None, typer.Option(help="What to recall.")] = None,
+    history: Annotated[bool, typer.Option(help="Include superseded facts.")] = False,
+    top_k: LearnedTopK = 10,
+    url: Url = "http://127.0.0.1:8000",
+    as_json: AsJson = False,
+) -> None:
+    answer = _ask(url, lambda c: c.facts(agent_id, query, top_k=top_k, history=history))
+    if as_json:
+        typer.echo(answer.model_dump_json(indent=2))
+        return
+    for f in answer.facts:
+        until = "" if f.current else f" (until {f.valid_to:%Y-%m-%d %H:%M})"
+        console.print(f"{f.subject} {f.attribute}: {f.value}{until}")
+    if not answer.facts:
+        console.print(f"no facts of {agent_id} match")
+
+
+@commands.command(help="Look up a cached plan for a request: a hit, or a miss.")
+def plan(
+    agent_id: Annotated[str, typer.Argument(help="Whose plan cache.")],
+    prompt: Annotated[str, typer.Argument(help="The request.")],
+    url: Url = "http://127.0.0.1:8000",
+    as_json: AsJson = False,
+) -> None:
+    answer = _ask(url, lambda c: c.lookup_plan(agent_id, prompt))
+    if as_json:
+        typer.echo(answer.model_dump_json(indent=2))
+        return
+    if not answer.hit or answer.plan is None:
+        console.print("miss")
+        return
+    console.print(
+        f"hit: {answer.plan.prompt!r}, similarity {answer.similarity:.3f}, score {answer.score:.3f}"
+    )
+    for i, action in enumerate(answer.plan.actions, 1):
+        console.print(f"  {i}. {action.tool}({action.input}) -> {action.observation}")
+
+
+@commands.command(help="Publish feedback on an agent's decision or memory (signal -1..1).")
+def feedback(
+    agent_id: Annotated[str, typer.Argument(help="Whose event it is.")],
+    target: Annotated[str, typer.Argument(help="The event id the feedback is about.")],
+    signal_value: Annotated[float, typer.Argument(metavar="SIGNAL", help="-1..1")],
+    content: Annotated[str | None, typer.Option(help="Why, in words.")] = None,
+    agent_type: Annotated[str, typer.Option(help="Profile in agent_types.yaml.")] = "default",
+) -> None:
+    if not -1.0 <= signal_value <= 1.0:
+        fail(f"SIGNAL must lie in [-1, 1], got {signal_value}")
+    settings = load_settings()
+    bootstrap = bootstrap_of(settings)
+    fields = {"content": content} if content else {}
+    event = deferred.agent_events.Feedback(
+        agent_id=agent_id,
+        agent_type=agent_type,
+        target_event_id=target,
+        signal=signal_value,
+        **fields,
+    )
+
+    async def main() -> None:
+        await _publish(settings, bootstrap, event)
+
+    run(main)

@@ -1,0 +1,163 @@
+"""What agents learned, projected into Redis and read back: procedures, facts, plans, and
+their erasure with the agent. The events are the processors' own
+(:func:`processors.learning.learn`)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from processors.config import load_processing_config
+from processors.embedding import HashingEmbedder
+from processors.learning import learn
+from processors.lifecycle import Deriving
+from processors.recording import AgentMemoryState
+from processors.summarising import ExtractiveSummariser
+from projections.learned.reads import LearnedMemory
+from projections.working.redis_store import RedisWorkingMemory
+from schemas.agent_events import AgentEvent, Decision, FactStatement, Feedback, Observation
+from schemas.memory_events import AgentForgotten, DerivedEvent, SourcePosition
+
+pytestmark = pytest.mark.integration
+
+EMBEDDER = HashingEmbedder()
+CONFIG = load_processing_config()
+CTX = Deriving(CONFIG, EMBEDDER, ExtractiveSummariser(), "cfg")
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class Agent:
+    def __init__(self, agent_id: str) -> None:
+        self.agent_id = agent_id
+        self.state = AgentMemoryState()
+        self.n = 0
+
+    def events(self, *made: AgentEvent) -> list[DerivedEvent]:
+        out: list[DerivedEvent] = []
+        for event in made:
+            self.n += 1
+            position = SourcePosition(topic="agent.x", partition=0, offset=self.n)
+            learned, self.state = learn(event, self.state, CTX, position)
+            out.extend(learned)
+        return out
+
+    def when(self, i: int) -> dict[str, object]:
+        return {
+            "agent_id": self.agent_id,
+            "agent_type": "household",
+            "event_id": f"{self.agent_id}-{i}",
+            "occurred_at": T0 + timedelta(days=i),
+        }
+
+
+def history(agent: Agent) -> list[DerivedEvent]:
+    w = agent.when
+    elevate = Decision.model_validate(
+        {
+            **w(1),
+            "skill": "elevate",
+            "content": "Elevate the house above the flood line",
+            "prompt": "Protect the house from the spring flood",
+            "actions": [{"tool": "contractor", "input": "raise 2 m", "observation": "booked"}],
+        }
+    )
+    insure = Decision.model_validate(
+        {**w(2), "skill": "insure", "content": "Buy flood insurance for the house"}
+    )
+    return agent.events(
+        elevate,
+        insure,
+        Feedback.model_validate({**w(3), "target_event_id": elevate.event_id, "signal": 1.0}),
+        Feedback.model_validate({**w(4), "target_event_id": elevate.event_id, "signal": 1.0}),
+        Feedback.model_validate({**w(5), "target_event_id": insure.event_id, "signal": -1.0}),
+        Observation.model_validate(
+            {
+                **w(6),
+                "content": "The house stands 1 m above the street",
+                "fact": FactStatement(subject="house", attribute="elevation", value="1 m"),
+            }
+        ),
+        Observation.model_validate(
+            {
+                **w(7),
+                "content": "The house now stands 3 m above the street",
+                "fact": FactStatement(subject="house", attribute="elevation", value="3 m"),
+            }
+        ),
+    )
+
+
+async def test_learned_items_are_read_back_ranked(working_store: RedisWorkingMemory) -> None:
+    agent = Agent("L1")
+    events = history(agent)
+    await working_store.apply(events)
+    await working_store.apply(events[:3])  # an older prefix again takes nothing back
+    memory = LearnedMemory(lambda: working_store, EMBEDDER)
+
+    everything = await memory.procedures("L1", min_success_rate=0.0)
+    rates = {p.name: (round(p.success_rate, 4), p.usage_count) for p in everything.procedures}
+    assert rates == {"elevate": (0.595, 2), "insure": (0.45, 1)}
+    assert [p.name for p in everything.procedures] == ["elevate", "insure"]
+
+    relevant = await memory.procedures("L1", "elevate the house", min_success_rate=0.5)
+    (elevate,) = relevant.procedures
+    assert elevate.description == "Elevate the house above the flood line"
+    assert elevate.score is not None
+    assert elevate.score >= 0.4
+    assert elevate.attached_texts == ("Elevate the house above the flood line",) * 2
+    assert (await memory.procedures("L1", "plant tomatoes", min_success_rate=0.0)).procedures == ()
+
+    current = await memory.facts("L1", "how high is the house")
+    assert [(f.value, f.current) for f in current.facts] == [("3 m", True)]
+    full = await memory.facts("L1", history=True)
+    assert [(f.value, f.current) for f in full.facts] == [("3 m", True), ("1 m", False)]
+    assert full.facts[1].valid_to == full.facts[0].valid_from
+
+    hit = await memory.lookup_plan("L1", "Protect the house from the next spring flood")
+    assert hit.hit
+    assert hit.plan is not None
+    assert hit.plan.actions[0].tool == "contractor"
+    assert hit.similarity is not None
+    assert hit.similarity >= 0.8
+    assert hit.score == pytest.approx(1.0)
+    miss = await memory.lookup_plan("L1", "Protect the barn from the spring flood")
+    assert not miss.hit
+    assert miss.similarity is not None
+    assert miss.similarity < 0.8
+
+
+async def test_an_evicted_plan_misses_and_a_replay_cannot_bring_it_back(
+    working_store: RedisWorkingMemory,
+) -> None:
+    agent = Agent("L2")
+    events = history(agent)
+    decision = "L2-1"
+    downvotes = agent.events(
+        *(
+            Feedback.model_validate(
+                {**agent.when(8 + i), "target_event_id": decision, "signal": -1}
+            )
+            for i in range(3)
+        )
+    )
+    await working_store.apply(events + downvotes)
+    await working_store.apply(events)
+    memory = LearnedMemory(lambda: working_store, EMBEDDER)
+    lookup = await memory.lookup_plan("L2", "Protect the house from the spring flood")
+    assert not lookup.hit
+    assert lookup.similarity is None
+
+
+async def test_forgetting_the_agent_erases_what_it_learned(
+    working_store: RedisWorkingMemory,
+) -> None:
+    agent = Agent("L3")
+    await working_store.apply(history(agent))
+    memory = LearnedMemory(lambda: working_store, EMBEDDER)
+    assert (await memory.procedures("L3", min_success_rate=0.0)).procedures
+    await working_store.apply(
+        [AgentForgotten(agent_id="L3", occurred_at=T0, requested_at=T0, caused_by="forget-1")]
+    )
+    assert await working_store.learned_fields("L3") == {}
+    assert (await memory.facts("L3", history=True)).facts == ()
