@@ -126,6 +126,25 @@ def stems(text: str) -> list[str]:
     return stemmed
 
 
+_INDEX_CACHE_LIMIT = 200_000
+"""Words whose index a thread remembers; agents repeat their vocabulary, and stemming and
+hashing a word is most of what a memory's sparse vector costs."""
+
+
+def _term_indices(text: str) -> list[int]:
+    """``term_index`` of each of the text's stems (as :func:`stems` gives them), memoised
+    per word and per thread like the stemmer."""
+    tokens = [t for t in TOKEN.findall(text.casefold()) if t not in STOPWORDS]
+    cache: dict[str, int] | None = getattr(_local, "indices", None)
+    if cache is None or len(cache) > _INDEX_CACHE_LIMIT:
+        cache = _local.indices = {}
+    missing = [t for t in dict.fromkeys(tokens) if t not in cache]
+    if missing:
+        for token, stem in zip(missing, _stemmer().stemWords(missing), strict=True):
+            cache[token] = term_index(stem)
+    return [cache[t] for t in tokens]
+
+
 def term_index(stem: str) -> int:
     """The sparse index of a stem: crc32, an unsigned 32-bit value as Qdrant's indices are."""
     return zlib.crc32(stem.encode("utf-8"))
@@ -141,10 +160,10 @@ def document_vector(text: str) -> SparseVector:
 
     Stems that collide on one index add their counts, as one word would.
     """
-    terms = stems(text)
+    terms = _term_indices(text)
     if not terms:
         return SparseVector((), ())
-    counts = Counter(term_index(stem) for stem in terms)
+    counts = Counter(terms)
     length = len(terms)
     indices = tuple(sorted(counts))
     return SparseVector(indices, tuple(bm25_weight(counts[i], length) for i in indices))

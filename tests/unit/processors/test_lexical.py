@@ -126,3 +126,14 @@ def test_threads_stem_alike() -> None:
     expected = [document_vector(t) for t in texts]
     with ThreadPoolExecutor(max_workers=4) as pool:
         assert list(pool.map(document_vector, texts)) == expected
+
+
+@given(st.lists(st.text(max_size=60), max_size=8))
+def test_document_vectors_count_the_stems_whatever_was_seen_before(texts: list[str]) -> None:
+    """Word indices are remembered per thread: the vector of a text is still the BM25 of its
+    stems' indices, as if computed afresh."""
+    for text in texts:
+        terms = [term_index(stem) for stem in stems(text)]
+        indices = sorted(set(terms))
+        expected = tuple(bm25_weight(terms.count(i), len(terms)) for i in indices)
+        assert document_vector(text) == SparseVector(tuple(indices), expected)
