@@ -191,15 +191,15 @@ async def naive_rate(bootstrap: str, events: int, agents: int) -> Rate:
         await app.stop()
 
 
-async def main(events: int, agents: int, workers: int) -> None:
+async def main(events: int, agents: int, workers: int, embedder: str) -> None:
     stack = DevStack(Path(tempfile.mkdtemp(prefix="engram-bench-")))
     endpoints = stack.start()
     try:
-        engram = await engram_rate(stack, endpoints, events, agents, workers)
+        engram = await engram_rate(stack, endpoints, events, agents, workers, embedder=embedder)
         naive = await naive_rate(endpoints.kafka_bootstrap, events, agents)
     finally:
         stack.stop()
-    print(f"events={events} agents={agents} workers={workers}")
+    print(f"events={events} agents={agents} workers={workers} embedder={embedder}")
     print(
         f"engram ({workers} worker process(es), Redis + Qdrant Edge applied): "
         f"{engram.per_second:,.0f} events/s, "
@@ -222,5 +222,11 @@ if __name__ == "__main__":
     parser.add_argument(
         "--workers", type=int, default=1, help="worker processes (1 consumer group)"
     )
+    parser.add_argument(
+        "--embedder",
+        default="hashing",
+        help="ENGRAM_EMBEDDER of the workers (minilm needs the semantic extra)",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.events, args.agents, args.workers))
+    os.environ["ENGRAM_EMBEDDER"] = args.embedder  # the extra worker processes read it
+    asyncio.run(main(args.events, args.agents, args.workers, args.embedder))
