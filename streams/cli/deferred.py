@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from projections.working import redis_store
     from schemas import agent_events, envelope, errors, json_schema, topics
     from streams import demo
-    from streams.eventlog import archive, kafka_clients, publisher
+    from streams.eventlog import archive, kafka_clients, publisher, topic_admin
     from streams.eventlog import history as history_reader
     from streams.integrations import chat_summariser, tool_server
     from streams.privacy import forgetting, keyring, sealing
@@ -60,6 +60,7 @@ _MODULES = {
     "history_reader": "streams.eventlog.history",
     "kafka_clients": "streams.eventlog.kafka_clients",
     "publisher": "streams.eventlog.publisher",
+    "topic_admin": "streams.eventlog.topic_admin",
     "chat_summariser": "streams.integrations.chat_summariser",
     "tool_server": "streams.integrations.tool_server",
     "forgetting": "streams.privacy.forgetting",
@@ -113,6 +114,7 @@ __all__ = [
     "service_auth",
     "store_interfaces",
     "tool_server",
+    "topic_admin",
     "topics",
 ]
 

@@ -46,7 +46,7 @@ from streams.eventlog.history import read_agent_history
 from streams.eventlog.kafka_clients import record_producer, use_security
 from streams.eventlog.log_ends import BrokerLogEnds
 from streams.eventlog.publisher import KEY_REFRESH_S
-from streams.eventlog.topic_admin import ensure_topics
+from streams.eventlog.topic_admin import TopicReplication, ensure_topics
 from streams.integrations.chat_summariser import summariser_from_url
 from streams.privacy.keyring import Keyring, KeyringError, open_keyring
 from streams.privacy.sealing import RecordSealer
@@ -215,7 +215,12 @@ class Node:
                 self.endpoints.redis_url, settings.redis_namespace, settings.edge_path()
             )
         if self.run_processors or self.run_projector:
-            await ensure_topics(self.endpoints.kafka_bootstrap, self.topics, settings.partitions)
+            await ensure_topics(
+                self.endpoints.kafka_bootstrap,
+                self.topics,
+                settings.partitions,
+                replication=TopicReplication.from_settings(settings),
+            )
         if self.run_projector:
             assert self.episodic is not None
             self.projector = await EpisodicProjector(
@@ -440,7 +445,12 @@ class Node:
             return None, None
         if not (self.run_processors or self.run_projector):
             # Otherwise a first retrieval could auto-create memory.access with another count.
-            await ensure_topics(bootstrap, self.topics, settings.partitions)
+            await ensure_topics(
+                bootstrap,
+                self.topics,
+                settings.partitions,
+                replication=TopicReplication.from_settings(settings),
+            )
         self.recorder = await RetrievalRecorder(
             bootstrap,
             self.topics.access,

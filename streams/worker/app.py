@@ -29,6 +29,7 @@ from schemas.memory_events import DerivedEvent
 from schemas.topics import Topics
 from streams.eventlog.derived_log import recover_state
 from streams.eventlog.kafka_security import KafkaSecurity, faust_credentials
+from streams.eventlog.topic_admin import TopicReplication
 from streams.settings import EngramSettings
 from streams.worker.batch_send import aiokafka_batch_sender
 from streams.worker.faust_tuning import TunedFaustApp
@@ -93,6 +94,7 @@ def create_processor_app(
 
 def _faust_app(settings: EngramSettings, bootstrap: str, app_id: str) -> faust.App:
     (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
+    replication = TopicReplication.from_settings(settings)
     return TunedFaustApp(
         app_id,
         fetch_max_wait=settings.fetch_max_wait,
@@ -100,7 +102,8 @@ def _faust_app(settings: EngramSettings, bootstrap: str, app_id: str) -> faust.A
         broker_credentials=faust_credentials(KafkaSecurity.from_settings(settings)),
         store="memory://",
         topic_partitions=settings.partitions,
-        topic_replication_factor=1,
+        topic_replication_factor=replication.factor,
+        topic_configs=replication.configs(),
         producer_linger=settings.producer_linger,
         producer_max_batch_size=1 << 20,
         broker_session_timeout=settings.session_timeout,

@@ -114,6 +114,20 @@ def test_every_topic_is_replicated_kept_forever_and_compacted_where_a_snapshot()
         assert "strimzi.io/cluster" in topic["metadata"]["labels"], name
 
 
+def test_topics_engram_creates_itself_are_replicated_like_the_kafka_topics() -> None:
+    """A reprocessed version's topics and Faust's own are created by Engram, from the
+    ConfigMap: they must get the copies the KafkaTopics promise."""
+    resources = rendered("overlays/example")
+    values = config(resources)
+    for topic in of_kind(resources, "KafkaTopic"):
+        spec = topic["spec"]
+        assert int(values["ENGRAM_TOPIC_REPLICATION_FACTOR"]) == spec["replicas"]
+        assert (
+            int(values["ENGRAM_TOPIC_MIN_INSYNC_REPLICAS"])
+            == (spec["config"]["min.insync.replicas"])
+        )
+
+
 def workloads(resources: list[Resource]) -> list[Resource]:
     return [r for r in resources if r["kind"] in WORKLOAD_KINDS]
 
