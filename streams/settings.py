@@ -171,6 +171,11 @@ class EngramSettings(BaseSettings):
         description="Port of the /healthz and /readyz of a worker or projector (on "
         "ENGRAM_HTTP_HOST; the query service has them on its own port); unset: none.",
     )
+    tracing: bool = Field(
+        default=False,
+        description="OpenTelemetry traces (the 'tracing' extra), exported over OTLP as the "
+        "OTEL_* variables say.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "console"
 

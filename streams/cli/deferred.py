@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from streams.integrations import chat_summariser, tool_server
     from streams.privacy import forgetting, keyring, sealing
     from streams.rebuild import as_of, log_cut, projection_switch, replay, reprocess
-    from streams.runtime import metrics_server, node
+    from streams.runtime import metrics_server, node, tracing
     from streams.runtime.devstack import broker, redis_server
     from streams.runtime.devstack import stack as devstack
 
@@ -73,6 +73,7 @@ _MODULES = {
     "reprocess": "streams.rebuild.reprocess",
     "node": "streams.runtime.node",
     "metrics_server": "streams.runtime.metrics_server",
+    "tracing": "streams.runtime.tracing",
     "broker": "streams.runtime.devstack.broker",
     "redis_server": "streams.runtime.devstack.redis_server",
     "devstack": "streams.runtime.devstack.stack",
@@ -116,6 +117,7 @@ __all__ = [
     "tool_server",
     "topic_admin",
     "topics",
+    "tracing",
 ]
 
 

@@ -54,6 +54,7 @@ from streams.rebuild.as_of import LogRecaller
 from streams.rebuild.projection_switch import ProjectionFollower, Serving, WrongConfigurationError
 from streams.rebuild.projector import EpisodicProjector
 from streams.runtime.node_metrics import node_registry
+from streams.runtime.tracing import Tracing, start_tracing
 from streams.runtime.worker_health import AssignmentProgress, ProbeServer, probe_app
 from streams.settings import EngramSettings
 from streams.worker.app import ProcessorApp, create_processor_app
@@ -185,10 +186,20 @@ class Node:
     progress: AssignmentProgress | None = field(default=None, init=False)
     """Whether the processors caught up with their assignment (``ENGRAM_HEALTH_PORT`` set)."""
     probes: ProbeServer | None = field(default=None, init=False)
+    tracing: Tracing | None = field(default=None, init=False)
+    """Spans around batches and retrievals (``ENGRAM_TRACING``); None: no tracing."""
+
+    @property
+    def _service_name(self) -> str:
+        """What the traces call this process."""
+        if self.run_service:
+            return "engram" if self.run_processors else "engram-query"
+        return "engram-worker" if self.run_processors else "engram-projector"
 
     async def start(self) -> Node:
         settings = self.settings
         use_security(settings)
+        self.tracing = start_tracing(settings, self._service_name)
         self.metrics, self._service_metrics = node_registry(self)
         if self.run_service:
             # Before any backend: a bad keys file is a configuration error, said at once.
@@ -360,7 +371,11 @@ class Node:
         settings = self.settings
         topics = self.topics
         self.processor = create_processor_app(
-            settings, self.endpoints.kafka_bootstrap, topics=topics, app_id=self._group
+            settings,
+            self.endpoints.kafka_bootstrap,
+            topics=topics,
+            app_id=self._group,
+            trace_batch=self.tracing.batch if self.tracing else None,
         )
         config = processing_config(settings)
 
@@ -410,6 +425,7 @@ class Node:
             recall=self._log_recall(),
             api_keys=self.api_keys,
             metrics=self._service_metrics if self.settings.metrics else None,
+            trace_retrieval=self.tracing.retrieval if self.tracing else None,
         )
         config = uvicorn.Config(
             app,
