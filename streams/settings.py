@@ -59,6 +59,18 @@ class EngramSettings(BaseSettings):
     topic_prefix: str = ""
     partitions: int = Field(default=4, ge=1)
     app_id: str = "engram"
+    topic_replication_factor: int = Field(
+        default=1,
+        ge=1,
+        description="Copies of every topic Engram creates (its own, a reprocess's, an "
+        "import's, Faust's); 1 suits the one-node dev broker, 3 a production cluster.",
+    )
+    topic_min_insync_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        description="min.insync.replicas of the topics Engram creates (producers wait for "
+        "all in-sync replicas); unset: the broker's default.",
+    )
 
     agent_types: Path | None = Field(default=None, description="YAML of importance profiles.")
     episodic_threshold: float = Field(default=0.7, ge=0.0, le=1.0)
@@ -159,6 +171,11 @@ class EngramSettings(BaseSettings):
         description="Port of the /healthz and /readyz of a worker or projector (on "
         "ENGRAM_HTTP_HOST; the query service has them on its own port); unset: none.",
     )
+    tracing: bool = Field(
+        default=False,
+        description="OpenTelemetry traces (the 'tracing' extra), exported over OTLP as the "
+        "OTEL_* variables say.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "console"
 
@@ -180,6 +197,18 @@ class EngramSettings(BaseSettings):
         problem = kafka_security_problem(self)
         if problem is not None:
             raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _replicas_reachable(self) -> EngramSettings:
+        """More in-sync replicas than copies would fail every write (producers use acks=all)."""
+        insync = self.topic_min_insync_replicas
+        if insync is not None and insync > self.topic_replication_factor:
+            raise ValueError(
+                f"ENGRAM_TOPIC_MIN_INSYNC_REPLICAS={insync} exceeds "
+                f"ENGRAM_TOPIC_REPLICATION_FACTOR={self.topic_replication_factor}: no write "
+                "could ever be acknowledged"
+            )
         return self
 
     def edge_path(self) -> Path:

@@ -13,6 +13,7 @@ import importlib.metadata
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -59,6 +60,11 @@ and the retrieval frequency MUS pruning reads). It should only enqueue: the requ
 HistoryReader = Callable[[str, int], Awaitable[AgentHistory]]
 """``(agent_id, limit) -> history``; raises :class:`LogUnavailableError` or ``TimeoutError``
 when the log cannot be read."""
+
+RetrievalTrace = Callable[
+    [str, RetrievalRequest], AbstractContextManager[Callable[[RetrievalResponse], None]]
+]
+"""A span around a retrieval of an agent, told its answer (streams.runtime.tracing)."""
 
 DEFAULT_HISTORY_LIMIT = 100
 
@@ -149,6 +155,7 @@ def create_app(
     api_keys: ApiKeys | None = None,
     metrics: ServiceMetrics | None = None,
     learned: LearnedMemory | None = None,
+    trace_retrieval: RetrievalTrace | None = None,
 ) -> FastAPI:
     """The query service over ``engine``. ``readiness`` defaults to pinging the engine's
     stores; a check that fails, or does not answer within ``readiness_timeout_s``, makes
@@ -165,6 +172,7 @@ def create_app(
     agent of its path (401 without a known key, 403 otherwise); None: no authentication.
     ``metrics``: retrieval latencies and read-your-writes waits are counted there, and
     ``/metrics`` serves its registry (open, like the probes: it names no agent).
+    ``trace_retrieval``: a span around each retrieval, told the answer; None: no tracing.
     """
     app = FastAPI(title=title, version=version or _package_version(), description=DESCRIPTION)
     app.openapi = document_with_topics(  # type: ignore[method-assign]
@@ -174,9 +182,8 @@ def create_app(
     app.state.retrieval_audit = audit
     _add_error_handlers(app, metrics)
     guard = Guarded(api_keys)
-    _add_retrieval_route(
-        app, engine, _recorder(on_retrieval, on_retrieval_timeout_s, audit), recall, guard, metrics
-    )
+    recorder = _recorder(on_retrieval, on_retrieval_timeout_s, audit)
+    _add_retrieval_route(app, engine, recorder, recall, guard, metrics, trace_retrieval)
     _add_history_route(app, history, guard)
     add_learned_routes(app, learned, guard)
     _add_probe_routes(app, readiness or engine.readiness, readiness_timeout_s)
@@ -272,6 +279,7 @@ def _add_retrieval_route(
     recall: LogRecall | None,
     guard: Guarded,
     metrics: ServiceMetrics | None,
+    trace_retrieval: RetrievalTrace | None,
 ) -> None:
     @app.post(
         "/v1/agents/{agent_id}/retrieve",
@@ -309,6 +317,14 @@ def _add_retrieval_route(
         ],
         request: RetrievalRequest,
     ) -> RetrievalResponse:
+        if trace_retrieval is None:
+            return await measured(agent_id, request)
+        with trace_retrieval(agent_id, request) as answered:
+            response = await measured(agent_id, request)
+            answered(response)
+            return response
+
+    async def measured(agent_id: str, request: RetrievalRequest) -> RetrievalResponse:
         if metrics is None:
             return await answer(agent_id, request)
         started = time.perf_counter()

@@ -29,12 +29,12 @@ if TYPE_CHECKING:
     from projections.working import redis_store
     from schemas import agent_events, envelope, errors, json_schema, topics
     from streams import demo
-    from streams.eventlog import archive, kafka_clients, publisher
+    from streams.eventlog import archive, kafka_clients, publisher, topic_admin
     from streams.eventlog import history as history_reader
     from streams.integrations import chat_summariser, tool_server
     from streams.privacy import forgetting, keyring, sealing
     from streams.rebuild import as_of, log_cut, projection_switch, replay, reprocess
-    from streams.runtime import metrics_server, node
+    from streams.runtime import metrics_server, node, tracing
     from streams.runtime.devstack import broker, redis_server
     from streams.runtime.devstack import stack as devstack
 
@@ -60,6 +60,7 @@ _MODULES = {
     "history_reader": "streams.eventlog.history",
     "kafka_clients": "streams.eventlog.kafka_clients",
     "publisher": "streams.eventlog.publisher",
+    "topic_admin": "streams.eventlog.topic_admin",
     "chat_summariser": "streams.integrations.chat_summariser",
     "tool_server": "streams.integrations.tool_server",
     "forgetting": "streams.privacy.forgetting",
@@ -72,6 +73,7 @@ _MODULES = {
     "reprocess": "streams.rebuild.reprocess",
     "node": "streams.runtime.node",
     "metrics_server": "streams.runtime.metrics_server",
+    "tracing": "streams.runtime.tracing",
     "broker": "streams.runtime.devstack.broker",
     "redis_server": "streams.runtime.devstack.redis_server",
     "devstack": "streams.runtime.devstack.stack",
@@ -113,7 +115,9 @@ __all__ = [
     "service_auth",
     "store_interfaces",
     "tool_server",
+    "topic_admin",
     "topics",
+    "tracing",
 ]
 
 

@@ -68,7 +68,12 @@ def import_command(
         archive = deferred.archive
         total = sum(s.total for s in archive.read_manifest(directory))
         with counted("importing", total) as advance:
-            summaries = await archive.import_log(bootstrap, directory, progress=advance)
+            summaries = await archive.import_log(
+                bootstrap,
+                directory,
+                progress=advance,
+                replication=deferred.topic_admin.TopicReplication.from_settings(settings),
+            )
         report("imported", summaries, directory)
 
     run(main)

@@ -88,8 +88,12 @@ async def _publish(settings: EngramSettings, bootstrap: str, event: AgentEvent) 
     topics = deferred.topics.Topics(settings.topic_prefix)
     keyring = await open_keyring(settings)
     try:
+        tracing = deferred.tracing.start_tracing(settings, "engram-publish")
         async with deferred.publisher.AsyncPublisher(
-            bootstrap, topics=topics, keyring=keyring
+            bootstrap,
+            topics=topics,
+            keyring=keyring,
+            headers=tracing.publish_headers if tracing else None,
         ) as publisher:
             position = await publisher.publish(event)
     finally:

@@ -282,6 +282,7 @@ def _reprocess_job(
             producer_linger=settings.producer_linger,
             app_id=settings.app_id,
             sealer=sealer,
+            replication=deferred.topic_admin.TopicReplication.from_settings(settings),
         )
 
     return job

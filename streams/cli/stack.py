@@ -88,7 +88,12 @@ async def _run_stack(
         # The broker keeps its log in memory: the last run's log comes back from its
         # archive, and the processors rebuild the projections from it.
         await transfer(
-            "restoring the log", deferred.archive.import_log(endpoints.kafka_bootstrap, archive)
+            "restoring the log",
+            deferred.archive.import_log(
+                endpoints.kafka_bootstrap,
+                archive,
+                replication=deferred.topic_admin.TopicReplication.from_settings(settings),
+            ),
         )
     local = settings.model_copy(update={"qdrant_path": stack.edge_path})
     # Above one worker, this process holds the Qdrant Edge shard (projector and query

@@ -28,13 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.admin import NewTopic
 from aiokafka.errors import KafkaError
 
 from schemas.errors import EngramError
 from streams.eventlog.derived_log import at_end
 from streams.eventlog.kafka_clients import admin_client, archive_producer, log_reader
-from streams.eventlog.topic_admin import TOPIC_CONFIG
+from streams.eventlog.topic_admin import ONE_COPY, TopicReplication
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -200,10 +199,12 @@ async def import_log(
     directory: Path,
     *,
     progress: Progress | None = None,
+    replication: TopicReplication = ONE_COPY,
 ) -> list[TopicSummary]:
-    """Load an archive into empty topics, record by record at the offsets it had."""
+    """Load an archive into empty topics, record by record at the offsets it had; topics it
+    creates get ``replication``."""
     summaries = read_manifest(directory)
-    await _create_empty_topics(bootstrap, summaries)
+    await _create_empty_topics(bootstrap, summaries, replication)
     producer = archive_producer(bootstrap)
     try:
         await producer.start()
@@ -252,7 +253,9 @@ async def _import_partition(
     await settle()
 
 
-async def _create_empty_topics(bootstrap: str, summaries: Sequence[TopicSummary]) -> None:
+async def _create_empty_topics(
+    bootstrap: str, summaries: Sequence[TopicSummary], replication: TopicReplication
+) -> None:
     admin = admin_client(bootstrap)
     try:
         await admin.start()
@@ -283,9 +286,7 @@ async def _create_empty_topics(bootstrap: str, summaries: Sequence[TopicSummary]
                     "empty broker (or under another topic prefix), or offsets would shift"
                 )
         missing = [
-            NewTopic(s.name, s.partitions, 1, topic_configs=TOPIC_CONFIG)
-            for s in summaries
-            if s.name not in existing
+            replication.new_topic(s.name, s.partitions) for s in summaries if s.name not in existing
         ]
         if missing:
             await admin.create_topics(missing)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from types import TracebackType
@@ -25,6 +25,9 @@ from streams.privacy.keyring import Keyring, KeyringError, keyring_from_setting
 from streams.privacy.sealing import RecordSealer
 
 T = TypeVar("T")
+PublishHeaders = Callable[[AgentEvent, str], list[tuple[str, bytes]]]
+"""A record's headers, given its event and topic (:meth:`streams.runtime.tracing.Tracing.
+publish_headers`: its trace context and event id)."""
 
 
 class PublishError(BackendUnavailableError):
@@ -53,10 +56,13 @@ class AsyncPublisher:
         topics: Topics | None = None,
         linger: float = 0.0,
         keyring: Keyring | None = None,
+        headers: PublishHeaders | None = None,
     ):
+        """``headers``: what each record carries besides its key and value (None: nothing)."""
         self.topics = topics or Topics()
         self._producer = record_producer(bootstrap, linger=linger)
         self._sealer = RecordSealer(keyring)
+        self._headers = headers
 
     async def start(self) -> AsyncPublisher:
         try:
@@ -87,7 +93,12 @@ class AsyncPublisher:
         topic = self.topics.for_event_type(event.event_type)
         try:
             value = await self._sealed(event)
-            sent = await self._producer.send(topic, value, key=event.agent_id.encode("utf-8"))
+            key = event.agent_id.encode("utf-8")
+            if self._headers is None:
+                sent = await self._producer.send(topic, value, key=key)
+            else:
+                headers = self._headers(event, topic)
+                sent = await self._producer.send(topic, value, key=key, headers=headers)
         except KeyringError as exc:
             raise PublishError(f"cannot seal the event of {event.agent_id}: {exc}") from exc
         except KafkaError as exc:

@@ -4,11 +4,16 @@ All topics share one partition count and one key (the agent id): an agent's even
 same partition number everywhere, one worker owns them (co-partitioning), and derived records go
 to the partition number of their source record. Topics keep their records forever
 (``retention.ms=-1``): the log is the truth, and a worker folds its state from it.
+
+Every topic Engram creates itself (these, a reprocessed version's derived topics, an imported
+archive's, Faust's own) gets the replication of :class:`TopicReplication`, from the settings:
+on a cluster, a keep-forever log with one copy is one disk failure from gone.
 """
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 from aiokafka.admin import NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
@@ -16,8 +21,39 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from schemas.errors import BackendUnavailableError, EngramError
 from schemas.topics import Topics
 from streams.eventlog.kafka_clients import admin_client
+from streams.settings import EngramSettings
 
 TOPIC_CONFIG = {"retention.ms": "-1"}
+
+
+@dataclass(frozen=True)
+class TopicReplication:
+    """How many copies a new topic gets, and how many must acknowledge a write."""
+
+    factor: int = 1
+    """Replicas per partition (``ENGRAM_TOPIC_REPLICATION_FACTOR``)."""
+    min_insync: int | None = None
+    """``min.insync.replicas`` (``ENGRAM_TOPIC_MIN_INSYNC_REPLICAS``); None: the broker's."""
+
+    @classmethod
+    def from_settings(cls, settings: EngramSettings) -> TopicReplication:
+        return cls(settings.topic_replication_factor, settings.topic_min_insync_replicas)
+
+    def configs(self) -> dict[str, str]:
+        """The topic configs this adds to a new topic's."""
+        if self.min_insync is None:
+            return {}
+        return {"min.insync.replicas": str(self.min_insync)}
+
+    def new_topic(self, name: str, partitions: int) -> NewTopic:
+        """A keep-forever topic with this replication."""
+        return NewTopic(
+            name, partitions, self.factor, topic_configs={**TOPIC_CONFIG, **self.configs()}
+        )
+
+
+ONE_COPY = TopicReplication()
+"""The settings' defaults: what the one-node dev broker can hold."""
 
 
 class TopicLayoutError(EngramError, RuntimeError):
@@ -25,16 +61,20 @@ class TopicLayoutError(EngramError, RuntimeError):
 
 
 async def ensure_topics(
-    bootstrap: str, topics: Topics, partitions: int, *, replication: int = 1
+    bootstrap: str,
+    topics: Topics,
+    partitions: int,
+    *,
+    replication: TopicReplication = ONE_COPY,
 ) -> None:
+    """Create the missing ones (existing topics keep their replication: Kafka changes it only
+    by a partition reassignment) and check every one has ``partitions``."""
     admin = admin_client(bootstrap)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
         missing = [
-            NewTopic(name, partitions, replication, topic_configs=TOPIC_CONFIG)
-            for name in topics.all()
-            if name not in existing
+            replication.new_topic(name, partitions) for name in topics.all() if name not in existing
         ]
         if missing:
             with contextlib.suppress(TopicAlreadyExistsError):

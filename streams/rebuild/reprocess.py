@@ -66,7 +66,7 @@ from schemas.errors import EngramError
 from schemas.topics import Topics
 from streams.eventlog.derived_log import read_markers, read_to_end
 from streams.eventlog.kafka_clients import group_offsets_client, log_reader, record_producer
-from streams.eventlog.topic_admin import ensure_topics
+from streams.eventlog.topic_admin import TopicReplication, ensure_topics
 from streams.privacy.sealing import RecordSealer
 from streams.worker.batch_send import aiokafka_batch_sender
 from streams.worker.pipeline import IngestPipeline
@@ -241,6 +241,8 @@ class Reprocess:
     producer_linger: float = 0.005
     app_id: str = "engram"
     """The live workers' app id (``ENGRAM_APP_ID``): the version's group is named after it."""
+    replication: TopicReplication = field(default_factory=TopicReplication)
+    """Of the version's derived topics (and of raw topics still missing)."""
 
     @property
     def config_version(self) -> str:
@@ -257,7 +259,9 @@ class Reprocess:
         # The raw topics first: an unreachable broker or a wrong partition count fails here,
         # before a version is registered.
         try:
-            await ensure_topics(self.bootstrap, self.topics, self.partitions)
+            await ensure_topics(
+                self.bootstrap, self.topics, self.partitions, replication=self.replication
+            )
         except KafkaError as exc:
             raise ReprocessError(f"cannot reach the broker at {self.bootstrap}: {exc}") from exc
         version = await self.versions.create(
@@ -290,7 +294,9 @@ class Reprocess:
     async def _fresh_derived_log(self, derived_topics: DerivedLogTopics) -> None:
         """Create the version's derived topics; refuse ones that hold records already (a
         version name used before): appending would mix two configurations in one log."""
-        await ensure_topics(self.bootstrap, derived_topics, self.partitions)
+        await ensure_topics(
+            self.bootstrap, derived_topics, self.partitions, replication=self.replication
+        )
         held = await _record_counts(self.bootstrap, derived_topics.all(), self.partitions)
         if held:
             raise ReprocessError(

@@ -47,7 +47,7 @@ from streams.eventlog.history import read_agent_history
 from streams.eventlog.kafka_clients import record_producer, use_security
 from streams.eventlog.log_ends import BrokerLogEnds
 from streams.eventlog.publisher import KEY_REFRESH_S
-from streams.eventlog.topic_admin import ensure_topics
+from streams.eventlog.topic_admin import TopicReplication, ensure_topics
 from streams.integrations.chat_summariser import summariser_from_url
 from streams.privacy.keyring import Keyring, KeyringError, open_keyring
 from streams.privacy.sealing import RecordSealer
@@ -55,6 +55,7 @@ from streams.rebuild.as_of import LogRecaller
 from streams.rebuild.projection_switch import ProjectionFollower, Serving, WrongConfigurationError
 from streams.rebuild.projector import EpisodicProjector
 from streams.runtime.node_metrics import node_registry
+from streams.runtime.tracing import Tracing, start_tracing
 from streams.runtime.worker_health import AssignmentProgress, ProbeServer, probe_app
 from streams.settings import EngramSettings
 from streams.worker.app import ProcessorApp, create_processor_app
@@ -186,10 +187,20 @@ class Node:
     progress: AssignmentProgress | None = field(default=None, init=False)
     """Whether the processors caught up with their assignment (``ENGRAM_HEALTH_PORT`` set)."""
     probes: ProbeServer | None = field(default=None, init=False)
+    tracing: Tracing | None = field(default=None, init=False)
+    """Spans around batches and retrievals (``ENGRAM_TRACING``); None: no tracing."""
+
+    @property
+    def _service_name(self) -> str:
+        """What the traces call this process."""
+        if self.run_service:
+            return "engram" if self.run_processors else "engram-query"
+        return "engram-worker" if self.run_processors else "engram-projector"
 
     async def start(self) -> Node:
         settings = self.settings
         use_security(settings)
+        self.tracing = start_tracing(settings, self._service_name)
         self.metrics, self._service_metrics = node_registry(self)
         if self.run_service:
             # Before any backend: a bad keys file is a configuration error, said at once.
@@ -216,7 +227,12 @@ class Node:
                 self.endpoints.redis_url, settings.redis_namespace, settings.edge_path()
             )
         if self.run_processors or self.run_projector:
-            await ensure_topics(self.endpoints.kafka_bootstrap, self.topics, settings.partitions)
+            await ensure_topics(
+                self.endpoints.kafka_bootstrap,
+                self.topics,
+                settings.partitions,
+                replication=TopicReplication.from_settings(settings),
+            )
         if self.run_projector:
             assert self.episodic is not None
             self.projector = await EpisodicProjector(
@@ -356,7 +372,11 @@ class Node:
         settings = self.settings
         topics = self.topics
         self.processor = create_processor_app(
-            settings, self.endpoints.kafka_bootstrap, topics=topics, app_id=self._group
+            settings,
+            self.endpoints.kafka_bootstrap,
+            topics=topics,
+            app_id=self._group,
+            trace_batch=self.tracing.batch if self.tracing else None,
         )
         config = processing_config(settings)
 
@@ -407,6 +427,7 @@ class Node:
             api_keys=self.api_keys,
             metrics=self._service_metrics if self.settings.metrics else None,
             learned=LearnedMemory(lambda: self.working, self.embedder),
+            trace_retrieval=self.tracing.retrieval if self.tracing else None,
         )
         config = uvicorn.Config(
             app,
@@ -442,7 +463,12 @@ class Node:
             return None, None
         if not (self.run_processors or self.run_projector):
             # Otherwise a first retrieval could auto-create memory.access with another count.
-            await ensure_topics(bootstrap, self.topics, settings.partitions)
+            await ensure_topics(
+                bootstrap,
+                self.topics,
+                settings.partitions,
+                replication=TopicReplication.from_settings(settings),
+            )
         self.recorder = await RetrievalRecorder(
             bootstrap,
             self.topics.access,

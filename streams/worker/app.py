@@ -15,7 +15,8 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -29,6 +30,7 @@ from schemas.memory_events import DerivedEvent
 from schemas.topics import Topics
 from streams.eventlog.derived_log import recover_state
 from streams.eventlog.kafka_security import KafkaSecurity, faust_credentials
+from streams.eventlog.topic_admin import TopicReplication
 from streams.settings import EngramSettings
 from streams.worker.batch_send import aiokafka_batch_sender
 from streams.worker.faust_tuning import TunedFaustApp
@@ -39,6 +41,9 @@ from streams.worker.timings import WorkerTimings
 log = logging.getLogger("engram.processors")
 
 PipelineFactory = Callable[..., IngestPipeline]
+RecordHeaders = Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None
+BatchTrace = Callable[[Iterable[RecordHeaders]], AbstractContextManager[None]]
+"""Around a batch, given its records' headers (:meth:`streams.runtime.tracing.Tracing.batch`)."""
 
 
 @dataclass
@@ -57,15 +62,17 @@ def create_processor_app(
     *,
     topics: Topics | None = None,
     app_id: str | None = None,
+    trace_batch: BatchTrace | None = None,
 ) -> ProcessorApp:
     """``topics`` and ``app_id`` (the consumer group) default to the live derived log's; a
-    reprocessed projection version has its own (:class:`projections.versions.DerivedLog`)."""
+    reprocessed projection version has its own (:class:`projections.versions.DerivedLog`).
+    ``trace_batch``: a span around each batch (None: no tracing, nothing per batch)."""
     topics = topics or Topics(settings.topic_prefix)
     app_id = app_id or f"{settings.topic_prefix}{settings.app_id}"
     app = _faust_app(settings, bootstrap, app_id)
     holder: dict[str, IngestPipeline] = {}
     timings = WorkerTimings()
-    _add_ingest_agent(app, settings, topics, holder, timings)
+    _add_ingest_agent(app, settings, topics, holder, timings, trace_batch)
     send = _sender(app)
     if settings.schedule_interval > 0:
         _add_schedule_timer(app, settings, topics, send)
@@ -93,6 +100,7 @@ def create_processor_app(
 
 def _faust_app(settings: EngramSettings, bootstrap: str, app_id: str) -> faust.App:
     (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
+    replication = TopicReplication.from_settings(settings)
     return TunedFaustApp(
         app_id,
         fetch_max_wait=settings.fetch_max_wait,
@@ -100,7 +108,8 @@ def _faust_app(settings: EngramSettings, bootstrap: str, app_id: str) -> faust.A
         broker_credentials=faust_credentials(KafkaSecurity.from_settings(settings)),
         store="memory://",
         topic_partitions=settings.partitions,
-        topic_replication_factor=1,
+        topic_replication_factor=replication.factor,
+        topic_configs=replication.configs(),
         producer_linger=settings.producer_linger,
         producer_max_batch_size=1 << 20,
         broker_session_timeout=settings.session_timeout,
@@ -124,6 +133,7 @@ def _add_ingest_agent(
     topics: Topics,
     holder: dict[str, IngestPipeline],
     timings: WorkerTimings,
+    trace_batch: BatchTrace | None,
 ) -> None:
     """The one agent: batches of raw records from every input, handed to the pipeline."""
     # One channel for every input, so Faust assigns the same partition numbers of all of them
@@ -177,7 +187,11 @@ def _add_ingest_agent(
                             timestamp_ms=timestamp_ms(message.timestamp),
                         )
                     )
-                await drain_on_stop(handle(records), len(records))
+                if trace_batch is None:
+                    await drain_on_stop(handle(records), len(records))
+                    continue
+                with trace_batch(e.message.headers for e in events if e.message.tp in owned):
+                    await drain_on_stop(handle(records), len(records))
 
     app.agent(source, name=f"{settings.topic_prefix}ingest")(ingest)
 

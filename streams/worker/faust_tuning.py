@@ -1,18 +1,25 @@
-"""The one Faust setting Engram needs that Faust does not expose: the consumer's fetch wait.
+"""The Faust settings Engram needs that Faust does not expose: the consumer's fetch wait, and
+topic configs for the topics Faust declares itself.
 
 Faust's aiokafka driver hardcodes ``fetch_max_wait_ms=1500``. Kafka answers a fetch as soon as
 data arrives, so there it costs nothing; the Tansu broker of the dev stack holds the fetch for
 most of that wait (measured: median 445 ms from produce to consume at 1500 ms, 4 ms at 50 ms),
 which would put half a second into every publish-to-queryable latency. A shorter wait is
 harmless on Kafka (a few more empty fetches when idle), so Engram sets it everywhere.
+
+Faust creates its internal topics (the assignor's leader topic) and any missing topic an agent
+reads with ``topic_replication_factor`` replicas but no way to ask for ``min.insync.replicas``;
+:class:`TunedFaustApp` adds ``topic_configs`` to every topic it describes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import faust
 from faust.transport.drivers import aiokafka as driver
+from faust.types import TopicT
 
 
 class _ConsumerThread(driver.AIOKafkaConsumerThread):
@@ -35,11 +42,22 @@ class _Transport(driver.Transport):
 
 
 class TunedFaustApp(faust.App):
-    """A Faust app whose Kafka consumer waits at most ``fetch_max_wait`` seconds per fetch."""
+    """A Faust app whose Kafka consumer waits at most ``fetch_max_wait`` seconds per fetch, and
+    whose topics, when Faust creates them, get ``topic_configs`` besides their own."""
 
-    def __init__(self, *args: Any, fetch_max_wait: float = 0.05, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        fetch_max_wait: float = 0.05,
+        topic_configs: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.fetch_max_wait_ms = max(1, int(fetch_max_wait * 1000))
+        self.topic_configs = dict(topic_configs or {})
         super().__init__(*args, **kwargs)
+
+    def topic(self, *topics: str, config: Mapping[str, Any] | None = None, **kwargs: Any) -> TopicT:
+        return super().topic(*topics, config={**self.topic_configs, **(config or {})}, **kwargs)
 
     def _new_transport(self) -> Any:
         return _Transport(self.conf.broker_consumer, self)

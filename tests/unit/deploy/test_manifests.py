@@ -5,6 +5,8 @@ securityContext on every container, Jobs that may be retried)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from tests.unit.deploy.rendered import (
     OVERLAYS,
     WORKLOAD_KINDS,
     Resource,
+    kubectl,
     named,
     of_kind,
     pod_spec,
@@ -112,6 +115,20 @@ def test_every_topic_is_replicated_kept_forever_and_compacted_where_a_snapshot()
         policy = "compact" if name in SNAPSHOT_TOPICS else "delete"
         assert spec["config"]["cleanup.policy"] == policy, name
         assert "strimzi.io/cluster" in topic["metadata"]["labels"], name
+
+
+def test_topics_engram_creates_itself_are_replicated_like_the_kafka_topics() -> None:
+    """A reprocessed version's topics and Faust's own are created by Engram, from the
+    ConfigMap: they must get the copies the KafkaTopics promise."""
+    resources = rendered("overlays/example")
+    values = config(resources)
+    for topic in of_kind(resources, "KafkaTopic"):
+        spec = topic["spec"]
+        assert int(values["ENGRAM_TOPIC_REPLICATION_FACTOR"]) == spec["replicas"]
+        assert (
+            int(values["ENGRAM_TOPIC_MIN_INSYNC_REPLICAS"])
+            == (spec["config"]["min.insync.replicas"])
+        )
 
 
 def workloads(resources: list[Resource]) -> list[Resource]:
@@ -239,3 +256,31 @@ def test_the_deploy_readme_names_every_kustomization() -> None:
     readme = (Path(KUBERNETES).parent / "README.md").read_text()
     for kustomization in KUSTOMIZATIONS:
         assert kustomization in readme, kustomization
+
+
+def test_the_documented_patch_points_the_autoscaler_at_a_versions_group(tmp_path: Path) -> None:
+    """deploy/README.md's patch for ``engram versions activate``, applied to the example
+    overlay, changes the group KEDA watches and nothing else of the ScaledObject."""
+    readme = (KUBERNETES.parents[0] / "README.md").read_text()
+    section = readme[readme.index("**The autoscaler after `engram versions activate`.**") :]
+    patch = section.split("```text\n", 1)[1].split("```", 1)[0]
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    # kustomize takes a relative path to another kustomization, never an absolute one.
+    example = os.path.relpath(KUBERNETES / "overlays" / "example", overlay)
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n  - {example}\n{patch}"
+    )
+    done = subprocess.run(
+        [kubectl(), "kustomize", str(overlay)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    patched = named(
+        [d for d in yaml.safe_load_all(done.stdout) if d], "ScaledObject", "engram-worker"
+    )
+    original = named(rendered("overlays/example"), "ScaledObject", "engram-worker")
+    assert original["spec"]["triggers"][0]["metadata"]["consumerGroup"] == "engram"
+    assert patched["spec"]["triggers"][0]["metadata"]["consumerGroup"] == "engram.v3"
+    patched["spec"]["triggers"][0]["metadata"]["consumerGroup"] = "engram"
+    assert patched == original
