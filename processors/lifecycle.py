@@ -33,6 +33,7 @@ from processors.recording import (
     SummaryEntry,
     WorkingEntry,
     add_episodic,
+    add_relevance,
     capacity_forgetting,
     record,
 )
@@ -209,7 +210,7 @@ def _accessed(entry: SummaryEntry, score: float, retrieval: MemoryRetrieved) -> 
     return replace(
         entry,
         retrievals=entry.retrievals + 1,
-        relevance_sum=entry.relevance_sum + min(1.0, max(0.0, score)),
+        relevance_sum=add_relevance(entry.relevance_sum, min(1.0, max(0.0, score))),
         last_access_step=_max(entry.last_access_step, retrieval.step),
         last_access_year=_max(entry.last_access_year, retrieval.year),
         last_access_at=(

@@ -20,7 +20,7 @@ from typing import Literal
 
 from processors.learned_state import LearnedState
 from processors.learning_cause import Cause
-from processors.recording import AgentMemoryState, SummaryEntry
+from processors.recording import AgentMemoryState, SummaryEntry, add_relevance
 from schemas.agent_events import Feedback
 from schemas.learned_events import MemoryRated
 from schemas.memory_events import memory_id_for
@@ -85,11 +85,11 @@ def rated_summaries(
 def _rated(entry: SummaryEntry, event: MemoryRated) -> SummaryEntry:
     if event.signal < 0:
         # Unclamped, so feedback and retrievals commute (a fold meets them in another order).
-        return replace(entry, relevance_sum=entry.relevance_sum + event.signal)
+        return replace(entry, relevance_sum=add_relevance(entry.relevance_sum, event.signal))
     return replace(
         entry,
         retrievals=entry.retrievals + 1,
-        relevance_sum=entry.relevance_sum + event.signal,
+        relevance_sum=add_relevance(entry.relevance_sum, event.signal),
         last_access_step=_later(entry.last_access_step, event.step),
         last_access_year=_later(entry.last_access_year, event.year),
         last_access_at=(

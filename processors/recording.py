@@ -113,6 +113,18 @@ class SummaryEntry:
         )
 
 
+RELEVANCE_UNITS = 1_000_000
+"""A summary's summed relevance counts millionths: retrievals and feedback reach it in one
+order live and in another when a takeover folds the log, and float addition depends on the
+order (-0.1 - 0.2 + 0.0 is not 0.0 - 0.1 - 0.2 to the last bit); a sum of whole units does
+not."""
+
+
+def add_relevance(total: float, amount: float) -> float:
+    """``total + amount`` in millionths, the same whatever order the amounts come in."""
+    return (round(total * RELEVANCE_UNITS) + round(amount * RELEVANCE_UNITS)) / RELEVANCE_UNITS
+
+
 @dataclass(frozen=True)
 class AgentMemoryState:
     """What a processor must remember per agent to apply capacities and lifecycle rules
