@@ -3,7 +3,9 @@
 All topics share one partition count and one key (the agent id): an agent's events land on the
 same partition number everywhere, one worker owns them (co-partitioning), and derived records go
 to the partition number of their source record. Topics keep their records forever
-(``retention.ms=-1``): the log is the truth, and a worker folds its state from it.
+(``retention.ms=-1``): the log is the truth, and a worker folds its state from it. The snapshot
+topic is compacted (``cleanup.policy=compact``): only its latest records per key matter, and
+its readers never depend on compaction having happened (a broker may not implement it).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from schemas.topics import Topics
 from streams.eventlog.kafka_clients import admin_client
 
 TOPIC_CONFIG = {"retention.ms": "-1"}
+SNAPSHOT_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 
 
 class TopicLayoutError(EngramError, RuntimeError):
@@ -31,15 +34,17 @@ async def ensure_topics(
     await admin.start()
     try:
         existing = set(await admin.list_topics())
+        configs = {name: TOPIC_CONFIG for name in topics.all()}
+        configs[topics.snapshots] = SNAPSHOT_TOPIC_CONFIG
         missing = [
-            NewTopic(name, partitions, replication, topic_configs=TOPIC_CONFIG)
-            for name in topics.all()
+            NewTopic(name, partitions, replication, topic_configs=config)
+            for name, config in configs.items()
             if name not in existing
         ]
         if missing:
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(missing)
-        present = [name for name in topics.all() if name in existing]
+        present = [name for name in configs if name in existing]
         if present:
             wrong = {
                 d["topic"]: len(d["partitions"])
