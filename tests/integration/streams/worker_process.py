@@ -42,12 +42,13 @@ def worker_environment(
 
 
 class WorkerProcess:
-    """One ``engram worker`` process at a time; :meth:`start` again after a kill or a stop
-    runs a new one, appending to the same output file."""
+    """One ``engram worker`` process at a time (or another command: ``project``); :meth:`start`
+    again after a kill or a stop runs a new one, appending to the same output file."""
 
-    def __init__(self, env: dict[str, str], output: Path) -> None:
+    def __init__(self, env: dict[str, str], output: Path, command: str = "worker") -> None:
         self.env = env
         self.output = output
+        self.command = command
         self.process: subprocess.Popen[bytes] | None = None
         self._file: TextIO | None = None
         self.started = 0
@@ -59,7 +60,7 @@ class WorkerProcess:
         self._file.write(f"----- worker start #{self.started} -----\n")
         self._file.flush()
         self.process = subprocess.Popen(
-            [str(ENGRAM), "worker"],
+            [str(ENGRAM), self.command],
             env=self.env,
             stdout=self._file,
             stderr=subprocess.STDOUT,
