@@ -188,15 +188,19 @@ def recorded_upto(
     return upto
 
 
-def logged_batches(records: Iterable[Logged], schedule_topic: str | None = None) -> LoggedBatches:
+def logged_batches(
+    records: Iterable[Logged], schedule_topic: str | None = None, marked: Iterable[int] = ()
+) -> LoggedBatches:
     """Split the records of ``memory.items`` and ``memory.lifecycle`` (any order of topics and
     partitions) into the derived events of wholly logged batches and their marks.
 
     In a partition number with markers an event counts if a marker names where it is; in one
     without (a log from before markers), the older rule: if its source offset is at most the
-    highest one with a recording in the log.
+    highest one with a recording in the log. ``marked`` names partition numbers known to have
+    markers before ``records`` (a tail read after a snapshot, which may hold none).
     """
     index = MarkerIndex()
+    index.marked.update(marked)
     markers: list[DerivedUpTo] = []
     events: list[tuple[SourcePosition, DerivedEvent]] = []
     ends: dict[SourceKey, int] = {}

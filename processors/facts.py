@@ -6,7 +6,7 @@ log and in the projection, so a stale fact is never served as current and its hi
 
 from __future__ import annotations
 
-from processors.learned_state import LearnedState
+from processors.learned_state import LearnedState, fact_key
 from processors.learning_cause import Cause
 from processors.learning_config import FactRules
 from schemas.agent_events import Observation
@@ -33,7 +33,7 @@ def on_observation(
         value=fact.value,
         valid_from=observation.occurred_at,
         source_event_ids=(observation.event_id,),
-        supersedes=learned.facts.get((fact.subject, fact.attribute)),
+        supersedes=learned.facts.get(fact_key(fact.subject, fact.attribute)),
         embedding=encode_vector(
             cause.embedder.embed(fact_text(fact.subject, fact.attribute, fact.value))
         ),

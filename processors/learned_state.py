@@ -23,6 +23,7 @@ no configuration: the same events must give the same state whatever reads them.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from typing import TypeVar, assert_never
 
@@ -81,8 +82,15 @@ class LearnedState:
     procedures: dict[str, ProcedureEntry] = field(default_factory=dict)
     decisions: dict[str, DecisionEntry] = field(default_factory=dict)
     plans: dict[str, PlanEntry] = field(default_factory=dict)
-    facts: dict[tuple[str, str], str] = field(default_factory=dict)
+    facts: dict[str, str] = field(default_factory=dict)
+    """Current fact id by :func:`fact_key` of its subject and attribute."""
     ratings: dict[str, Rating] = field(default_factory=dict)
+
+
+def fact_key(subject: str, attribute: str) -> str:
+    """One string for a subject and an attribute (a JSON array: no pair of strings shares
+    it), so the state writes to JSON as it is (a state snapshot) and reads back the same."""
+    return json.dumps([subject, attribute], ensure_ascii=False)
 
 
 def _bounded_put(items: dict[K, V], key: K, value: V, bound: int) -> dict[K, V]:
@@ -104,7 +112,7 @@ def fold_learned(state: LearnedState, event: LearnedEvent) -> LearnedState:
             return _plan(state, event)
         case FactStated():
             facts = _bounded_put(
-                state.facts, (event.subject, event.attribute), event.fact_id, MAX_FACT_KEYS
+                state.facts, fact_key(event.subject, event.attribute), event.fact_id, MAX_FACT_KEYS
             )
             return replace(state, facts=facts)
         case MemoryRated():

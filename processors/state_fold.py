@@ -57,6 +57,9 @@ class FoldedState:
     """Partition numbers with markers in the log."""
     log_ends: dict[tuple[str, int], int] = field(default_factory=dict)
     """Per derived topic and partition, the highest offset read back."""
+    partition_of: dict[str, int] = field(default_factory=dict)
+    """Per agent, the partition number a snapshot holds it in: its events may all lie before
+    the log read back (:mod:`processors.state_snapshot`)."""
 
     def __post_init__(self) -> None:
         for key, offset in self.logged_upto.items():

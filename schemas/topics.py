@@ -52,6 +52,13 @@ class Topics:
     def deadletter(self) -> str:
         return self._derived("memory.deadletter")
 
+    @property
+    def snapshots(self) -> str:
+        """Snapshots of the workers' per-partition state: derived from the derived log, never
+        the truth, so not among :meth:`all` (an archive does not carry them, and a log
+        restored from one starts without)."""
+        return self._derived("memory.snapshots")
+
     def derived_topic(self, event: DerivedEvent) -> str:
         """The topic ``event`` is logged on (:func:`schemas.memory_events.derived_topic_of`)."""
         return {"items": self.items, "lifecycle": self.lifecycle}[derived_topic_of(event)]

@@ -128,6 +128,24 @@ class EngramSettings(BaseSettings):
         default=6.0, gt=0.0, description="Short: Tansu's group join waits half of it."
     )
 
+    snapshot_every_batches: int = Field(
+        default=100,
+        ge=1,
+        description="A worker writes a snapshot of its partitions' state after this many "
+        "batches (or ENGRAM_SNAPSHOT_EVERY_SECONDS, whichever comes first), so a takeover "
+        "reads the snapshot and the log after it instead of the whole log.",
+    )
+    snapshot_every_seconds: float = Field(
+        default=30.0,
+        gt=0.0,
+        description="Longest time between a worker's snapshots while it processes batches.",
+    )
+    instance_id: str | None = Field(
+        default=None,
+        description="A stable id of this worker in its consumer group (e.g. the pod name): "
+        "static membership, so a restart within the session timeout does not rebalance.",
+    )
+
     keyring: str | None = Field(
         default=None,
         repr=False,  # a redis:// URL may carry a password

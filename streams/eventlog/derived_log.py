@@ -112,11 +112,13 @@ async def read_records(
     *,
     timeout: float = 120.0,
     sealer: RecordSealer | None = None,
+    starts: Mapping[TopicPartition, int] | None = None,
 ) -> list[tuple[SourcePosition, Decoded]]:
     """Every decodable record of the given partitions with its position, topic by topic, in
-    log order per partition. An undecodable record is logged and skipped: these topics are
-    written by Engram itself, so one is a bug to report, not a reason to stop a takeover.
-    Sealed records are opened with ``sealer``; a forgotten agent's are skipped."""
+    log order per partition (from ``starts`` where given, else the beginning). An undecodable
+    record is logged and skipped: these topics are written by Engram itself, so one is a bug
+    to report, not a reason to stop a takeover. Sealed records are opened with ``sealer``; a
+    forgotten agent's are skipped."""
     raw: list[tuple[SourcePosition, bytes | None]] = []
     parts = sorted(set(partitions))
 
@@ -126,7 +128,11 @@ async def read_records(
 
     for topic in topic_names:
         await read_to_end(
-            bootstrap, [TopicPartition(topic, p) for p in parts], keep, timeout=timeout
+            bootstrap,
+            [TopicPartition(topic, p) for p in parts],
+            keep,
+            starts=starts,
+            timeout=timeout,
         )
     opened = await (sealer or RecordSealer(None)).open_all([value for _, value in raw])
     out: list[tuple[SourcePosition, Decoded]] = []

@@ -3,7 +3,9 @@
 All topics share one partition count and one key (the agent id): an agent's events land on the
 same partition number everywhere, one worker owns them (co-partitioning), and derived records go
 to the partition number of their source record. Topics keep their records forever
-(``retention.ms=-1``): the log is the truth, and a worker folds its state from it.
+(``retention.ms=-1``): the log is the truth, and a worker folds its state from it. The snapshot
+topic is compacted (``cleanup.policy=compact``): only its latest records per key matter, and
+its readers never depend on compaction having happened (a broker may not implement it).
 
 Every topic Engram creates itself (these, a reprocessed version's derived topics, an imported
 archive's, Faust's own) gets the replication of :class:`TopicReplication`, from the settings:
@@ -24,6 +26,7 @@ from streams.eventlog.kafka_clients import admin_client
 from streams.settings import EngramSettings
 
 TOPIC_CONFIG = {"retention.ms": "-1"}
+SNAPSHOT_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 
 
 @dataclass(frozen=True)
@@ -45,11 +48,12 @@ class TopicReplication:
             return {}
         return {"min.insync.replicas": str(self.min_insync)}
 
-    def new_topic(self, name: str, partitions: int) -> NewTopic:
-        """A keep-forever topic with this replication."""
-        return NewTopic(
-            name, partitions, self.factor, topic_configs={**TOPIC_CONFIG, **self.configs()}
-        )
+    def new_topic(
+        self, name: str, partitions: int, extra: dict[str, str] | None = None
+    ) -> NewTopic:
+        """A keep-forever topic with this replication (and ``extra`` configs: compaction)."""
+        configs = {**TOPIC_CONFIG, **self.configs(), **(extra or {})}
+        return NewTopic(name, partitions, self.factor, topic_configs=configs)
 
 
 ONE_COPY = TopicReplication()
@@ -73,13 +77,17 @@ async def ensure_topics(
     await admin.start()
     try:
         existing = set(await admin.list_topics())
+        configs: dict[str, dict[str, str]] = {name: {} for name in topics.all()}
+        configs[topics.snapshots] = SNAPSHOT_TOPIC_CONFIG
         missing = [
-            replication.new_topic(name, partitions) for name in topics.all() if name not in existing
+            replication.new_topic(name, partitions, config)
+            for name, config in configs.items()
+            if name not in existing
         ]
         if missing:
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(missing)
-        present = [name for name in topics.all() if name in existing]
+        present = [name for name in configs if name in existing]
         if present:
             wrong = {
                 d["topic"]: len(d["partitions"])

@@ -28,14 +28,15 @@ from processors.batch import RawRecord, RecordKind
 from processors.state_fold import FoldedState
 from schemas.memory_events import DerivedEvent
 from schemas.topics import Topics
-from streams.eventlog.derived_log import recover_state
 from streams.eventlog.kafka_security import KafkaSecurity, faust_credentials
+from streams.eventlog.snapshot_log import recover_state
 from streams.eventlog.topic_admin import TopicReplication
 from streams.settings import EngramSettings
 from streams.worker.batch_send import aiokafka_batch_sender
 from streams.worker.faust_tuning import TunedFaustApp
 from streams.worker.pipeline import IngestPipeline, SendFn
 from streams.worker.scheduler import publish_ticks, ticks_for
+from streams.worker.snapshotting import Snapshotter
 from streams.worker.timings import WorkerTimings
 
 log = logging.getLogger("engram.processors")
@@ -80,17 +81,30 @@ def create_processor_app(
 
     def bind(make_pipeline: PipelineFactory) -> IngestPipeline:
 
+        async def applied(topic: str, partition: int) -> int:
+            marks = [await store.applied_offset(topic, partition) for store in pipeline.stores]
+            return min(-1 if m is None else m for m in marks)
+
         async def recover(partitions: set[int]) -> tuple[FoldedState, list[DerivedEvent]]:
             started = time.perf_counter()
-            recovered = await recover_state(bootstrap, topics, partitions, pipeline.sealer)
+            recovered = await recover_state(
+                bootstrap, topics, partitions, pipeline.sealer, applied=applied
+            )
             timings.takeover(time.perf_counter() - started, len(recovered[1]))
             return recovered
 
+        snapshots = Snapshotter(
+            send,
+            topics,
+            every_batches=settings.snapshot_every_batches,
+            every_seconds=settings.snapshot_every_seconds,
+        )
         pipeline = make_pipeline(
             send=send,
             send_batch=aiokafka_batch_sender(_producer_of(app)),
             recover=recover,
             should_stop=lambda: app.should_stop,
+            snapshots=snapshots,
         )
         holder["pipeline"] = pipeline
         return pipeline
@@ -116,6 +130,9 @@ def _faust_app(settings: EngramSettings, bootstrap: str, app_id: str) -> faust.A
         broker_heartbeat_interval=max(settings.session_timeout / 6, 0.5),
         broker_rebalance_timeout=max(settings.session_timeout * 2, 10.0),
         consumer_auto_offset_reset="earliest",
+        # Static membership when an id is given: a restart within the session timeout keeps
+        # its partitions without a rebalance of the group.
+        consumer_group_instance_id=settings.instance_id,
         stream_wait_empty=False,
         web_enabled=False,
         datadir=str(settings.data_dir / "faust" / app_id),

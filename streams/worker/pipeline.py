@@ -54,6 +54,7 @@ from streams.eventlog.publisher import Position
 from streams.privacy.keyring import KeyringError
 from streams.privacy.sealing import RecordSealer
 from streams.worker.batch_send import BatchSendFn
+from streams.worker.snapshotting import Snapshotter
 
 log = logging.getLogger("engram.ingest")
 
@@ -144,6 +145,8 @@ class IngestPipeline:
     (:func:`projections.versions.obey_fence`)."""
     sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
     """Opens sealed input and seals the derived events with their agent's key (none: plain)."""
+    snapshots: Snapshotter | None = None
+    """Writes the partitions' state now and then, for a takeover to start from (none: never)."""
 
     def __post_init__(self) -> None:
         self.config_version = self.config.version(self.embedder.id, self.summariser.id)
@@ -165,6 +168,7 @@ class IngestPipeline:
         self.folded.logged_upto.update(folded.logged_upto)
         self.folded.marked |= folded.marked
         self.folded.log_ends.update(folded.log_ends)
+        self._partition_of.update(folded.partition_of)
         for event in logged:
             if event.source_position is not None:
                 self._partition_of[event.agent_id] = event.source_position.partition
@@ -200,6 +204,8 @@ class IngestPipeline:
         for agent in [a for a, p in self._partition_of.items() if p in partitions]:
             del self._partition_of[agent]
             self.folded.states.pop(agent, None)
+        if self.snapshots is not None:
+            self.snapshots.release(partitions)
 
     async def _ensure_recovered(self, records: Sequence[RawRecord]) -> None:
         """Fold the state of partitions seen for the first time before deriving from them.
@@ -223,6 +229,8 @@ class IngestPipeline:
             )
         await self._open_to_markers(missing)
         self._recovered |= missing
+        if self.snapshots is not None:
+            self.snapshots.took_over(self.folded, missing)
 
     async def _open_to_markers(self, partitions: set[int]) -> None:
         """Log a first marker for each partition number that has none, naming what the log
@@ -239,14 +247,15 @@ class IngestPipeline:
         await self._log_markers(markers)
         folded.marked |= unmarked
 
-    async def _log_markers(self, markers: Sequence[DerivedUpTo]) -> None:
-        """Send markers to their partition of ``memory.lifecycle`` and wait until logged."""
+    async def _log_markers(self, markers: Sequence[DerivedUpTo]) -> list[Any]:
+        """Send markers to their partition of ``memory.lifecycle`` and wait until logged;
+        returns where each landed (the producer's metadata)."""
         lifecycle = self.topics.lifecycle
         sent = [
             Sent([i], await self.send(lifecycle, None, encode_event(m), m.partition), False)
             for i, m in enumerate(markers)
         ]
-        await self._await_deliveries(sent, len(sent))
+        return await self._await_deliveries(sent, len(sent))
 
     def derive(self, records: Sequence[RawRecord]) -> DerivedBatch:
         return derive_batch(
@@ -295,11 +304,16 @@ class IngestPipeline:
         delivered = await self._await_deliveries(
             sent, len(result.derived) + len(result.dead_letters)
         )
-        await self._log_markers(batch.markers(delivered, datetime.now(UTC)))
+        markers = batch.markers(delivered, datetime.now(UTC))
+        landed = await self._log_markers(markers)
         await self.apply(result.derived)
         await self.advance_past(records, result.derived)
         carry(self.folded, self._partition_of, batch)
         await self._forget_agents(result)
+        if self.snapshots is not None:
+            # Logged, marked and applied: what a snapshot now says, the log and stores hold.
+            folded, owned = self.folded, self._recovered
+            await self.snapshots.after_batch(folded, self._partition_of, owned, markers, landed)
         self.stats.skipped += batch.skipped
         self._count(records, result)
         return result

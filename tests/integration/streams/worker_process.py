@@ -43,8 +43,9 @@ def worker_environment(
 
 
 class WorkerProcess:
-    """One ``engram worker`` process at a time; :meth:`start` again after a kill or a stop
-    runs a new one, appending to the same output file."""
+    """One ``engram worker`` process at a time (or another role: ``project``, ``serve``);
+    :meth:`start` again after a kill or a stop runs a new one, appending to the same output
+    file."""
 
     def __init__(
         self,

@@ -11,6 +11,7 @@ import pytest
 
 from processors.config import load_processing_config
 from processors.embedding import HashingEmbedder
+from processors.learned_state import fact_key
 from processors.learning import learn
 from processors.learning_config import LearningRules, PlanRules, ProcedureRules
 from processors.lifecycle import Deriving, on_agent_event
@@ -135,7 +136,7 @@ def test_a_later_fact_supersedes_the_earlier_on_the_same_subject_and_attribute()
     assert first.supersedes is None
     assert other.supersedes is None
     assert second.supersedes == first.fact_id
-    assert agent.state.learned.facts[("house", "elevation")] == second.fact_id
+    assert agent.state.learned.facts[fact_key("house", "elevation")] == second.fact_id
 
 
 def test_a_plan_is_cached_scored_and_evicted_below_epsilon() -> None:

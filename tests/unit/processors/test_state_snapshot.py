@@ -1,0 +1,214 @@
+"""A snapshot plus the log after it folds to the state the whole log folds to.
+
+The worker model of :mod:`tests.agent_streams` logs batches with their markers; after one of
+them it writes each partition's snapshot (as :class:`streams.worker.snapshotting.Snapshotter`
+does, through the snapshot records and back), goes on, and may crash with a batch half logged.
+A takeover that resumes from the snapshots and reads only the log after them must hold the
+state, the marks and the agents' partitions of a takeover that folds the whole log, and go on
+to write what an uninterrupted worker writes.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from processors.batch import RawRecord
+from processors.batch_markers import Logged
+from processors.recording import AgentMemoryState
+from processors.state_fold import FoldedState
+from processors.state_snapshot import (
+    CoveredLog,
+    PartitionSnapshot,
+    SnapshotChunk,
+    SnapshotManifest,
+    assemble,
+    chunk_records,
+    decode_snapshot_record,
+    manifest_record,
+    marker_matches,
+    partition_snapshot,
+    resume,
+)
+from schemas.codec import decode_retrieval
+from schemas.memory_events import DerivedEvent, DerivedUpTo, SourcePosition
+from tests.agent_streams import TOPICS, Action, Worker, action, build_stream, partition_of, split
+from tests.unit.processors.test_replay_properties import continue_and_check
+
+actions = st.lists(action, min_size=30, max_size=120)
+cuts = st.lists(st.integers(1, 150), max_size=30)
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def log_batch(worker: Worker, covered: CoveredLog, batch: list[RawRecord]) -> None:
+    """What the pipeline does per batch: derive, log, mark, and note the markers' positions."""
+    derived = worker.derive(batch)
+    markers = derived.markers(worker.write(derived.result.derived), AT)
+    landed: list[SourcePosition] = []
+    for marker in markers:
+        logged = worker.log.setdefault((TOPICS.lifecycle, marker.partition), [])
+        logged.append(marker)
+        landed.append(
+            SourcePosition(
+                topic=TOPICS.lifecycle, partition=marker.partition, offset=len(logged) - 1
+            )
+        )
+    covered.note(markers, landed, TOPICS.items, TOPICS.lifecycle)
+
+
+def through_records(snapshot: PartitionSnapshot) -> PartitionSnapshot:
+    """The snapshot written as records (small chunks, so several) and read back."""
+    chunks = chunk_records(snapshot, "snap-1", chunk_bytes=600)
+    manifest = decode_snapshot_record(manifest_record(snapshot, "snap-1", len(chunks), 0, AT))
+    assert isinstance(manifest, SnapshotManifest)
+    read = assemble(manifest, [decode_snapshot_record(c) for c in chunks])
+    assert read is not None
+    return read
+
+
+def tail_after(
+    log: list[Logged], snapshots: dict[int, PartitionSnapshot]
+) -> tuple[list[Logged], dict[int, bool]]:
+    """The records a takeover reads after the snapshots (everything of other partitions), and
+    per snapshot whether its marker is where it says."""
+    tail: list[Logged] = []
+    first: dict[int, Logged] = {}
+    for where, record in log:
+        snapshot = snapshots.get(where.partition)
+        if snapshot is None:
+            tail.append((where, record))
+            continue
+        start = snapshot.tail_starts(TOPICS.items, TOPICS.lifecycle, TOPICS.access)[where.topic]
+        if where.offset >= start:
+            tail.append((where, record))
+            if where.offset == start and where.topic == TOPICS.lifecycle:
+                first[where.partition] = (where, record)
+    return tail, {p: marker_matches(s, first.get(p)) for p, s in snapshots.items()}
+
+
+def resumed(
+    worker: Worker, snapshots: dict[int, PartitionSnapshot], records: list[RawRecord], seed: int
+) -> tuple[FoldedState, list[DerivedEvent], int]:
+    """A takeover from ``snapshots``: the state, the tail's events, and the records read."""
+    tail, matched = tail_after(worker.read_back(seed), snapshots)
+    assert all(matched.values()), "a snapshot's marker is not where it says"
+    folded, events = resume(snapshots, tail, TOPICS.schedule)
+    for raw in records:
+        if raw.kind != "retrieval" or raw.value is None:
+            continue
+        snapshot = snapshots.get(raw.partition)
+        if (
+            snapshot is not None
+            and raw.offset
+            < snapshot.tail_starts(TOPICS.items, TOPICS.lifecycle, TOPICS.access)[TOPICS.access]
+        ):
+            continue
+        position = SourcePosition(topic=raw.topic, partition=raw.partition, offset=raw.offset)
+        folded.apply_retrieval(decode_retrieval(raw.value), position)
+    return folded, events, len(tail)
+
+
+@settings(max_examples=40, deadline=None)
+@given(actions=actions, cuts=cuts, seed=st.integers(0, 2**16), data=st.data())
+def test_a_snapshot_and_the_log_after_it_fold_to_what_the_whole_log_folds_to(
+    actions: list[Action], cuts: list[int], seed: int, data: st.DataObject
+) -> None:
+    records, _ = build_stream(actions)
+    batches = split(records, cuts)
+    snapshot_after = data.draw(st.integers(0, len(batches) - 1), label="snapshot after batch")
+    crashed = data.draw(st.integers(snapshot_after + 1, len(batches)), label="batches logged")
+    worker, covered = Worker(), CoveredLog()
+    snapshots: dict[int, PartitionSnapshot] = {}
+    for i, batch in enumerate(batches[:crashed]):
+        log_batch(worker, covered, batch)
+        if i == snapshot_after:
+            for partition in (0, 1):
+                snapshot = partition_snapshot(
+                    worker.folded, worker.partition_of, covered, partition
+                )
+                if snapshot is not None:
+                    snapshots[partition] = through_records(snapshot)
+    if crashed < len(batches) and data.draw(st.booleans(), label="a batch half logged"):
+        derived = worker.derive(batches[crashed]).result.derived
+        worker.write(derived[: data.draw(st.integers(0, len(derived)), label="logged of it")])
+
+    whole, _, _ = resumed(worker, {}, records, seed)
+    folded, events, read = resumed(worker, snapshots, records, seed)
+    assert folded.states == whole.states
+    assert folded.derived_upto == whole.derived_upto
+    assert folded.logged_upto == whole.logged_upto
+    assert folded.marked == whole.marked
+    if snapshots:
+        assert read < sum(len(held) for held in worker.log.values())
+
+    # The new worker goes on from there as an uninterrupted one would.
+    second = Worker(folded=folded, log={k: list(v) for k, v in worker.log.items()})
+    second.partition_of.update(folded.partition_of)
+    for event in events:
+        second.partition_of[event.agent_id] = partition_of(event)
+    committed = data.draw(st.integers(snapshot_after + 1, crashed), label="batches committed")
+    continue_and_check(records, batches, second, committed, seed)
+
+
+@settings(max_examples=20, deadline=None)
+@given(actions=actions, seed=st.integers(0, 2**16))
+def test_without_snapshots_resuming_is_the_whole_fold(actions: list[Action], seed: int) -> None:
+    _, worker = build_stream(actions)
+    log = worker.read_back(seed)
+    assert resume({}, log, TOPICS.schedule)[0] == FoldedState.from_log(log, TOPICS.schedule)[0]
+
+
+def snapshot_of_one_agent() -> PartitionSnapshot:
+    return PartitionSnapshot(
+        partition=0,
+        states={"A": AgentMemoryState(next_seq=4)},
+        derived_upto={(TOPICS.observations, 0): 9},
+        logged_upto={(TOPICS.observations, 0): 9},
+        log_ends={(TOPICS.items, 0): 3, (TOPICS.lifecycle, 0): 7},
+        marker="m-1",
+    )
+
+
+def test_a_snapshot_record_that_does_not_decode_or_has_another_version_is_no_snapshot() -> None:
+    snapshot = snapshot_of_one_agent()
+    manifest = manifest_record(snapshot, "s", 1, 0, AT)
+    assert isinstance(decode_snapshot_record(manifest), SnapshotManifest)
+    assert (
+        decode_snapshot_record(manifest.replace(b'"schema_version":1', b'"schema_version":9'))
+        is None
+    )
+    assert decode_snapshot_record(manifest[:-5]) is None
+    assert decode_snapshot_record(b"") is None
+    assert decode_snapshot_record(None) is None
+    chunk = decode_snapshot_record(chunk_records(snapshot, "s")[0])
+    assert isinstance(chunk, SnapshotChunk)
+
+
+def test_a_snapshot_with_a_chunk_missing_or_of_another_snapshot_is_no_snapshot() -> None:
+    snapshot = snapshot_of_one_agent()
+    manifest = decode_snapshot_record(manifest_record(snapshot, "s", 1, 0, AT))
+    assert isinstance(manifest, SnapshotManifest)
+    ours = decode_snapshot_record(chunk_records(snapshot, "s")[0])
+    theirs = decode_snapshot_record(chunk_records(snapshot, "other")[0])
+    assert assemble(manifest, [ours]) == snapshot
+    assert assemble(manifest, []) is None
+    assert assemble(manifest, [theirs, None]) is None
+
+
+def test_a_snapshot_whose_marker_is_not_where_it_says_describes_another_log() -> None:
+    _, worker = build_stream([("S1", "observe", 7)] * 3)
+    where, marker = next(
+        (where, record)
+        for where, record in reversed(worker.read_back())
+        if isinstance(record, DerivedUpTo)
+    )
+    snapshot = snapshot_of_one_agent()
+    snapshot.log_ends[(where.topic, where.partition)] = where.offset
+    assert not marker_matches(snapshot, (where, marker))
+    snapshot.marker = marker.event_id
+    assert marker_matches(snapshot, (where, marker))
+    assert not marker_matches(snapshot, None)
+    snapshot.log_ends[(where.topic, where.partition)] = where.offset + 1
+    assert not marker_matches(snapshot, (where, marker))
