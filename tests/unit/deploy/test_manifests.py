@@ -30,11 +30,6 @@ from tests.unit.deploy.rendered import (
 SNAPSHOT_TOPICS = {"memory.snapshots"}
 """Topics that hold the latest record per key only (compacted)."""
 
-SETTINGS_OF_THE_TRANSPORT_AND_AUTH_WORK: set[str] = {"ENGRAM_INSTANCE_ID"}
-"""Settings the manifests use that the static-membership work adds to streams/settings.py;
-once it is merged, this set is empty and can go."""
-
-
 def documents() -> list[dict[str, object]]:
     docs = []
     for path in sorted(KUBERNETES.rglob("*.yaml")):
@@ -63,7 +58,7 @@ def test_every_variable_in_the_manifests_is_a_setting() -> None:
     names = env_names(documents())
     assert "ENGRAM_KAFKA_BOOTSTRAP" in names
     known = {f"ENGRAM_{field.upper()}" for field in EngramSettings.model_fields}
-    assert names <= known | SETTINGS_OF_THE_TRANSPORT_AND_AUTH_WORK, names - known
+    assert names <= known, names - known
 
 
 def test_kustomizations_list_files_that_exist() -> None:
