@@ -219,6 +219,10 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
             )
             try:
                 metrics = await server.start()
+            except OSError as error:
+                # Metrics are for watching the work, not a reason to stop it (two workers on
+                # one host, say, would share the default port).
+                log.warning("no /metrics: %s; set ENGRAM_METRICS_PORT (0: any free port)", error)
             except BaseException:
                 await node.stop()
                 raise

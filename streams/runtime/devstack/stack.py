@@ -55,6 +55,7 @@ class DevStack:
                 "ENGRAM_KAFKA_BOOTSTRAP": endpoints.kafka_bootstrap,
                 "ENGRAM_REDIS_URL": endpoints.redis_url,
                 "ENGRAM_EPISODIC_WRITER": "projector",
+                "ENGRAM_METRICS_PORT": "0",  # several workers on one host: each its own port
                 "ENGRAM_DATA_DIR": str((self.data_dir / "stack" / f"worker-{i + 1}").resolve()),
             }
             self.workers.append(

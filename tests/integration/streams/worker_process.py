@@ -38,6 +38,7 @@ def worker_environment(
         "ENGRAM_SESSION_TIMEOUT": str(settings.session_timeout),
         "ENGRAM_LOG_FORMAT": "json",
         "ENGRAM_LOG_LEVEL": "info",
+        "ENGRAM_METRICS_PORT": "0",  # tests run several workers on one host
     }
     return {**os.environ, **ours}
 
