@@ -13,6 +13,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from processors.config import LifecycleRules
+from projections.episodic.candidates import CANDIDATE_LIMIT
 
 
 class EngramSettings(BaseSettings):
@@ -48,6 +49,14 @@ class EngramSettings(BaseSettings):
         le=1.0,
         description="The embedding cosine's share in hybrid relevance (the rest is BM25); "
         "unset: 0.75 for the hashing embedder, 0.9 for a semantic one.",
+    )
+    retrieval_candidates: int = Field(
+        default=CANDIDATE_LIMIT,
+        ge=1,
+        description="How many memories each signal of a retrieval mode (recency, importance, "
+        "the query's embedding, its keywords, context tags) brings from the episodic store to be "
+        "ranked: an agent's pool up to this size is ranked exactly as a whole, a larger one "
+        "through its candidates (projections/README.md).",
     )
     lifecycle: LifecycleRules = Field(
         default_factory=LifecycleRules,

@@ -48,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -59,6 +58,10 @@ import numpy as np
 import qdrant_edge as qe
 
 from processors.lexical import SparseQuery, document_vector
+from projections.episodic.candidates import CandidateSignals
+from projections.episodic.edge_candidates import candidate_request
+from projections.episodic.edge_filters import agent_filter, agents_filter, selection_filter
+from projections.episodic.edge_positions import Positions, read_positions, write_positions
 from projections.episodic.hybrid import (
     LEXICAL_VECTOR,
     Selection,
@@ -100,7 +103,6 @@ logger = logging.getLogger(__name__)
 
 SHARD_DIR = "shard"
 POSITIONS_FILE = "applied_positions.json"
-Positions = dict[tuple[str, int], int]
 
 
 @dataclass(frozen=True)
@@ -210,36 +212,6 @@ def _edge_errors(doing: str) -> Iterator[None]:
         raise ProjectionError(f"Qdrant Edge: {doing} failed{cause}: {exc}") from exc
 
 
-def _agents_filter(agent_ids: frozenset[str]) -> qe.Filter:
-    return qe.Filter(must=[qe.FieldCondition(key="agent_id", match=qe.MatchAny(sorted(agent_ids)))])
-
-
-def _agent_filter(agent_id: str) -> qe.Filter:
-    return qe.Filter(must=[qe.FieldCondition(key="agent_id", match=qe.MatchValue(agent_id))])
-
-
-def _range(key: str, low: float | None, high: float | None) -> list[qe.FieldCondition]:
-    if low is None and high is None:
-        return []
-    return [qe.FieldCondition(key=key, range=qe.RangeFloat(gte=low, lte=high))]
-
-
-def _selection_filter(chosen: Selection, *, tags_field: str = "tags_lc") -> qe.Filter:
-    """The Edge filter of a selection; ``tags_field`` is "tags" on a pre-hybrid shard."""
-    must: list[qe.ConditionType] = [
-        qe.FieldCondition(key="agent_id", match=qe.MatchValue(chosen.agent_id))
-    ]
-    if chosen.levels is not None:
-        must.append(qe.FieldCondition(key="level", match=qe.MatchAny(list(chosen.levels))))
-    if chosen.tags:
-        tags = chosen.tags if tags_field == "tags_lc" else chosen.given_tags
-        must.append(qe.FieldCondition(key=tags_field, match=qe.MatchAny(list(tags))))
-    must += _range("importance", chosen.min_importance, None)
-    must += _range("year", chosen.year_from, chosen.year_to)
-    must += _range("step", chosen.step_from, chosen.step_to)
-    return qe.Filter(must=must)
-
-
 def _has_lexical(shard_path: Path) -> bool:
     """Whether a shard was created with the ``lexical`` sparse vector and its IDF modifier.
 
@@ -288,47 +260,6 @@ def _ensure_indexes(shard: qe.EdgeShard) -> None:
             shard.update(qe.UpdateOperation.create_field_index(field_name, params))
 
 
-def _read_positions(file: Path) -> Positions:
-    """A missing file means nothing applied yet. A damaged one cannot come from the write
-    protocol above, but if it does, starting over is safe (apply is idempotent), only slower."""
-    try:
-        data = json.loads(file.read_bytes())
-        return {(str(p["topic"]), int(p["partition"])): int(p["offset"]) for p in data["positions"]}
-    except FileNotFoundError:
-        return {}
-    except (ValueError, KeyError, TypeError) as exc:
-        logger.warning(
-            "ignoring damaged %s (%s): the log will be replayed from the start", file, exc
-        )
-        return {}
-
-
-def _write_positions(file: Path, positions: Positions) -> None:
-    body = json.dumps(
-        {
-            "version": 1,
-            "positions": [
-                {"topic": topic, "partition": partition, "offset": offset}
-                for (topic, partition), offset in sorted(positions.items())
-            ],
-        }
-    ).encode()
-    temporary = file.with_name(file.name + ".tmp")
-    try:
-        with temporary.open("wb") as fh:
-            fh.write(body)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(temporary, file)
-        directory = os.open(file.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
-    except OSError as exc:
-        raise ProjectionError(f"Qdrant Edge: writing positions to {file} failed: {exc}") from exc
-
-
 class EdgeEpisodicMemory:
     """One Edge shard of episodic memories, one point per memory (point id = memory id)."""
 
@@ -374,7 +305,7 @@ class EdgeEpisodicMemory:
             except Exception:
                 shard.close()
                 raise
-        store = cls(shard, path, dim, _read_positions(path / POSITIONS_FILE), lexical=lexical)
+        store = cls(shard, path, dim, read_positions(path / POSITIONS_FILE), lexical=lexical)
         if not lexical:
             store._warn_dense_only()
         return store
@@ -411,7 +342,7 @@ class EdgeEpisodicMemory:
             moved = advance_positions(self._positions, dict(positions))
             if moved is None:
                 return
-            await asyncio.to_thread(_write_positions, self._path / POSITIONS_FILE, moved)
+            await asyncio.to_thread(write_positions, self._path / POSITIONS_FILE, moved)
             self._positions = moved
 
     def _write(self, changes: EpisodicChanges, positions: Positions | None) -> None:
@@ -419,7 +350,7 @@ class EdgeEpisodicMemory:
         with _edge_errors(f"applying a batch to {self._path}"):
             if changes.erased:
                 self._shard.update(
-                    qe.UpdateOperation.delete_points_by_filter(_agents_filter(changes.erased))
+                    qe.UpdateOperation.delete_points_by_filter(agents_filter(changes.erased))
                 )
             if changes.upserts:
                 points = [_point(m, self._lexical) for m in changes.upserts.values()]
@@ -429,10 +360,10 @@ class EdgeEpisodicMemory:
             if changes.touches_data:
                 self._shard.flush()
         if positions is not None:
-            _write_positions(self._path / POSITIONS_FILE, positions)
+            write_positions(self._path / POSITIONS_FILE, positions)
 
     def _filter(self, chosen: Selection) -> qe.Filter:
-        return _selection_filter(chosen, tags_field="tags_lc" if self._lexical else "tags")
+        return selection_filter(chosen, tags_field="tags_lc" if self._lexical else "tags")
 
     async def memories(
         self,
@@ -458,6 +389,33 @@ class EdgeEpisodicMemory:
         with _edge_errors(f"listing the memories of {agent_id!r}"):
             records, _ = self._shard.scroll(request)
         return [stored_memory(record.payload) for record in records]
+
+    async def candidates(
+        self,
+        agent_id: str,
+        signals: CandidateSignals,
+        levels: Sequence[int] | None = None,
+        *,
+        filter: MemoryFilter | None = None,
+    ) -> list[StoredMemory]:
+        chosen = selection(agent_id, levels, filter)
+        self._check_open()
+        if chosen is None:
+            return []
+        if signals.vector is not None:
+            checked_vector(signals.vector, self._dim, "the query vector")
+        request = candidate_request(
+            signals,
+            self._filter(chosen),
+            agent_id,
+            tags_field="tags_lc" if self._lexical else "tags",
+            lexical=self._lexical,
+        )
+        with _edge_errors(f"reading the candidates of {agent_id!r}"):
+            points = self._shard.query(request)
+        if not signals.nearest:
+            return [stored_memory(point.payload) for point in points]
+        return [stored_memory(point.payload, point.score) for point in points]
 
     async def search(
         self,
@@ -502,7 +460,7 @@ class EdgeEpisodicMemory:
         sparse = qe.Query.Nearest(
             qe.SparseVector(list(lexical.indices), list(lexical.values)), using=LEXICAL_VECTOR
         )
-        idf_corpus = qe.SearchParams(idf=qe.IdfParams(corpus=_agent_filter(chosen.agent_id)))
+        idf_corpus = qe.SearchParams(idf=qe.IdfParams(corpus=agent_filter(chosen.agent_id)))
         nearest = qe.Query.Nearest(query.tolist()) if np.any(query) else None
         if nearest is None and not lexical:
             return []
@@ -553,7 +511,7 @@ class EdgeEpisodicMemory:
 
     async def count(self, agent_id: str | None = None) -> int:
         request = qe.CountRequest(
-            exact=True, filter=None if agent_id is None else _agent_filter(agent_id)
+            exact=True, filter=None if agent_id is None else agent_filter(agent_id)
         )
         self._check_open()
         with _edge_errors("counting memories"):

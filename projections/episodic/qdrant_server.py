@@ -39,13 +39,14 @@ import numpy as np
 from qdrant_client import AsyncQdrantClient, models
 
 from processors.lexical import SparseQuery, document_vector
+from projections.episodic.candidates import CandidateSignals
 from projections.episodic.edge import (
-    Positions,
     advance_positions,
     checked_vector,
     episodic_changes,
     stored_memory,
 )
+from projections.episodic.edge_positions import Positions
 from projections.episodic.hybrid import (
     LEXICAL_VECTOR,
     Selection,
@@ -58,6 +59,7 @@ from projections.episodic.hybrid import (
     similarities,
     warn_dense_only,
 )
+from projections.episodic.qdrant_candidates import candidate_query
 from projections.interfaces import ProjectionError
 from projections.memory import StoredMemory, point_payload
 from projections.retrieval.filters import MemoryFilter
@@ -368,6 +370,40 @@ class QdrantServerEpisodicMemory:
                 with_vectors=False,
             )
         return [stored_memory(record.payload) for record in records]
+
+    async def candidates(
+        self,
+        agent_id: str,
+        signals: CandidateSignals,
+        levels: Sequence[int] | None = None,
+        *,
+        filter: MemoryFilter | None = None,
+    ) -> list[StoredMemory]:
+        chosen = selection(agent_id, levels, filter)
+        self._check_open()
+        if chosen is None:
+            return []
+        if signals.vector is not None:
+            checked_vector(signals.vector, self._dim, "the query vector")
+        asked = candidate_query(
+            signals,
+            self._filter(chosen),
+            _agent_filter(agent_id),
+            tags_field="tags_lc" if self._lexical else "tags",
+            lexical=self._lexical,
+        )
+        with _client_errors(self._where, f"reading the candidates of {agent_id!r}"):
+            response = await self._client.query_points(
+                self._collection,
+                prefetch=asked.prefetch,
+                query=asked.query,
+                limit=asked.limit,
+                with_payload=["memory"],
+                with_vectors=False,
+            )
+        if not signals.nearest:
+            return [stored_memory(point.payload) for point in response.points]
+        return [stored_memory(point.payload, point.score) for point in response.points]
 
     async def search(
         self,

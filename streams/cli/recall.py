@@ -229,6 +229,7 @@ async def _recaller(settings: EngramSettings, timeout: float) -> AsyncIterator[L
             settings.redis_namespace,
             deferred.embedding.embedder_from_name(settings.embedder),
             dense_share=settings.dense_share,
+            candidate_limit=settings.retrieval_candidates,
             sealer=deferred.sealing.RecordSealer(keyring),
             timeout=timeout,
         )

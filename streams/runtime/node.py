@@ -360,6 +360,7 @@ class Node:
             self.embedder,
             source_topics=(*topics.agent_inputs, topics.schedule, topics.access),
             dense_share=self.settings.dense_share,
+            candidate_limit=self.settings.retrieval_candidates,
             log_ends=self.log_ends,
         )
         on_retrieval, history = await self._log_access()
@@ -441,6 +442,7 @@ class Node:
             self.settings.redis_namespace,
             self.embedder,
             dense_share=self.settings.dense_share,
+            candidate_limit=self.settings.retrieval_candidates,
             sealer=RecordSealer(self.keyring),
             timeout=RECALL_TIMEOUT_S,
             log_ends=self.log_ends,

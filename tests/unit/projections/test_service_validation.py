@@ -22,6 +22,7 @@ from referencing.jsonschema import DRAFT202012
 
 from processors.embedding import HashingEmbedder
 from processors.lexical import SparseQuery
+from projections.episodic.candidates import CandidateSignals
 from projections.history import (
     AgentHistory,
     LogPosition,
@@ -117,6 +118,19 @@ class ListEpisodicMemory:
             for m in self.items
             if m.agent_id == agent_id and (levels is None or m.level in levels)
         ][:limit]
+
+    async def candidates(
+        self,
+        agent_id: str,
+        signals: CandidateSignals,
+        levels: Sequence[int] | None = None,
+        *,
+        filter: MemoryFilter | None = None,
+    ) -> list[StoredMemory]:
+        """The whole pool (smaller than any candidate bound), as a store returns it."""
+        if signals.vector is not None and signals.nearest:
+            return await self.search(agent_id, signals.vector, 1000, levels, filter=filter)
+        return await self.memories(agent_id, 1000, levels, filter=filter)
 
     async def search(
         self,

@@ -1,0 +1,206 @@
+"""The episodic contract's ``candidates``, on Qdrant Edge and on the qdrant-client adapter: each
+signal brings its best ``limit`` memories in one query, a pool within the limit comes back
+whole, and the request's levels and filter hold for every candidate."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from processors.config import load_processing_config
+from processors.lexical import query_vector
+from processors.recording import AgentMemoryState, record
+from projections.episodic.candidates import CandidateSignals
+from projections.interfaces import EpisodicMemoryStore
+from projections.memory import StoredMemory
+from projections.retrieval.filters import MemoryFilter
+from schemas.agent_events import Observation
+from schemas.memory_events import DerivedEvent, SourcePosition
+from tests.integration.projections.test_episodic_memory_contract import EMBEDDER, TOPIC
+
+pytestmark = pytest.mark.integration
+
+ROOMY = load_processing_config(episodic_capacity=10_000)
+"""No eviction: every memory stays in the pool."""
+
+WORDS = [
+    "river",
+    "levee",
+    "flood",
+    "basement",
+    "insurance",
+    "claim",
+    "storm",
+    "garden",
+    "quiet",
+    "meeting",
+    "harvest",
+]
+
+
+def random_log(agent_id: str, n: int, seed: int) -> list[DerivedEvent]:
+    """``n`` episodic memories of random words, tags and step, each with a word of its own
+    (so no two embed alike) and an importance of its own (so no order ties)."""
+    rng = random.Random(seed)
+    importances = rng.sample(range(7000, 10_000), n)
+    observations = [
+        Observation(
+            agent_id=agent_id,
+            content=" ".join([*rng.choices(WORDS, k=6), f"entry{i}"]),
+            importance=importances[i] / 10_000,
+            step=i,
+            tags=tuple(rng.sample(WORDS, 2)),
+        )
+        for i in range(n)
+    ]
+    state = AgentMemoryState()
+    log: list[DerivedEvent] = []
+    for offset, observation in enumerate(observations):
+        recorded = record(
+            observation,
+            state,
+            config=ROOMY,
+            embedder=EMBEDDER,
+            config_version=ROOMY.version(EMBEDDER.id),
+            position=SourcePosition(topic=TOPIC, partition=seed, offset=offset),
+        )
+        log.extend([recorded.memory, *recorded.forgotten])
+        state = recorded.state
+    return log
+
+
+def ids(memories: list[StoredMemory]) -> set[str]:
+    return {m.memory_id for m in memories}
+
+
+QUERY = "the levee and the flood insurance claim"
+
+
+@pytest.mark.parametrize(
+    "signals",
+    [
+        CandidateSignals(20, recency=True),
+        CandidateSignals(20, importance=True),
+        CandidateSignals(20, vector=EMBEDDER.embed(QUERY)),
+        CandidateSignals(20, recency=True, lexical=query_vector(QUERY), tags=("flood",)),
+    ],
+    ids=["recency", "importance", "vector", "recency+lexical+tags"],
+)
+async def test_a_pool_within_the_limit_comes_back_whole(
+    episodic_store: EpisodicMemoryStore, signals: CandidateSignals
+) -> None:
+    await episodic_store.apply(random_log("alice", 20, seed=1))
+    await episodic_store.apply(random_log("bob", 5, seed=2))
+
+    found = await episodic_store.candidates("alice", signals)
+
+    pool = await episodic_store.memories("alice")
+    assert len(found) == len(pool) == 20
+    if signals.vector is None:
+        assert found == pool  # newest first, as listed
+        return
+    searched = await episodic_store.search("alice", signals.vector, limit=1000)
+    assert [m.similarity for m in found] == sorted(
+        (m.similarity for m in found if m.similarity is not None), reverse=True
+    )
+    expected = {m.memory_id: m.similarity for m in searched}
+    assert {m.memory_id: m.similarity for m in found} == pytest.approx(expected, abs=1e-6)
+
+
+async def test_each_signal_brings_its_best_past_the_limit(
+    episodic_store: EpisodicMemoryStore,
+) -> None:
+    await episodic_store.apply(random_log("alice", 120, seed=3))
+    pool = await episodic_store.memories("alice")
+    vector = EMBEDDER.embed(QUERY)
+    limit = 10
+
+    recency = await episodic_store.candidates("alice", CandidateSignals(limit, recency=True))
+    importance = await episodic_store.candidates("alice", CandidateSignals(limit, importance=True))
+    nearest = await episodic_store.candidates("alice", CandidateSignals(limit, vector=vector))
+    everything = await episodic_store.candidates(
+        "alice",
+        CandidateSignals(
+            limit,
+            recency=True,
+            importance=True,
+            vector=vector,
+            lexical=query_vector(QUERY),
+            tags=("FLOOD",),
+        ),
+    )
+
+    by_seq = sorted(pool, key=lambda m: m.seq, reverse=True)
+    assert [m.seq for m in recency] == [m.seq for m in [*by_seq[:limit], by_seq[-1]]]
+    by_importance = sorted(pool, key=lambda m: m.importance, reverse=True)
+    assert sorted(m.importance for m in importance) == sorted(
+        m.importance for m in [*by_importance[:limit], by_importance[-1]]
+    )
+    searched = await episodic_store.search("alice", vector, limit=limit)
+    assert ids(nearest) == ids(searched)
+    assert all(m.similarity is not None for m in everything)
+    tagged = [m for m in by_seq if "flood" in {t.casefold() for t in m.tags}][:limit]
+    lexical = await episodic_store.search(
+        "alice", np.zeros_like(vector), limit=limit, lexical=query_vector(QUERY)
+    )
+    assert ids(everything) >= ids(recency) | ids(importance) | ids(nearest) | ids(tagged)
+    # The lexical signal's best, up to which of several equal BM25 scores make its cut.
+    others = ids(everything) - ids(recency) - ids(importance) - ids(nearest) - ids(tagged)
+    assert len(others) <= limit
+    assert all(m.lexical for m in lexical)
+    cut = min(m.lexical or 0.0 for m in lexical)
+    matched = await episodic_store.search(
+        "alice", np.zeros_like(vector), limit=1000, lexical=query_vector(QUERY)
+    )
+    at_least_cut = {m.memory_id for m in matched if (m.lexical or 0.0) >= cut - 1e-9}
+    assert others <= at_least_cut
+    assert len(everything) <= 5 * limit + 2
+
+
+async def test_levels_and_filter_hold_for_every_candidate(
+    episodic_store: EpisodicMemoryStore,
+) -> None:
+    await episodic_store.apply(random_log("alice", 60, seed=4))
+    memory_filter = MemoryFilter(tags=("river",), min_importance=0.8, step_from=10)
+    signals = CandidateSignals(
+        5, recency=True, importance=True, vector=EMBEDDER.embed(QUERY), lexical=query_vector(QUERY)
+    )
+
+    found = await episodic_store.candidates("alice", signals, levels=[0], filter=memory_filter)
+
+    assert found
+    assert all(memory_filter.admits(m) for m in found)
+    assert await episodic_store.candidates("alice", signals, levels=[1]) == []
+    admitted = await episodic_store.memories("alice", filter=memory_filter)
+    assert ids(found) <= ids(admitted)
+
+
+def test_signals_that_could_leave_out_a_small_pool_are_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        CandidateSignals(0, recency=True)
+    with pytest.raises(ValueError, match="recency, importance or a query vector"):
+        CandidateSignals(10, lexical=query_vector(QUERY), tags=("flood",))
+    with pytest.raises(ValueError, match="recency, importance or a query vector"):
+        CandidateSignals(10, vector=np.zeros(EMBEDDER.dim, dtype=np.float32))
+
+
+async def test_candidates_of_the_backends_agree(
+    edge_store: EpisodicMemoryStore, client_store: EpisodicMemoryStore
+) -> None:
+    log = random_log("alice", 80, seed=5)
+    signals = CandidateSignals(
+        7,
+        recency=True,
+        importance=True,
+        vector=EMBEDDER.embed(QUERY),
+    )
+    for store in (edge_store, client_store):
+        await store.apply(log)
+
+    edge = await edge_store.candidates("alice", signals)
+    client = await client_store.candidates("alice", signals)
+
+    assert ids(edge) == ids(client)
+    assert len(edge) == len(client)
