@@ -86,10 +86,13 @@ def memory_json(event: MemoryWritten) -> bytes:
     )
 
 
-def point_payload(event: MemoryWritten) -> dict[str, Any]:
+def point_payload(event: MemoryWritten, *, active: bool = True) -> dict[str, Any]:
     """The payload of a Qdrant point: the fields filters need, and the memory as one JSON string.
 
-    ``tags_lc`` holds the tags casefolded, for the case-insensitive tag filter of a search.
+    ``tags_lc`` holds the tags casefolded, for the case-insensitive tag filter of a search;
+    ``occurred_ts`` the event's time in seconds since the epoch, for time ranges and the wall
+    clock's recency; ``archived`` 1 marks a memory kept in the archive only (an integer: Qdrant
+    Edge matches no boolean value).
 
     Qdrant Edge converts a payload field by field across the Rust boundary (~3 us a field), so
     one string for the whole memory is several times cheaper than the 15 fields of a memory.
@@ -104,6 +107,8 @@ def point_payload(event: MemoryWritten) -> dict[str, Any]:
         "kind": event.kind,
         "tags": list(event.tags),
         "tags_lc": sorted({tag.casefold() for tag in event.tags}),
+        "occurred_ts": event.occurred_at.timestamp(),
+        "archived": 0 if active else 1,
         "memory": memory_json(event).decode(),
     }
 

@@ -27,10 +27,16 @@ over the candidates.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from processors.lexical import SparseQuery
+
+Scope = Literal["active", "archive", "all"]
+"""Which memories a read sees: the active set (what capacity and forgetting left), the archive
+(what they took away, kept until the agent is erased: :mod:`projections.episodic.changes`), or
+both."""
 
 CANDIDATE_LIMIT = 100
 """How many memories each signal contributes by default: an agent pool of up to this many

@@ -50,17 +50,22 @@ import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, assert_never
+from typing import Any
 
 import numpy as np
 import qdrant_edge as qe
 
 from processors.lexical import SparseQuery, document_vector
-from projections.episodic.candidates import CandidateSignals
+from projections.episodic.candidates import CandidateSignals, Scope
+from projections.episodic.changes import (
+    EpisodicChanges,
+    advance_positions,
+    checked_vector,
+    episodic_changes,
+)
 from projections.episodic.edge_candidates import candidate_request
-from projections.episodic.edge_filters import agent_filter, agents_filter, selection_filter
+from projections.episodic.edge_filters import ACTIVE, agent_filter, agents_filter, selection_filter
 from projections.episodic.edge_positions import Positions, read_positions, write_positions
 from projections.episodic.hybrid import (
     LEXICAL_VECTOR,
@@ -75,17 +80,11 @@ from projections.episodic.hybrid import (
     similarities,
     warn_dense_only,
 )
-from projections.interfaces import ProjectionError, latest_positions
+from projections.interfaces import ProjectionError
 from projections.memory import StoredMemory, memory_from_point, point_payload
 from projections.retrieval.filters import MemoryFilter
 from schemas.memory_events import (
-    AgentForgotten,
-    ConsolidationCompleted,
     DerivedEvent,
-    MemoryForgotten,
-    MemoryPromoted,
-    MemoryRecorded,
-    MemorySummarised,
     MemoryWritten,
 )
 
@@ -103,83 +102,6 @@ logger = logging.getLogger(__name__)
 
 SHARD_DIR = "shard"
 POSITIONS_FILE = "applied_positions.json"
-
-
-@dataclass(frozen=True)
-class EpisodicChanges:
-    """A batch folded in log order: the last word on each memory wins.
-
-    Folding first lets a store send one upsert and one delete per batch: the two touch disjoint
-    ids, so their relative order no longer matters, and a memory recorded then forgotten in the
-    same batch is never written at all.
-
-    ``erased`` are the agents the batch forgets whole; a store erases them *before* the upserts
-    and deletes. That equals the log order: the fold drops an erased agent's upserts that came
-    before its :class:`AgentForgotten`, so what remains of the agent in ``upserts`` came after
-    it (a new life) and must survive it. A delete kept from before the erasure deletes a point
-    already gone, unless a later upsert of the same id removed it from ``deletes``.
-    """
-
-    upserts: dict[str, MemoryWritten]
-    deletes: frozenset[str]
-    positions: Positions
-    erased: frozenset[str] = frozenset()
-
-    @property
-    def touches_data(self) -> bool:
-        return bool(self.upserts or self.deletes or self.erased)
-
-
-def episodic_changes(events: Sequence[DerivedEvent], dim: int) -> EpisodicChanges:
-    """Fold a batch, its vectors checked against the store's dimension; positions come from
-    every event, since a working-memory event or a consolidation record is applied too (as a
-    no-op) and a read-your-writes wait must see the store move past it. Every event type is
-    named, so one this fold does not know fails mypy and raises rather than being dropped."""
-    upserts: dict[str, MemoryWritten] = {}
-    deletes: set[str] = set()
-    erased: set[str] = set()
-    for event in events:
-        match event:
-            case MemoryRecorded() | MemoryPromoted() | MemorySummarised():
-                if event.destination == "episodic":
-                    upserts[event.memory_id] = event
-                    deletes.discard(event.memory_id)
-            case MemoryForgotten():
-                if event.destination == "episodic":
-                    upserts.pop(event.memory_id, None)
-                    deletes.add(event.memory_id)
-            case AgentForgotten():
-                agent = event.agent_id
-                upserts = {k: m for k, m in upserts.items() if m.agent_id != agent}
-                erased.add(agent)
-            case ConsolidationCompleted():
-                pass
-            case _:
-                assert_never(event)
-    for memory in upserts.values():
-        checked_vector(memory.vector(), dim, f"the embedding of {memory.memory_id}")
-    return EpisodicChanges(upserts, frozenset(deletes), latest_positions(events), frozenset(erased))
-
-
-def advance_positions(current: Mapping[tuple[str, int], int], batch: Positions) -> Positions | None:
-    """The positions after a batch, or None when nothing moved forward.
-
-    Positions never go back: re-applying an old prefix of the log (a replay, a rebalance)
-    must not make a reader believe that later records are no longer applied.
-    """
-    moved = {key: offset for key, offset in batch.items() if current.get(key, -1) < offset}
-    return {**current, **moved} if moved else None
-
-
-def checked_vector(vector: np.ndarray, dim: int, what: str) -> np.ndarray:
-    """A vector of the store's dimension, or a message that names the likely cause."""
-    array = np.asarray(vector, dtype=np.float32)
-    if array.shape != (dim,):
-        raise ValueError(
-            f"{what} has shape {array.shape}, but this store holds {dim}-d vectors "
-            "(was the embedder changed without rebuilding the projection?)"
-        )
-    return array
 
 
 def stored_memory(
@@ -227,16 +149,17 @@ def _has_lexical(shard_path: Path) -> bool:
     return isinstance(params, dict) and params.get("modifier") == "idf"
 
 
-def _point(memory: MemoryWritten, lexical: bool) -> qe.Point:
+def _point(memory: MemoryWritten, lexical: bool, *, active: bool = True) -> qe.Point:
     dense = memory.vector().tolist()
+    payload = point_payload(memory, active=active)
     if not lexical:
-        return qe.Point(memory.memory_id, dense, point_payload(memory))
+        return qe.Point(memory.memory_id, dense, payload)
     sparse = document_vector(memory.content)
     vectors: dict[str, Any] = {
         "": dense,
         LEXICAL_VECTOR: qe.SparseVector(list(sparse.indices), list(sparse.values)),
     }
-    return qe.Point(memory.memory_id, vectors, point_payload(memory))
+    return qe.Point(memory.memory_id, vectors, payload)
 
 
 def _ensure_indexes(shard: qe.EdgeShard) -> None:
@@ -253,6 +176,8 @@ def _ensure_indexes(shard: qe.EdgeShard) -> None:
         "importance": qe.FloatIndexParams(),
         "year": qe.IntegerIndexParams(lookup=False, range=True),
         "step": qe.IntegerIndexParams(lookup=False, range=True),
+        "occurred_ts": qe.FloatIndexParams(),
+        "archived": qe.IntegerIndexParams(lookup=True, range=False),
     }
     existing = shard.info().payload_schema
     for field_name, params in wanted.items():
@@ -325,7 +250,7 @@ class EdgeEpisodicMemory:
             warn_dense_only(str(self._path))
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
-        changes = episodic_changes(events, self._dim)
+        changes = episodic_changes(events, self._dim, archive=True)
         async with self._write_lock:
             self._check_open()
             positions = advance_positions(self._positions, changes.positions)
@@ -352,9 +277,14 @@ class EdgeEpisodicMemory:
                 self._shard.update(
                     qe.UpdateOperation.delete_points_by_filter(agents_filter(changes.erased))
                 )
-            if changes.upserts:
-                points = [_point(m, self._lexical) for m in changes.upserts.values()]
+            points = [_point(m, self._lexical) for m in changes.upserts.values()]
+            points += [_point(m, self._lexical, active=False) for m in changes.archived.values()]
+            if points:
                 self._shard.update(qe.UpdateOperation.upsert_points(points))
+            if changes.retired:
+                # By filter: a point an erasure removed is passed over, not an error.
+                gone = qe.Filter(must=[qe.HasIdCondition(set(changes.retired))])
+                self._shard.update(qe.UpdateOperation.set_payload_by_filter(gone, {"archived": 1}))
             if changes.deletes:
                 self._shard.update(qe.UpdateOperation.delete_points(sorted(changes.deletes)))
             if changes.touches_data:
@@ -397,8 +327,9 @@ class EdgeEpisodicMemory:
         levels: Sequence[int] | None = None,
         *,
         filter: MemoryFilter | None = None,
+        scope: Scope = "active",
     ) -> list[StoredMemory]:
-        chosen = selection(agent_id, levels, filter)
+        chosen = selection(agent_id, levels, filter, scope)
         self._check_open()
         if chosen is None:
             return []
@@ -407,7 +338,7 @@ class EdgeEpisodicMemory:
         request = candidate_request(
             signals,
             self._filter(chosen),
-            agent_id,
+            agent_filter(agent_id, scope),
             tags_field="tags_lc" if self._lexical else "tags",
             lexical=self._lexical,
         )
@@ -511,7 +442,7 @@ class EdgeEpisodicMemory:
 
     async def count(self, agent_id: str | None = None) -> int:
         request = qe.CountRequest(
-            exact=True, filter=None if agent_id is None else agent_filter(agent_id)
+            exact=True, filter=ACTIVE if agent_id is None else agent_filter(agent_id)
         )
         self._check_open()
         with _edge_errors("counting memories"):

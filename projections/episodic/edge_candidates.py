@@ -5,16 +5,22 @@ from __future__ import annotations
 import qdrant_edge as qe
 
 from projections.episodic.candidates import CandidateSignals
-from projections.episodic.edge_filters import agent_filter
 from projections.episodic.hybrid import LEXICAL_VECTOR
 
 
 def candidate_request(
-    signals: CandidateSignals, flt: qe.Filter, agent_id: str, *, tags_field: str, lexical: bool
+    signals: CandidateSignals,
+    flt: qe.Filter,
+    corpus: qe.Filter,
+    *,
+    tags_field: str,
+    lexical: bool,
 ) -> qe.QueryRequest:
     """One query: a prefetch per signal, united by the outer query, which scores every
     candidate by its cosine with the query vector when there is one, else orders them newest
-    first. Only the ``memory`` payload field comes back: it is all a memory is read from.
+    first. ``corpus`` is what the lexical signal's IDF is counted over (the agent's memories
+    in the read's scope). Only the ``memory`` payload field comes back: a memory is read from
+    it alone.
     ``lexical`` says whether the shard holds the sparse vector (a shard from before hybrid
     search does not: its lexical signal is left out, and its tags are matched as stored,
     ``tags_field`` "tags")."""
@@ -35,7 +41,7 @@ def candidate_request(
         prefetches.append(qe.Prefetch(limit=limit, query=nearest, filter=flt))
     if signals.lexical and lexical:
         sparse = qe.SparseVector(list(signals.lexical.indices), list(signals.lexical.values))
-        idf = qe.SearchParams(idf=qe.IdfParams(corpus=agent_filter(agent_id)))
+        idf = qe.SearchParams(idf=qe.IdfParams(corpus=corpus))
         query = qe.Query.Nearest(sparse, using=LEXICAL_VECTOR)
         prefetches.append(qe.Prefetch(limit=limit, query=query, filter=flt, params=idf))
     if signals.tags:

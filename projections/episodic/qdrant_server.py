@@ -39,7 +39,7 @@ import numpy as np
 from qdrant_client import AsyncQdrantClient, models
 
 from processors.lexical import SparseQuery, document_vector
-from projections.episodic.candidates import CandidateSignals
+from projections.episodic.candidates import CandidateSignals, Scope
 from projections.episodic.edge import (
     advance_positions,
     checked_vector,
@@ -60,6 +60,7 @@ from projections.episodic.hybrid import (
     warn_dense_only,
 )
 from projections.episodic.qdrant_candidates import candidate_query
+from projections.episodic.qdrant_filters import ACTIVE, agent_filter, selection_filter
 from projections.interfaces import ProjectionError
 from projections.memory import StoredMemory, point_payload
 from projections.retrieval.filters import MemoryFilter
@@ -79,40 +80,11 @@ def _position_id(topic: str, partition: int) -> str:
     return str(uuid.uuid5(POSITIONS_NAMESPACE, f"{topic}/{partition}"))
 
 
-def _agent_filter(agent_id: str) -> models.Filter:
-    return models.Filter(
-        must=[models.FieldCondition(key="agent_id", match=models.MatchValue(value=agent_id))]
-    )
-
-
-def _range(key: str, low: float | None, high: float | None) -> list[models.Condition]:
-    if low is None and high is None:
-        return []
-    return [models.FieldCondition(key=key, range=models.Range(gte=low, lte=high))]
-
-
-def _selection_filter(chosen: Selection, *, tags_field: str = "tags_lc") -> models.Filter:
-    """The filter of a selection, condition for condition that of the Edge adapter."""
-    must: list[models.Condition] = [
-        models.FieldCondition(key="agent_id", match=models.MatchValue(value=chosen.agent_id))
-    ]
-    if chosen.levels is not None:
-        must.append(
-            models.FieldCondition(key="level", match=models.MatchAny(any=list(chosen.levels)))
-        )
-    if chosen.tags:
-        tags = chosen.tags if tags_field == "tags_lc" else chosen.given_tags
-        must.append(models.FieldCondition(key=tags_field, match=models.MatchAny(any=list(tags))))
-    must += _range("importance", chosen.min_importance, None)
-    must += _range("year", chosen.year_from, chosen.year_to)
-    must += _range("step", chosen.step_from, chosen.step_to)
-    return models.Filter(must=must)
-
-
-def _point(memory: MemoryWritten, lexical: bool) -> models.PointStruct:
+def _point(memory: MemoryWritten, lexical: bool, *, active: bool = True) -> models.PointStruct:
     dense = memory.vector().tolist()
+    payload = point_payload(memory, active=active)
     if not lexical:
-        return models.PointStruct(id=memory.memory_id, vector=dense, payload=point_payload(memory))
+        return models.PointStruct(id=memory.memory_id, vector=dense, payload=payload)
     sparse = document_vector(memory.content)
     vectors: dict[str, models.Vector] = {
         "": dense,
@@ -120,7 +92,7 @@ def _point(memory: MemoryWritten, lexical: bool) -> models.PointStruct:
             indices=list(sparse.indices), values=list(sparse.values)
         ),
     }
-    return models.PointStruct(id=memory.memory_id, vector=vectors, payload=point_payload(memory))
+    return models.PointStruct(id=memory.memory_id, vector=vectors, payload=payload)
 
 
 def _client_for(
@@ -228,6 +200,10 @@ class QdrantServerEpisodicMemory:
             "step": models.IntegerIndexParams(
                 type=models.IntegerIndexType.INTEGER, lookup=False, range=True
             ),
+            "occurred_ts": models.FloatIndexParams(type=models.FloatIndexType.FLOAT),
+            "archived": models.IntegerIndexParams(
+                type=models.IntegerIndexType.INTEGER, lookup=True, range=False
+            ),
         }
         with _client_errors(self._where, f"creating the payload indexes of {self._collection}"):
             for field_name, schema in wanted.items():
@@ -277,7 +253,7 @@ class QdrantServerEpisodicMemory:
         )
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
-        changes = episodic_changes(events, self._dim)
+        changes = episodic_changes(events, self._dim, archive=True)
         async with self._write_lock:
             self._check_open()
             if changes.erased:
@@ -290,13 +266,20 @@ class QdrantServerEpisodicMemory:
                         points_selector=models.FilterSelector(filter=models.Filter(must=[agents])),
                         wait=True,
                     )
-            if changes.upserts:
-                points = [_point(memory, self._lexical) for memory in changes.upserts.values()]
+            points = [_point(memory, self._lexical) for memory in changes.upserts.values()]
+            points += [_point(m, self._lexical, active=False) for m in changes.archived.values()]
+            if points:
                 with _client_errors(self._where, f"upserting {len(points)} memories"):
                     for start in range(0, len(points), UPSERT_CHUNK):
                         await self._client.upsert(
                             self._collection, points=points[start : start + UPSERT_CHUNK], wait=True
                         )
+            if changes.retired:
+                gone = models.Filter(must=[models.HasIdCondition(has_id=sorted(changes.retired))])
+                with _client_errors(self._where, f"archiving {len(changes.retired)} memories"):
+                    await self._client.set_payload(
+                        self._collection, payload={"archived": 1}, points=gone, wait=True
+                    )
             if changes.deletes:
                 with _client_errors(self._where, f"deleting {len(changes.deletes)} memories"):
                     await self._client.delete(
@@ -344,7 +327,7 @@ class QdrantServerEpisodicMemory:
                 await self._client.upsert(self._positions_collection, points=moved, wait=True)
 
     def _filter(self, chosen: Selection) -> models.Filter:
-        return _selection_filter(chosen, tags_field="tags_lc" if self._lexical else "tags")
+        return selection_filter(chosen, tags_field="tags_lc" if self._lexical else "tags")
 
     async def memories(
         self,
@@ -378,8 +361,9 @@ class QdrantServerEpisodicMemory:
         levels: Sequence[int] | None = None,
         *,
         filter: MemoryFilter | None = None,
+        scope: Scope = "active",
     ) -> list[StoredMemory]:
-        chosen = selection(agent_id, levels, filter)
+        chosen = selection(agent_id, levels, filter, scope)
         self._check_open()
         if chosen is None:
             return []
@@ -388,7 +372,7 @@ class QdrantServerEpisodicMemory:
         asked = candidate_query(
             signals,
             self._filter(chosen),
-            _agent_filter(agent_id),
+            agent_filter(agent_id, scope),
             tags_field="tags_lc" if self._lexical else "tags",
             lexical=self._lexical,
         )
@@ -446,7 +430,7 @@ class QdrantServerEpisodicMemory:
         fused best."""
         flt = self._filter(chosen)
         sparse = models.SparseVector(indices=list(lexical.indices), values=list(lexical.values))
-        idf_corpus = models.IdfCorpusParams(corpus=_agent_filter(chosen.agent_id))
+        idf_corpus = models.IdfCorpusParams(corpus=agent_filter(chosen.agent_id))
         nearest = query.tolist() if np.any(query) else None
         if nearest is None and not lexical:
             return []
@@ -518,7 +502,7 @@ class QdrantServerEpisodicMemory:
         with _client_errors(self._where, "counting memories"):
             result = await self._client.count(
                 self._collection,
-                count_filter=None if agent_id is None else _agent_filter(agent_id),
+                count_filter=ACTIVE if agent_id is None else agent_filter(agent_id),
                 exact=True,
             )
         return result.count

@@ -101,6 +101,7 @@ __all__ = [
     "rank",
     "relevance_of",
     "relevance_parts",
+    "weights_of",
     "without_copies_of",
 ]
 
@@ -288,8 +289,9 @@ class RetrievalEngine:
         return RetrievalResponse(
             agent_id=agent_id,
             mode=request.mode,
+            scope=request.scope,
             clock=ranking.clock,
-            weights=request.weights or Weights() if request.mode == "weighted" else None,
+            weights=weights_of(request) if request.mode == "weighted" else None,
             generative=(
                 request.generative or GenerativeWeights() if request.mode == "generative" else None
             ),
@@ -477,7 +479,7 @@ def rank(
             top_k=request.top_k,
             context_tags=request.tags,
             query_text=request.query,
-            weights=request.weights or Weights(),
+            weights=weights_of(request),
             current_year=year,
             current_step=step,
         )
@@ -520,6 +522,22 @@ def rank(
             current_step=step,
         )
     return two_phase(working, episodic, top_k=request.top_k, current_year=year, current_step=step)
+
+
+QUERY_RELEVANCE_WEIGHT = 0.5
+"""W_rel of the weighted mode when a request gives a query and no relevance weight of its own:
+seed 003's default weights leave the query out (W_rel 0), which answers a question by recency,
+importance and context alone."""
+
+
+def weights_of(request: RetrievalRequest) -> Weights:
+    """The weights the weighted mode ranks ``request`` by: the request's, else seed 003's
+    defaults; with a query, relevance weighs :data:`QUERY_RELEVANCE_WEIGHT` unless the request
+    set it."""
+    weights = request.weights or Weights()
+    if request.query and "relevance" not in weights.model_fields_set:
+        return weights.model_copy(update={"relevance": QUERY_RELEVANCE_WEIGHT})
+    return weights
 
 
 def relevance_parts(

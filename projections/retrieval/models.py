@@ -14,6 +14,7 @@ from pydantic import (
     model_validator,
 )
 
+from projections.episodic.candidates import Scope
 from projections.memory import StoredMemory
 from projections.retrieval.breakdowns import Breakdown, ProfileName
 from projections.retrieval.filters import TIME_BOUND, MemoryFilter
@@ -218,7 +219,18 @@ class RetrievalRequest(BaseModel):
             "configuration decides the count."
         ),
     )
-    mode: Mode = Field(default="two_phase", description=MODE_HELP)
+    mode: Mode = Field(
+        default="two_phase",
+        description=MODE_HELP + " Left out with a ``query``, the mode is ``relevance``.",
+    )
+    scope: Scope = Field(
+        default="active",
+        description=(
+            "Which memories are ranked: ``active``, what capacity and forgetting left (the "
+            "seeds' memory); ``archive``, what they took away, kept until the agent is erased; "
+            "``all``, both. Left out with a ``query`` and no ``mode``, ``all``."
+        ),
+    )
     current_year: int | None = Field(
         default=None,
         ge=-TIME_BOUND,
@@ -296,6 +308,15 @@ class RetrievalRequest(BaseModel):
     )
     as_of: AsOfPosition | AwareDatetime | None = Field(default=None, description=AS_OF_HELP)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _query_without_mode(cls, data: Any) -> Any:
+        """A query with no mode asks what the agent remembers about it: every memory it has
+        lived, by relevance. Filled in here, so a recorded request names what was ranked."""
+        if isinstance(data, dict) and data.get("query") is not None and "mode" not in data:
+            return {**data, "mode": "relevance", "scope": data.get("scope", "all")}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> RetrievalRequest:
         if self.current_year is not None and self.current_step is not None:
@@ -330,6 +351,7 @@ class RetrievalResponse(BaseModel):
 
     agent_id: AgentId
     mode: Mode
+    scope: Scope = Field(default="active", description="Which memories were ranked.")
     clock: Clock = Field(description="The time axis and the moment ages were measured from.")
     weights: Weights | None = Field(default=None, description="The weights used, in weighted mode.")
     generative: GenerativeWeights | None = Field(

@@ -54,7 +54,8 @@ async def read_pools(
     candidate_limit: int | None,
     episodic_limit: int,
 ) -> tuple[list[StoredMemory], list[StoredMemory]]:
-    """Both stores at once, promoted copies of working memories left out. Waits for both
+    """Both stores at once, promoted copies of working memories left out; in ``request.scope``
+    (for the archive, working memory is read only to leave out what is still active). Waits for both
     even when one fails, so no read outlives the request; two store failures are reported
     together. ``candidate_limit`` None reads the whole episodic pool (up to
     ``episodic_limit``) rather than its candidates."""
@@ -73,7 +74,12 @@ async def read_pools(
         if len(failures) == 1:
             raise failures[0]
         raise ProjectionError("; ".join(str(f) for f in failures)) from failures[0]
-    return working, without_copies_of(working, episodic)
+    # The archive holds every working memory too: those still in working memory are active,
+    # and without_copies_of leaves them out of the archive (same source event and level).
+    episodic = without_copies_of(working, episodic)
+    if request.scope == "archive":
+        return [], episodic
+    return working, episodic
 
 
 async def _read_working(store: WorkingMemoryStore, agent_id: str, read: bool) -> list[StoredMemory]:
@@ -102,7 +108,14 @@ async def _read_episodic(
     memory_filter = request.filter
     if candidate_limit is not None:
         signals = signals_for(request, vector, candidate_limit)
-        return await store.candidates(agent_id, signals, levels=levels, filter=memory_filter)
+        return await store.candidates(
+            agent_id, signals, levels=levels, filter=memory_filter, scope=request.scope
+        )
+    if request.scope != "active":
+        signals = signals_for(request, vector, episodic_limit)
+        return await store.candidates(
+            agent_id, signals, levels=levels, filter=memory_filter, scope=request.scope
+        )
     # A query of stopwords only embeds to zeros, which has no direction to search by.
     if vector is not None and np.any(vector):
         return await store.search(

@@ -1,10 +1,12 @@
 """The episodic contract's ``candidates``, on Qdrant Edge and on the qdrant-client adapter: each
 signal brings its best ``limit`` memories in one query, a pool within the limit comes back
-whole, and the request's levels and filter hold for every candidate."""
+whole, the request's levels and filter hold for every candidate; and its scopes: the archive
+keeps what capacity and forgetting took from the active set until the agent is erased."""
 
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -17,7 +19,12 @@ from projections.interfaces import EpisodicMemoryStore
 from projections.memory import StoredMemory
 from projections.retrieval.filters import MemoryFilter
 from schemas.agent_events import Observation
-from schemas.memory_events import DerivedEvent, SourcePosition
+from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded, SourcePosition
+from tests.integration.projections.lifecycle_events import (
+    agent_forgotten,
+    forgotten_by_utility,
+    summarised,
+)
 from tests.integration.projections.test_episodic_memory_contract import EMBEDDER, TOPIC
 
 pytestmark = pytest.mark.integration
@@ -204,3 +211,108 @@ async def test_candidates_of_the_backends_agree(
 
     assert ids(edge) == ids(client)
     assert len(edge) == len(client)
+
+
+SMALL = load_processing_config(episodic_capacity=3, working_capacity=2)
+"""Small capacities, so a handful of events already forgets memories."""
+
+
+def small_log(agent_id: str, n: int) -> list[DerivedEvent]:
+    """Memories on both sides of the episodic threshold, many evicted by capacity."""
+    state = AgentMemoryState()
+    log: list[DerivedEvent] = []
+    for i in range(n):
+        observation = Observation(
+            agent_id=agent_id,
+            content=f"{agent_id} saw the river at mark {i}",
+            importance=0.9 if i % 2 else 0.3,
+            step=i,
+            occurred_at=datetime(2026, 3, 1, tzinfo=UTC) + timedelta(hours=i),
+        )
+        out = record(
+            observation,
+            state,
+            config=SMALL,
+            embedder=EMBEDDER,
+            config_version=SMALL.version(EMBEDDER.id),
+            position=SourcePosition(topic=TOPIC, partition=0, offset=i),
+        )
+        log.extend([out.memory, *out.forgotten])
+        state = out.state
+    return log
+
+
+def written(log: list[DerivedEvent]) -> set[str]:
+    return {e.memory_id for e in log if isinstance(e, MemoryRecorded)}
+
+
+EVERY_SIGNAL = CandidateSignals(1000, recency=True, importance=True)
+
+
+@pytest.mark.parametrize("one_call", [True, False], ids=["one-apply", "apply-per-event"])
+async def test_the_archive_keeps_what_capacity_took_until_the_agent_is_erased(
+    episodic_store: EpisodicMemoryStore, one_call: bool
+) -> None:
+    log = small_log("alice", 12)
+    assert any(isinstance(e, MemoryForgotten) for e in log)
+    if one_call:
+        await episodic_store.apply(log)
+    else:
+        for event in log:
+            await episodic_store.apply([event])
+
+    active = ids(await episodic_store.memories("alice"))
+    everything = ids(await episodic_store.candidates("alice", EVERY_SIGNAL, scope="all"))
+    archive = ids(await episodic_store.candidates("alice", EVERY_SIGNAL, scope="archive"))
+
+    assert len(active) == 3
+    assert everything == written(log)  # working memories included: Redis drops them
+    assert archive == written(log) - active
+    assert await episodic_store.count("alice") == 3
+    assert ids(await episodic_store.candidates("alice", EVERY_SIGNAL)) == active
+
+    await episodic_store.apply([agent_forgotten("alice")])
+    assert await episodic_store.candidates("alice", EVERY_SIGNAL, scope="all") == []
+
+
+async def test_replaying_the_log_keeps_the_archive(episodic_store: EpisodicMemoryStore) -> None:
+    log = small_log("alice", 10)
+    await episodic_store.apply(log)
+    await episodic_store.apply(log[:5])  # an old prefix again, then the rest
+    await episodic_store.apply(log[5:])
+
+    active = ids(await episodic_store.memories("alice"))
+    archive = ids(await episodic_store.candidates("alice", EVERY_SIGNAL, scope="archive"))
+    assert len(active) == 3
+    assert archive == written(log) - active
+
+
+async def test_a_summary_pruned_by_utility_is_archived(episodic_store: EpisodicMemoryStore) -> None:
+    log = small_log("alice", 4)
+    summary = summarised(
+        [e for e in log if isinstance(e, MemoryRecorded)],
+        level=1,
+        content="a season of high water",
+        seq=4,
+        trigger_event_id=log[-1].source_event_id,  # type: ignore[union-attr]
+    )
+    await episodic_store.apply([*log, summary])
+    await episodic_store.apply([forgotten_by_utility(summary)])
+
+    assert summary.memory_id not in ids(await episodic_store.memories("alice", levels=[1]))
+    archived = await episodic_store.candidates("alice", EVERY_SIGNAL, [1], scope="archive")
+    assert ids(archived) == {summary.memory_id}
+
+
+async def test_a_time_range_selects_by_when_the_event_occurred(
+    episodic_store: EpisodicMemoryStore,
+) -> None:
+    log = small_log("alice", 12)
+    await episodic_store.apply(log)
+    start = datetime(2026, 3, 1, 3, tzinfo=UTC)
+    window = MemoryFilter(occurred_after=start, occurred_before=start + timedelta(hours=4))
+
+    found = await episodic_store.candidates("alice", EVERY_SIGNAL, filter=window, scope="all")
+
+    assert sorted(m.occurred_at.hour for m in found) == [3, 4, 5, 6, 7]
+    assert all(window.admits(m) for m in found)

@@ -23,7 +23,7 @@ from fastapi import FastAPI
 
 from processors.embedding import HashingEmbedder
 from processors.lexical import SparseQuery
-from projections.episodic.candidates import CandidateSignals
+from projections.episodic.candidates import CandidateSignals, Scope
 from projections.interfaces import ProjectionError
 from projections.memory import StoredMemory
 from projections.retrieval.engine import RetrievalEngine
@@ -140,8 +140,10 @@ class MarkedEpisodic(MarkedStore):
         levels: Sequence[int] | None = None,
         *,
         filter: MemoryFilter | None = None,
+        scope: Scope = "active",
     ) -> list[StoredMemory]:
-        """The whole pool (smaller than any candidate bound), as a store returns it."""
+        """The whole pool (smaller than any candidate bound), as a store returns it; these
+        stores keep no archive."""
         if signals.vector is not None and signals.nearest:
             return await self.search(agent_id, signals.vector, 1000, levels, filter=filter)
         return await self.memories(agent_id, 1000, levels, filter=filter)
