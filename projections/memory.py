@@ -116,7 +116,12 @@ def point_payload(event: MemoryWritten, *, active: bool = True) -> dict[str, Any
 def memory_from_point(
     payload: Any, similarity: float | None = None, lexical: float | None = None
 ) -> StoredMemory:
-    memory = StoredMemory.model_validate_json(payload["memory"])
+    """The memory of a point's payload, with a search's scores. The scores go into the data
+    validated rather than onto a copy: a retrieval reads a few hundred candidates, and the copy
+    cost ~4 us each."""
     if similarity is None and lexical is None:
-        return memory
-    return memory.model_copy(update={"similarity": similarity, "lexical": lexical})
+        return StoredMemory.model_validate_json(payload["memory"])
+    data = orjson.loads(payload["memory"])
+    data["similarity"] = similarity
+    data["lexical"] = lexical
+    return StoredMemory.model_validate(data)

@@ -202,24 +202,27 @@ def two_phase(
         phase_one.append(((time, memory.importance, memory.seq), scored))
     phase_one.sort(key=lambda pair: pair[0], reverse=True)
 
-    phase_two: list[tuple[tuple[float, int, int], ScoredMemory]] = []
+    # Scored first and explained only if shown: a breakdown costs more than its score.
+    phase_two: list[tuple[tuple[float, int, int], StoredMemory]] = []
     for memory in episodic:
-        time, imputed = times[memory.memory_id]
+        time, _ = times[memory.memory_id]
+        score = EPISODIC_DECAY_RATE ** max(clock.now - time, 0) * memory.importance
+        phase_two.append(((score, time, memory.seq), memory))
+    phase_two.sort(key=lambda pair: pair[0], reverse=True)
+    shown = phase_two[: max(top_k - len(phase_one), 0)]
+
+    ranked = [scored for _, scored in phase_one]
+    for (score, time, _), memory in shown:
         age = max(clock.now - time, 0)
-        decay = EPISODIC_DECAY_RATE**age
-        score = decay * memory.importance
         breakdown = TwoPhaseBreakdown(
             phase=2,
             time=time,
-            time_imputed=imputed,
+            time_imputed=times[memory.memory_id][1],
             age=age,
-            decay=decay,
+            decay=EPISODIC_DECAY_RATE**age,
             importance=memory.importance,
         )
-        phase_two.append(((score, time, memory.seq), ScoredMemory(memory, score, breakdown)))
-    phase_two.sort(key=lambda pair: pair[0], reverse=True)
-
-    ranked = [scored for _, scored in phase_one] + [scored for _, scored in phase_two]
+        ranked.append(ScoredMemory(memory, score, breakdown))
     return Ranking(clock, tuple(ranked[:top_k]))
 
 
