@@ -13,7 +13,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from processors.config import LifecycleRules
-from projections.episodic.candidates import CANDIDATE_LIMIT
+from projections.episodic.scope import CANDIDATE_LIMIT
 
 
 class EngramSettings(BaseSettings):

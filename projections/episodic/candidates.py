@@ -27,20 +27,13 @@ over the candidates.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
 from processors.lexical import SparseQuery
+from projections.episodic.scope import CANDIDATE_LIMIT, Scope
 
-Scope = Literal["active", "archive", "all"]
-"""Which memories a read sees: the active set (what capacity and forgetting left), the archive
-(what they took away, kept until the agent is erased: :mod:`projections.episodic.changes`), or
-both."""
-
-CANDIDATE_LIMIT = 100
-"""How many memories each signal contributes by default: an agent pool of up to this many
-(after filters) is ranked exactly as a whole, and a larger one through at most ~4x this."""
+__all__ = ["CANDIDATE_LIMIT", "CandidateSignals", "Scope"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)

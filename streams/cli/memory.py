@@ -106,11 +106,27 @@ async def _publish(settings: EngramSettings, bootstrap: str, event: AgentEvent) 
 
 
 Mode = Annotated[
-    str,
+    str | None,
     typer.Option(
-        help="two_phase | weighted | saliency | basic | constrained | generative | "
-        "relevance (needs --query). See projections/README.md, 'Retrieval modes'."
+        help="two_phase (the default) | weighted | saliency | basic | constrained | generative "
+        "| relevance (needs --query); left out with --query: relevance over all memories. "
+        "See projections/README.md, 'Retrieval modes'."
     ),
+]
+Scope = Annotated[
+    str | None,
+    typer.Option(
+        help="active (the default): what capacity and forgetting left | archive: what they "
+        "took away | all; left out with --query and no --mode: all."
+    ),
+]
+OccurredAfter = Annotated[
+    str | None,
+    typer.Option(help="Filter: events that occurred at or after this time (ISO 8601, offset)."),
+]
+OccurredBefore = Annotated[
+    str | None,
+    typer.Option(help="Filter: events that occurred at or before this time (ISO 8601, offset)."),
 ]
 Profile = Annotated[
     str | None,
@@ -182,7 +198,8 @@ def retrieve(
     agent_id: Annotated[str, typer.Argument(help="Whose memories.")],
     query: Query = None,
     top_k: TopK = 5,
-    mode: Mode = "two_phase",
+    mode: Mode = None,
+    scope: Scope = None,
     year: Year = None,
     step: Step = None,
     tags: ContextTags = None,
@@ -195,6 +212,8 @@ def retrieve(
     year_to: YearTo = None,
     step_from: StepFrom = None,
     step_to: StepTo = None,
+    occurred_after: OccurredAfter = None,
+    occurred_before: OccurredBefore = None,
     weight: Weights = None,
     prompt: AsPrompt = False,
     after: After = None,
@@ -206,6 +225,7 @@ def retrieve(
         query=query,
         top_k=top_k,
         mode=mode,
+        scope=scope,
         year=year,
         step=step,
         tags=tags,
@@ -218,6 +238,8 @@ def retrieve(
         year_to=year_to,
         step_from=step_from,
         step_to=step_to,
+        occurred_after=occurred_after,
+        occurred_before=occurred_before,
         weight=weight,
     )
     params["wait_timeout_ms"] = wait_timeout_ms
@@ -237,7 +259,8 @@ def retrieval_params(
     *,
     query: str | None = None,
     top_k: int = 5,
-    mode: str = "two_phase",
+    mode: str | None = None,
+    scope: str | None = None,
     year: int | None = None,
     step: int | None = None,
     tags: str | None = None,
@@ -250,6 +273,8 @@ def retrieval_params(
     year_to: int | None = None,
     step_from: int | None = None,
     step_to: int | None = None,
+    occurred_after: str | None = None,
+    occurred_before: str | None = None,
     weight: list[str] | None = None,
 ) -> dict[str, Any]:
     """The fields of a retrieval request the retrieval options give (None: not given); the
@@ -257,6 +282,7 @@ def retrieval_params(
     params: dict[str, Any] = {
         "top_k": top_k,
         "mode": mode,
+        "scope": scope,
         "query": query,
         "current_year": year,
         "current_step": step,
@@ -276,6 +302,8 @@ def retrieval_params(
         "year_to": year_to,
         "step_from": step_from,
         "step_to": step_to,
+        "occurred_after": occurred_after,
+        "occurred_before": occurred_before,
     }
     if any(value not in (None, []) for value in memory_filter.values()):
         params["filter"] = {k: v for k, v in memory_filter.items() if v not in (None, [])}
