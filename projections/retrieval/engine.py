@@ -88,7 +88,7 @@ from projections.retrieval.relevance import (
     dense_share_for,
 )
 from projections.retrieval.saliency import saliency
-from projections.retrieval.scoring import Ranking, Weights, two_phase, weighted
+from projections.retrieval.scoring import Ranking, Weights, hour_of, two_phase, weighted
 from schemas.errors import EngramError
 from schemas.topics import Topics
 
@@ -472,6 +472,7 @@ def rank(
     first everywhere, so a memory in both stores is ranked as working."""
     everything = [*working, *episodic]
     year, step = request.current_year, request.current_step
+    hour = None if request.current_time is None else hour_of(request.current_time)
     mode = request.mode
     if mode == "weighted":
         return weighted(
@@ -482,11 +483,14 @@ def rank(
             weights=weights_of(request),
             current_year=year,
             current_step=step,
+            current_hour=hour,
         )
     if mode == "saliency":
-        return saliency(everything, top_k=request.top_k, current_year=year, current_step=step)
+        return saliency(
+            everything, top_k=request.top_k, current_year=year, current_step=step, current_hour=hour
+        )
     if mode == "basic":
-        return basic(everything, current_year=year, current_step=step)
+        return basic(everything, current_year=year, current_step=step, current_hour=hour)
     if mode == "constrained":
         profile = PROFILES[request.profile or DEFAULT_PROFILE]
         level = request.arousal
@@ -499,6 +503,7 @@ def rank(
             threshold=SYSTEM_2_THRESHOLD if arousal is None else arousal.threshold,
             current_year=year,
             current_step=step,
+            current_hour=hour,
         )
     if mode == "generative":
         return generative(
@@ -508,6 +513,7 @@ def rank(
             weights=request.generative,
             current_year=year,
             current_step=step,
+            current_hour=hour,
         )
     if mode == "relevance":
         if request.query is None:
@@ -520,8 +526,16 @@ def rank(
             parts=parts,
             current_year=year,
             current_step=step,
+            current_hour=hour,
         )
-    return two_phase(working, episodic, top_k=request.top_k, current_year=year, current_step=step)
+    return two_phase(
+        working,
+        episodic,
+        top_k=request.top_k,
+        current_year=year,
+        current_step=step,
+        current_hour=hour,
+    )
 
 
 QUERY_RELEVANCE_WEIGHT = 0.5

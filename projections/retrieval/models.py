@@ -158,15 +158,19 @@ def cross_field_rules(schema: dict[str, Any]) -> None:
     across fields: time on one axis, each mode's own fields with that mode only, a query for
     mode relevance, and ``as_of`` without ``after``. A mode left out is ``two_phase``, which
     has no fields of its own."""
-    one_axis = {
-        "not": {
-            "required": ["current_year", "current_step"],
-            "properties": {
-                "current_year": {"type": "integer"},
-                "current_step": {"type": "integer"},
-            },
-        }
+    given = {
+        "current_year": {"type": "integer"},
+        "current_step": {"type": "integer"},
+        "current_time": {"type": "string"},
     }
+    one_axis = [
+        {"not": {"required": list(pair), "properties": {name: given[name] for name in pair}}}
+        for pair in (
+            ("current_year", "current_step"),
+            ("current_year", "current_time"),
+            ("current_step", "current_time"),
+        )
+    ]
     modes = dict.fromkeys(MODE_ONLY.values())
     own_fields = [
         {
@@ -189,7 +193,7 @@ def cross_field_rules(schema: dict[str, Any]) -> None:
             "properties": {"as_of": {"not": {"type": "null"}}, "after": {"minItems": 1}},
         }
     }
-    schema["allOf"] = [one_axis, *own_fields, query_given, as_of_without_after]
+    schema["allOf"] = [*one_axis, *own_fields, query_given, as_of_without_after]
 
 
 class RetrievalRequest(BaseModel):
@@ -242,6 +246,13 @@ class RetrievalRequest(BaseModel):
         ge=0,
         le=TIME_BOUND,
         description="Simulation step of the retrieval; ages are then in steps.",
+    )
+    current_time: AwareDatetime | None = Field(
+        default=None,
+        description=(
+            "Wall-clock time of the retrieval (ISO 8601 with an offset), for agents that count "
+            "no years or steps; ages are then in hours of the events' occurred_at."
+        ),
     )
     tags: tuple[Tag, ...] = Field(
         default=(),
@@ -322,6 +333,13 @@ class RetrievalRequest(BaseModel):
         if self.current_year is not None and self.current_step is not None:
             raise ValueError(
                 "give current_year or current_step, not both: ages are measured on one axis"
+            )
+        if self.current_time is not None and (
+            self.current_year is not None or self.current_step is not None
+        ):
+            raise ValueError(
+                "give current_time or a current year or step, not both: ages are measured on "
+                "one axis"
             )
         for name, mode in MODE_ONLY.items():
             if getattr(self, name) is not None and self.mode != mode:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
 from typing import Annotated, Literal
 
@@ -41,9 +42,13 @@ from projections.memory import StoredMemory
 from projections.retrieval.breakdowns import Breakdown, TwoPhaseBreakdown, WeightedBreakdown
 from schemas.memory_events import Destination
 
-TimeAxis = Literal["year", "step", "seq"]
-"""What a memory's time is measured in: simulation years, simulation steps, or, when events
-carry neither, the agent's recording order (one unit per recorded memory)."""
+TimeAxis = Literal["year", "step", "seq", "hour"]
+"""What a memory's time is measured in: simulation years, simulation steps, hours of the wall
+clock (the event's ``occurred_at``, in whole hours since 1970; asked for by giving the time of
+the retrieval), or, when events carry no year or step, the agent's recording order (one unit
+per recorded memory)."""
+
+SECONDS_PER_HOUR = 3600
 
 EPISODIC_DECAY_RATE = 0.95
 """Seed 004, section 5.1 (``DECAY_RATE``): episodic importance keeps 95% per unit of age."""
@@ -132,7 +137,14 @@ def time_of(memory: StoredMemory, axis: TimeAxis) -> int | None:
         return memory.year
     if axis == "step":
         return memory.step
+    if axis == "hour":
+        return hour_of(memory.occurred_at)
     return memory.seq
+
+
+def hour_of(moment: datetime) -> int:
+    """Whole hours since 1970 (UTC): the wall clock's unit of age."""
+    return math.floor(moment.timestamp() / SECONDS_PER_HOUR)
 
 
 def resolve_clock(
@@ -140,8 +152,10 @@ def resolve_clock(
     *,
     current_year: int | None = None,
     current_step: int | None = None,
+    current_hour: int | None = None,
 ) -> Clock:
-    """The axis is the one the caller counts in: ``current_year`` or ``current_step``. When the
+    """The axis is the one the caller counts in: ``current_year``, ``current_step`` or
+    ``current_hour`` (:func:`hour_of` the retrieval's wall-clock time). When the
     caller gives neither, it is the first of year, step, seq that any memory carries, and
     ``now`` is the latest memory time + 1, as seed 003's engine advances its clock past the
     newest memory; seed 004's audit (sections 8.3 and 11: year-2 memories read in year 3)
@@ -149,6 +163,10 @@ def resolve_clock(
     """
     if current_year is not None and current_step is not None:
         raise ValueError("give current_year or current_step, not both")
+    if current_hour is not None and (current_year is not None or current_step is not None):
+        raise ValueError("give current_hour or a current year or step, not both")
+    if current_hour is not None:
+        return Clock("hour", current_hour)
     if current_year is not None:
         return Clock("year", current_year)
     if current_step is not None:
@@ -170,6 +188,7 @@ def two_phase(
     top_k: int,
     current_year: int | None = None,
     current_step: int | None = None,
+    current_hour: int | None = None,
 ) -> Ranking:
     """Seed 004, section 3.1. Phase 1 lists working memories, most recent first and, within
     the same time, most important first (score = importance: working memory does not decay,
@@ -183,7 +202,10 @@ def two_phase(
     working = list(unique(working, seen))
     episodic = list(unique(episodic, seen))
     clock = resolve_clock(
-        [*working, *episodic], current_year=current_year, current_step=current_step
+        [*working, *episodic],
+        current_year=current_year,
+        current_step=current_step,
+        current_hour=current_hour,
     )
     times = memory_times([*working, *episodic], clock)
 
@@ -232,6 +254,7 @@ def weighted(
     top_k: int,
     current_year: int | None = None,
     current_step: int | None = None,
+    current_hour: int | None = None,
     context_tags: Iterable[str] = (),
     query_text: str | None = None,
     weights: Weights | None = None,
@@ -255,7 +278,9 @@ def weighted(
     check_top_k(top_k)
     weights = weights or Weights()
     candidates = list(unique(memories, set()))
-    clock = resolve_clock(candidates, current_year=current_year, current_step=current_step)
+    clock = resolve_clock(
+        candidates, current_year=current_year, current_step=current_step, current_hour=current_hour
+    )
     times = memory_times(candidates, clock)
     ages = {key: max(clock.now - time, 0) for key, (time, _) in times.items()}
     max_age = max(ages.values(), default=0)

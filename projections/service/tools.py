@@ -32,7 +32,14 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Protocol, TypeVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+)
 
 from projections.episodic.candidates import Scope
 from projections.retrieval.breakdowns import ProfileName
@@ -234,6 +241,11 @@ class RetrieveMemoryInput(_ToolInput):
         default=None,
         ge=0,
         description="The current simulation step, instead of a year: ages are counted in steps.",
+    )
+    current_time: AwareDatetime | None = Field(
+        default=None,
+        description="The current time (ISO 8601 with an offset), instead of a year or step: "
+        "ages are counted in hours of when things happened.",
     )
     tags: tuple[Tag, ...] = Field(
         default=(),

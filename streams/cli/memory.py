@@ -182,6 +182,14 @@ Query = Annotated[str | None, typer.Option(help="Query text.")]
 TopK = Annotated[int, typer.Option(min=1, max=100)]
 Year = Annotated[int | None, typer.Option(help="Current simulation year.")]
 Step = Annotated[int | None, typer.Option(help="Current simulation step.")]
+Now = Annotated[
+    str | None,
+    typer.Option(
+        "--time",
+        help="Current wall-clock time (ISO 8601, with an offset), for agents without years or "
+        "steps: ages are then in hours of the events' time.",
+    ),
+]
 ContextTags = Annotated[
     str | None, typer.Option(help="Context tags of the weighted mode, comma-separated.")
 ]
@@ -202,6 +210,7 @@ def retrieve(
     scope: Scope = None,
     year: Year = None,
     step: Step = None,
+    time: Now = None,
     tags: ContextTags = None,
     profile: Profile = None,
     arousal: Arousal = None,
@@ -228,6 +237,7 @@ def retrieve(
         scope=scope,
         year=year,
         step=step,
+        time=time,
         tags=tags,
         profile=profile,
         arousal=arousal,
@@ -263,6 +273,7 @@ def retrieval_params(
     scope: str | None = None,
     year: int | None = None,
     step: int | None = None,
+    time: str | None = None,
     tags: str | None = None,
     profile: str | None = None,
     arousal: float | None = None,
@@ -286,6 +297,7 @@ def retrieval_params(
         "query": query,
         "current_year": year,
         "current_step": step,
+        "current_time": time,
         "tags": [t.strip() for t in tags.split(",")] if tags else [],
         "profile": profile,
         "arousal": arousal,

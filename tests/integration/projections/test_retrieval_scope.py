@@ -123,3 +123,18 @@ async def test_weighted_with_a_query_weighs_relevance(engine: RetrievalEngine) -
         mode="weighted", query="the roof", weights={"relevance": 0.0}, scope="all"
     )
     assert (await engine.retrieve("chat", unweighted)).weights.relevance == 0.0  # type: ignore[union-attr]
+
+
+async def test_a_wall_clock_agent_ranks_by_hours_since_its_events(
+    engine: RetrievalEngine,
+) -> None:
+    now = START + timedelta(days=len(CHAT))
+    asked = RetrievalRequest(mode="saliency", scope="all", current_time=now, top_k=3)
+
+    answer = await engine.retrieve("chat", asked)
+
+    assert answer.clock.axis == "hour"
+    ages = [m.breakdown.age for m in answer.results]  # type: ignore[union-attr]
+    # Importance fades by e^-0.1 an hour: yesterday's routine outranks the day before's news.
+    assert ages == [24, 48, 72]
+    assert answer.results[0].content == "I started running in the mornings"

@@ -283,6 +283,7 @@ async def test_bad_field_is_refused_by_name(
     ("body", "reason"),
     [
         ({"current_year": 3, "current_step": 30}, "not both"),
+        ({"current_step": 3, "current_time": "2026-01-01T00:00:00Z"}, "not both"),
         ({"weights": {"recency": 1.0}}, "only to mode 'weighted'"),
         ({"mode": "weighted", "weights": {"recency": 0, "importance": 0, "context": 0}}, "one"),
         ({"profile": "MINIMAL"}, "profile applies only to mode 'constrained'"),
