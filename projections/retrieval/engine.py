@@ -88,7 +88,14 @@ from projections.retrieval.relevance import (
     dense_share_for,
 )
 from projections.retrieval.saliency import saliency
-from projections.retrieval.scoring import Ranking, Weights, hour_of, two_phase, weighted
+from projections.retrieval.scoring import (
+    Moment,
+    Ranking,
+    Weights,
+    hour_of,
+    two_phase,
+    weighted,
+)
 from schemas.errors import EngramError
 from schemas.topics import Topics
 
@@ -471,8 +478,12 @@ def rank(
     by the modes that rank by relevance (:func:`relevance_parts`). Working memories are passed
     first everywhere, so a memory in both stores is ranked as working."""
     everything = [*working, *episodic]
-    year, step = request.current_year, request.current_step
     hour = None if request.current_time is None else hour_of(request.current_time)
+    now: Moment = {
+        "current_year": request.current_year,
+        "current_step": request.current_step,
+        "current_hour": hour,
+    }
     mode = request.mode
     if mode == "weighted":
         return weighted(
@@ -481,16 +492,12 @@ def rank(
             context_tags=request.tags,
             query_text=request.query,
             weights=weights_of(request),
-            current_year=year,
-            current_step=step,
-            current_hour=hour,
+            **now,
         )
     if mode == "saliency":
-        return saliency(
-            everything, top_k=request.top_k, current_year=year, current_step=step, current_hour=hour
-        )
+        return saliency(everything, top_k=request.top_k, **now)
     if mode == "basic":
-        return basic(everything, current_year=year, current_step=step, current_hour=hour)
+        return basic(everything, **now)
     if mode == "constrained":
         profile = PROFILES[request.profile or DEFAULT_PROFILE]
         level = request.arousal
@@ -501,9 +508,7 @@ def rank(
             profile=profile,
             arousal=level,
             threshold=SYSTEM_2_THRESHOLD if arousal is None else arousal.threshold,
-            current_year=year,
-            current_step=step,
-            current_hour=hour,
+            **now,
         )
     if mode == "generative":
         return generative(
@@ -511,9 +516,7 @@ def rank(
             top_k=request.top_k,
             relevance=relevance_of(request.query, everything, dense_share=dense_share),
             weights=request.generative,
-            current_year=year,
-            current_step=step,
-            current_hour=hour,
+            **now,
         )
     if mode == "relevance":
         if request.query is None:
@@ -524,18 +527,9 @@ def rank(
             top_k=request.top_k,
             relevance={key: signals["relevance"] for key, signals in parts.items()},
             parts=parts,
-            current_year=year,
-            current_step=step,
-            current_hour=hour,
+            **now,
         )
-    return two_phase(
-        working,
-        episodic,
-        top_k=request.top_k,
-        current_year=year,
-        current_step=step,
-        current_hour=hour,
-    )
+    return two_phase(working, episodic, top_k=request.top_k, **now)
 
 
 QUERY_RELEVANCE_WEIGHT = 0.5

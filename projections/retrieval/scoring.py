@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypedDict
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -102,6 +102,14 @@ class Weights(BaseModel):
                 "otherwise every memory scores the same"
             )
         return self
+
+
+class Moment(TypedDict):
+    """The time a request gives on its axis, as every mode's keyword arguments take it."""
+
+    current_year: int | None
+    current_step: int | None
+    current_hour: int | None
 
 
 @dataclass(frozen=True, slots=True)
