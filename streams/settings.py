@@ -50,6 +50,13 @@ class EngramSettings(BaseSettings):
         description="The embedding cosine's share in hybrid relevance (the rest is BM25); "
         "unset: 0.75 for the hashing embedder, 0.9 for a semantic one.",
     )
+    archive: bool = Field(
+        default=True,
+        description="Keep every memory an agent lived searchable (scope archive/all): working "
+        "memories and what capacity or utility forgot, as archived points of the episodic "
+        "store, until the agent is erased. Off: they are deleted, and each working memory "
+        "costs no episodic write.",
+    )
     retrieval_candidates: int = Field(
         default=CANDIDATE_LIMIT,
         ge=1,

@@ -196,7 +196,9 @@ class EdgeEpisodicMemory:
         positions: Positions,
         *,
         lexical: bool = True,
+        archive: bool = True,
     ) -> None:
+        self._archive = archive
         self._shard = shard
         self._path = path
         self._dim = dim
@@ -207,7 +209,7 @@ class EdgeEpisodicMemory:
         self._closed = False
 
     @classmethod
-    def open(cls, path: Path, dim: int) -> EdgeEpisodicMemory:
+    def open(cls, path: Path, dim: int, *, archive: bool = True) -> EdgeEpisodicMemory:
         """Create the store at ``path``, or load it; a dimension other than the stored one fails.
 
         A new shard gets the ``lexical`` sparse vector; an existing one is loaded with its own
@@ -230,7 +232,8 @@ class EdgeEpisodicMemory:
             except Exception:
                 shard.close()
                 raise
-        store = cls(shard, path, dim, read_positions(path / POSITIONS_FILE), lexical=lexical)
+        positions = read_positions(path / POSITIONS_FILE)
+        store = cls(shard, path, dim, positions, lexical=lexical, archive=archive)
         if not lexical:
             store._warn_dense_only()
         return store
@@ -250,7 +253,7 @@ class EdgeEpisodicMemory:
             warn_dense_only(str(self._path))
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
-        changes = episodic_changes(events, self._dim, archive=True)
+        changes = episodic_changes(events, self._dim, archive=self._archive)
         async with self._write_lock:
             self._check_open()
             positions = advance_positions(self._positions, changes.positions)

@@ -126,7 +126,16 @@ def _client_errors(where: str, doing: str) -> Iterator[None]:
 class QdrantServerEpisodicMemory:
     """One collection of episodic memories, one point per memory (point id = memory id)."""
 
-    def __init__(self, client: AsyncQdrantClient, *, collection: str, dim: int, where: str) -> None:
+    def __init__(
+        self,
+        client: AsyncQdrantClient,
+        *,
+        collection: str,
+        dim: int,
+        where: str,
+        archive: bool = True,
+    ) -> None:
+        self._archive = archive
         self._client = client
         self._collection = collection
         self._positions_collection = collection + POSITIONS_SUFFIX
@@ -146,6 +155,7 @@ class QdrantServerEpisodicMemory:
         collection: str = DEFAULT_COLLECTION,
         api_key: str | None = None,
         request_timeout: int = 10,
+        archive: bool = True,
     ) -> QdrantServerEpisodicMemory:
         """Connect and create the collections if missing.
 
@@ -153,7 +163,7 @@ class QdrantServerEpisodicMemory:
         (a ``Path``) for the client's on-disk local mode.
         """
         client, remote = _client_for(location, api_key, request_timeout)
-        store = cls(client, collection=collection, dim=dim, where=str(location))
+        store = cls(client, collection=collection, dim=dim, where=str(location), archive=archive)
         try:
             # Local mode only warns that payload indexes have no effect, and the warning is
             # attributed to this module (stacklevel=5), so asking for them there is only noise.
@@ -253,7 +263,7 @@ class QdrantServerEpisodicMemory:
         )
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
-        changes = episodic_changes(events, self._dim, archive=True)
+        changes = episodic_changes(events, self._dim, archive=self._archive)
         async with self._write_lock:
             self._check_open()
             if changes.erased:

@@ -293,6 +293,7 @@ class Node:
                     qdrant_path=None if settings.qdrant_url else settings.edge_path(),
                     collection=version.qdrant_collection,
                     dim=self.embedder.dim,
+                    archive=settings.archive,
                     api_key=(
                         settings.qdrant_api_key.get_secret_value()
                         if settings.qdrant_api_key

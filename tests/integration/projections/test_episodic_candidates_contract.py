@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,8 @@ from processors.config import load_processing_config
 from processors.lexical import query_vector
 from processors.recording import AgentMemoryState, record
 from projections.episodic.candidates import CandidateSignals
+from projections.episodic.edge import EdgeEpisodicMemory
+from projections.episodic.qdrant_server import QdrantServerEpisodicMemory
 from projections.interfaces import EpisodicMemoryStore
 from projections.memory import StoredMemory
 from projections.retrieval.filters import MemoryFilter
@@ -316,3 +319,25 @@ async def test_a_time_range_selects_by_when_the_event_occurred(
 
     assert sorted(m.occurred_at.hour for m in found) == [3, 4, 5, 6, 7]
     assert all(window.admits(m) for m in found)
+
+
+@pytest.mark.parametrize("backend", ["edge", "qdrant-local"])
+async def test_without_the_archive_forgotten_memories_are_deleted(
+    tmp_path: Path, backend: str
+) -> None:
+    if backend == "edge":
+        store: EpisodicMemoryStore = EdgeEpisodicMemory.open(
+            tmp_path / "edge", EMBEDDER.dim, archive=False
+        )
+    else:
+        store = await QdrantServerEpisodicMemory.open(":memory:", dim=EMBEDDER.dim, archive=False)
+    try:
+        log = small_log("alice", 12)
+        await store.apply(log)
+        active = ids(await store.memories("alice"))
+        everything = await store.candidates("alice", EVERY_SIGNAL, scope="all")
+        assert len(active) == 3
+        assert ids(everything) == active
+        assert await store.candidates("alice", EVERY_SIGNAL, scope="archive") == []
+    finally:
+        await store.close()
