@@ -21,6 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from processors.lexical import SparseQuery
+from projections.episodic.candidates import CandidateSignals, Scope
 from projections.memory import StoredMemory
 from projections.retrieval.filters import MemoryFilter
 from schemas.errors import BackendUnavailableError
@@ -88,6 +89,23 @@ class EpisodicMemoryStore(Protocol):
         ``filter`` only those it admits, both filtered in the store so a limit counts only what
         was asked for; None means every level, no filter. Kinds an episodic store cannot hold
         (working, fact, procedure) match nothing.
+        """
+
+    async def candidates(
+        self,
+        agent_id: str,
+        signals: CandidateSignals,
+        levels: Sequence[int] | None = None,
+        *,
+        filter: MemoryFilter | None = None,
+        scope: Scope = "active",
+    ) -> list[StoredMemory]:
+        """The agent's memories a ranking by ``signals`` needs to see, in ``scope`` (the active
+        set, the archive of what capacity and forgetting took away, or all), ``levels`` and
+        ``filter`` as in :meth:`memories`: the union of each signal's best ``signals.limit``
+        (:mod:`projections.episodic.candidates`), read in one query. With a query vector that
+        is not all zeros every candidate carries its ``similarity`` and they come most similar
+        first; else newest first. A pool of at most ``signals.limit`` memories comes back whole.
         """
 
     async def search(

@@ -86,11 +86,14 @@ def memory_json(event: MemoryWritten) -> bytes:
     )
 
 
-def point_payload(event: MemoryWritten) -> dict[str, Any]:
+def point_payload(event: MemoryWritten, *, active: bool = True) -> dict[str, Any]:
     """The payload of a Qdrant point: the fields filters and ordering need, and the memory as
     one JSON string.
 
-    ``tags_lc`` holds the tags casefolded, for the case-insensitive tag filter of a search.
+    ``tags_lc`` holds the tags casefolded, for the case-insensitive tag filter of a search;
+    ``occurred_ts`` the event's time in seconds since the epoch, for time ranges and the wall
+    clock's recency; ``archived`` 1 marks a memory kept in the archive only (an integer: Qdrant
+    Edge matches no boolean value).
 
     Qdrant Edge converts a payload field by field across the Rust boundary (~3 us a field), so
     one string for the whole memory is several times cheaper than the 15 fields of a memory,
@@ -102,6 +105,8 @@ def point_payload(event: MemoryWritten) -> dict[str, Any]:
         "seq": event.seq,
         "level": event.level,
         "importance": event.importance,
+        "occurred_ts": event.occurred_at.timestamp(),
+        "archived": 0 if active else 1,
         "memory": memory_json(event).decode(),
     }
     if event.year is not None:
@@ -117,7 +122,12 @@ def point_payload(event: MemoryWritten) -> dict[str, Any]:
 def memory_from_point(
     payload: Any, similarity: float | None = None, lexical: float | None = None
 ) -> StoredMemory:
-    memory = StoredMemory.model_validate_json(payload["memory"])
+    """The memory of a point's payload, with a search's scores. The scores go into the data
+    validated rather than onto a copy: a retrieval reads a few hundred candidates, and the copy
+    cost ~4 us each."""
     if similarity is None and lexical is None:
-        return memory
-    return memory.model_copy(update={"similarity": similarity, "lexical": lexical})
+        return StoredMemory.model_validate_json(payload["memory"])
+    data = orjson.loads(payload["memory"])
+    data["similarity"] = similarity
+    data["lexical"] = lexical
+    return StoredMemory.model_validate(data)

@@ -14,6 +14,7 @@ from pydantic import Field, FilePath, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from processors.config import LifecycleRules
+from projections.episodic.scope import CANDIDATE_LIMIT
 
 
 class EngramSettings(BaseSettings):
@@ -87,6 +88,21 @@ class EngramSettings(BaseSettings):
         le=1.0,
         description="The embedding cosine's share in hybrid relevance (the rest is BM25); "
         "unset: 0.75 for the hashing embedder, 0.9 for a semantic one.",
+    )
+    archive: bool = Field(
+        default=True,
+        description="Keep every memory an agent lived searchable (scope archive/all): working "
+        "memories and what capacity or utility forgot, as archived points of the episodic "
+        "store, until the agent is erased. Off: they are deleted, and each working memory "
+        "costs no episodic write.",
+    )
+    retrieval_candidates: int = Field(
+        default=CANDIDATE_LIMIT,
+        ge=1,
+        description="How many memories each signal of a retrieval mode (recency, importance, "
+        "the query's embedding, its keywords, context tags) brings from the episodic store to be "
+        "ranked: an agent's pool up to this size is ranked exactly as a whole, a larger one "
+        "through its candidates (projections/README.md).",
     )
     lifecycle: LifecycleRules = Field(
         default_factory=LifecycleRules,

@@ -48,17 +48,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, assert_never
+from typing import Any
 
 import numpy as np
 import qdrant_edge as qe
 
 from processors.lexical import SparseQuery, document_vector
+from projections.episodic.candidates import CandidateSignals, Scope
+from projections.episodic.changes import (
+    EpisodicChanges,
+    advance_positions,
+    checked_vector,
+    episodic_changes,
+)
+from projections.episodic.edge_candidates import candidate_request
+from projections.episodic.edge_filters import ACTIVE, agent_filter, agents_filter, selection_filter
+from projections.episodic.edge_positions import Positions, read_positions, write_positions
 from projections.episodic.hybrid import (
     LEXICAL_VECTOR,
     Selection,
@@ -72,18 +80,11 @@ from projections.episodic.hybrid import (
     similarities,
     warn_dense_only,
 )
-from projections.interfaces import ProjectionError, latest_positions
+from projections.interfaces import ProjectionError
 from projections.memory import StoredMemory, memory_from_point, point_payload
 from projections.retrieval.filters import MemoryFilter
-from schemas.learned_events import LearnedChange
 from schemas.memory_events import (
-    AgentForgotten,
-    ConsolidationCompleted,
     DerivedEvent,
-    MemoryForgotten,
-    MemoryPromoted,
-    MemoryRecorded,
-    MemorySummarised,
     MemoryWritten,
 )
 
@@ -101,84 +102,6 @@ logger = logging.getLogger(__name__)
 
 SHARD_DIR = "shard"
 POSITIONS_FILE = "applied_positions.json"
-Positions = dict[tuple[str, int], int]
-
-
-@dataclass(frozen=True)
-class EpisodicChanges:
-    """A batch folded in log order: the last word on each memory wins.
-
-    Folding first lets a store send one upsert and one delete per batch: the two touch disjoint
-    ids, so their relative order no longer matters, and a memory recorded then forgotten in the
-    same batch is never written at all.
-
-    ``erased`` are the agents the batch forgets whole; a store erases them *before* the upserts
-    and deletes. That equals the log order: the fold drops an erased agent's upserts that came
-    before its :class:`AgentForgotten`, so what remains of the agent in ``upserts`` came after
-    it (a new life) and must survive it. A delete kept from before the erasure deletes a point
-    already gone, unless a later upsert of the same id removed it from ``deletes``.
-    """
-
-    upserts: dict[str, MemoryWritten]
-    deletes: frozenset[str]
-    positions: Positions
-    erased: frozenset[str] = frozenset()
-
-    @property
-    def touches_data(self) -> bool:
-        return bool(self.upserts or self.deletes or self.erased)
-
-
-def episodic_changes(events: Sequence[DerivedEvent], dim: int) -> EpisodicChanges:
-    """Fold a batch, its vectors checked against the store's dimension; positions come from
-    every event, since a working-memory event or a consolidation record is applied too (as a
-    no-op) and a read-your-writes wait must see the store move past it. Every event type is
-    named, so one this fold does not know fails mypy and raises rather than being dropped."""
-    upserts: dict[str, MemoryWritten] = {}
-    deletes: set[str] = set()
-    erased: set[str] = set()
-    for event in events:
-        match event:
-            case MemoryRecorded() | MemoryPromoted() | MemorySummarised():
-                if event.destination == "episodic":
-                    upserts[event.memory_id] = event
-                    deletes.discard(event.memory_id)
-            case MemoryForgotten():
-                if event.destination == "episodic":
-                    upserts.pop(event.memory_id, None)
-                    deletes.add(event.memory_id)
-            case AgentForgotten():
-                agent = event.agent_id
-                upserts = {k: m for k, m in upserts.items() if m.agent_id != agent}
-                erased.add(agent)
-            case ConsolidationCompleted() | LearnedChange():
-                pass
-            case _:
-                assert_never(event)
-    for memory in upserts.values():
-        checked_vector(memory.vector(), dim, f"the embedding of {memory.memory_id}")
-    return EpisodicChanges(upserts, frozenset(deletes), latest_positions(events), frozenset(erased))
-
-
-def advance_positions(current: Mapping[tuple[str, int], int], batch: Positions) -> Positions | None:
-    """The positions after a batch, or None when nothing moved forward.
-
-    Positions never go back: re-applying an old prefix of the log (a replay, a rebalance)
-    must not make a reader believe that later records are no longer applied.
-    """
-    moved = {key: offset for key, offset in batch.items() if current.get(key, -1) < offset}
-    return {**current, **moved} if moved else None
-
-
-def checked_vector(vector: np.ndarray, dim: int, what: str) -> np.ndarray:
-    """A vector of the store's dimension, or a message that names the likely cause."""
-    array = np.asarray(vector, dtype=np.float32)
-    if array.shape != (dim,):
-        raise ValueError(
-            f"{what} has shape {array.shape}, but this store holds {dim}-d vectors "
-            "(was the embedder changed without rebuilding the projection?)"
-        )
-    return array
 
 
 def stored_memory(
@@ -211,36 +134,6 @@ def _edge_errors(doing: str) -> Iterator[None]:
         raise ProjectionError(f"Qdrant Edge: {doing} failed{cause}: {exc}") from exc
 
 
-def _agents_filter(agent_ids: frozenset[str]) -> qe.Filter:
-    return qe.Filter(must=[qe.FieldCondition(key="agent_id", match=qe.MatchAny(sorted(agent_ids)))])
-
-
-def _agent_filter(agent_id: str) -> qe.Filter:
-    return qe.Filter(must=[qe.FieldCondition(key="agent_id", match=qe.MatchValue(agent_id))])
-
-
-def _range(key: str, low: float | None, high: float | None) -> list[qe.FieldCondition]:
-    if low is None and high is None:
-        return []
-    return [qe.FieldCondition(key=key, range=qe.RangeFloat(gte=low, lte=high))]
-
-
-def _selection_filter(chosen: Selection, *, tags_field: str = "tags_lc") -> qe.Filter:
-    """The Edge filter of a selection; ``tags_field`` is "tags" on a pre-hybrid shard."""
-    must: list[qe.ConditionType] = [
-        qe.FieldCondition(key="agent_id", match=qe.MatchValue(chosen.agent_id))
-    ]
-    if chosen.levels is not None:
-        must.append(qe.FieldCondition(key="level", match=qe.MatchAny(list(chosen.levels))))
-    if chosen.tags:
-        tags = chosen.tags if tags_field == "tags_lc" else chosen.given_tags
-        must.append(qe.FieldCondition(key=tags_field, match=qe.MatchAny(list(tags))))
-    must += _range("importance", chosen.min_importance, None)
-    must += _range("year", chosen.year_from, chosen.year_to)
-    must += _range("step", chosen.step_from, chosen.step_to)
-    return qe.Filter(must=must)
-
-
 def _has_lexical(shard_path: Path) -> bool:
     """Whether a shard was created with the ``lexical`` sparse vector and its IDF modifier.
 
@@ -256,16 +149,17 @@ def _has_lexical(shard_path: Path) -> bool:
     return isinstance(params, dict) and params.get("modifier") == "idf"
 
 
-def _point(memory: MemoryWritten, lexical: bool) -> qe.Point:
+def _point(memory: MemoryWritten, lexical: bool, *, active: bool = True) -> qe.Point:
     dense = memory.vector().tolist()
+    payload = point_payload(memory, active=active)
     if not lexical:
-        return qe.Point(memory.memory_id, dense, point_payload(memory))
+        return qe.Point(memory.memory_id, dense, payload)
     sparse = document_vector(memory.content)
     vectors: dict[str, Any] = {
         "": dense,
         LEXICAL_VECTOR: qe.SparseVector(list(sparse.indices), list(sparse.values)),
     }
-    return qe.Point(memory.memory_id, vectors, point_payload(memory))
+    return qe.Point(memory.memory_id, vectors, payload)
 
 
 def _ensure_indexes(shard: qe.EdgeShard) -> None:
@@ -282,52 +176,13 @@ def _ensure_indexes(shard: qe.EdgeShard) -> None:
         "importance": qe.FloatIndexParams(),
         "year": qe.IntegerIndexParams(lookup=False, range=True),
         "step": qe.IntegerIndexParams(lookup=False, range=True),
+        "occurred_ts": qe.FloatIndexParams(),
+        "archived": qe.IntegerIndexParams(lookup=True, range=False),
     }
     existing = shard.info().payload_schema
     for field_name, params in wanted.items():
         if field_name not in existing:
             shard.update(qe.UpdateOperation.create_field_index(field_name, params))
-
-
-def _read_positions(file: Path) -> Positions:
-    """A missing file means nothing applied yet. A damaged one cannot come from the write
-    protocol above, but if it does, starting over is safe (apply is idempotent), only slower."""
-    try:
-        data = json.loads(file.read_bytes())
-        return {(str(p["topic"]), int(p["partition"])): int(p["offset"]) for p in data["positions"]}
-    except FileNotFoundError:
-        return {}
-    except (ValueError, KeyError, TypeError) as exc:
-        logger.warning(
-            "ignoring damaged %s (%s): the log will be replayed from the start", file, exc
-        )
-        return {}
-
-
-def _write_positions(file: Path, positions: Positions) -> None:
-    body = json.dumps(
-        {
-            "version": 1,
-            "positions": [
-                {"topic": topic, "partition": partition, "offset": offset}
-                for (topic, partition), offset in sorted(positions.items())
-            ],
-        }
-    ).encode()
-    temporary = file.with_name(file.name + ".tmp")
-    try:
-        with temporary.open("wb") as fh:
-            fh.write(body)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(temporary, file)
-        directory = os.open(file.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
-    except OSError as exc:
-        raise ProjectionError(f"Qdrant Edge: writing positions to {file} failed: {exc}") from exc
 
 
 class EdgeEpisodicMemory:
@@ -341,7 +196,9 @@ class EdgeEpisodicMemory:
         positions: Positions,
         *,
         lexical: bool = True,
+        archive: bool = True,
     ) -> None:
+        self._archive = archive
         self._shard = shard
         self._path = path
         self._dim = dim
@@ -352,7 +209,7 @@ class EdgeEpisodicMemory:
         self._closed = False
 
     @classmethod
-    def open(cls, path: Path, dim: int) -> EdgeEpisodicMemory:
+    def open(cls, path: Path, dim: int, *, archive: bool = True) -> EdgeEpisodicMemory:
         """Create the store at ``path``, or load it; a dimension other than the stored one fails.
 
         A new shard gets the ``lexical`` sparse vector; an existing one is loaded with its own
@@ -375,7 +232,8 @@ class EdgeEpisodicMemory:
             except Exception:
                 shard.close()
                 raise
-        store = cls(shard, path, dim, _read_positions(path / POSITIONS_FILE), lexical=lexical)
+        positions = read_positions(path / POSITIONS_FILE)
+        store = cls(shard, path, dim, positions, lexical=lexical, archive=archive)
         if not lexical:
             store._warn_dense_only()
         return store
@@ -395,7 +253,7 @@ class EdgeEpisodicMemory:
             warn_dense_only(str(self._path))
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
-        changes = episodic_changes(events, self._dim)
+        changes = episodic_changes(events, self._dim, archive=self._archive)
         async with self._write_lock:
             self._check_open()
             positions = advance_positions(self._positions, changes.positions)
@@ -412,7 +270,7 @@ class EdgeEpisodicMemory:
             moved = advance_positions(self._positions, dict(positions))
             if moved is None:
                 return
-            await asyncio.to_thread(_write_positions, self._path / POSITIONS_FILE, moved)
+            await asyncio.to_thread(write_positions, self._path / POSITIONS_FILE, moved)
             self._positions = moved
 
     def _write(self, changes: EpisodicChanges, positions: Positions | None) -> None:
@@ -420,20 +278,25 @@ class EdgeEpisodicMemory:
         with _edge_errors(f"applying a batch to {self._path}"):
             if changes.erased:
                 self._shard.update(
-                    qe.UpdateOperation.delete_points_by_filter(_agents_filter(changes.erased))
+                    qe.UpdateOperation.delete_points_by_filter(agents_filter(changes.erased))
                 )
-            if changes.upserts:
-                points = [_point(m, self._lexical) for m in changes.upserts.values()]
+            points = [_point(m, self._lexical) for m in changes.upserts.values()]
+            points += [_point(m, self._lexical, active=False) for m in changes.archived.values()]
+            if points:
                 self._shard.update(qe.UpdateOperation.upsert_points(points))
+            if changes.retired:
+                # By filter: a point an erasure removed is passed over, not an error.
+                gone = qe.Filter(must=[qe.HasIdCondition(set(changes.retired))])
+                self._shard.update(qe.UpdateOperation.set_payload_by_filter(gone, {"archived": 1}))
             if changes.deletes:
                 self._shard.update(qe.UpdateOperation.delete_points(sorted(changes.deletes)))
             if changes.touches_data:
                 self._shard.flush()
         if positions is not None:
-            _write_positions(self._path / POSITIONS_FILE, positions)
+            write_positions(self._path / POSITIONS_FILE, positions)
 
     def _filter(self, chosen: Selection) -> qe.Filter:
-        return _selection_filter(chosen, tags_field="tags_lc" if self._lexical else "tags")
+        return selection_filter(chosen, tags_field="tags_lc" if self._lexical else "tags")
 
     async def memories(
         self,
@@ -459,6 +322,34 @@ class EdgeEpisodicMemory:
         with _edge_errors(f"listing the memories of {agent_id!r}"):
             records, _ = self._shard.scroll(request)
         return [stored_memory(record.payload) for record in records]
+
+    async def candidates(
+        self,
+        agent_id: str,
+        signals: CandidateSignals,
+        levels: Sequence[int] | None = None,
+        *,
+        filter: MemoryFilter | None = None,
+        scope: Scope = "active",
+    ) -> list[StoredMemory]:
+        chosen = selection(agent_id, levels, filter, scope)
+        self._check_open()
+        if chosen is None:
+            return []
+        if signals.vector is not None:
+            checked_vector(signals.vector, self._dim, "the query vector")
+        request = candidate_request(
+            signals,
+            self._filter(chosen),
+            agent_filter(agent_id, scope),
+            tags_field="tags_lc" if self._lexical else "tags",
+            lexical=self._lexical,
+        )
+        with _edge_errors(f"reading the candidates of {agent_id!r}"):
+            points = self._shard.query(request)
+        if not signals.nearest:
+            return [stored_memory(point.payload) for point in points]
+        return [stored_memory(point.payload, point.score) for point in points]
 
     async def search(
         self,
@@ -503,7 +394,7 @@ class EdgeEpisodicMemory:
         sparse = qe.Query.Nearest(
             qe.SparseVector(list(lexical.indices), list(lexical.values)), using=LEXICAL_VECTOR
         )
-        idf_corpus = qe.SearchParams(idf=qe.IdfParams(corpus=_agent_filter(chosen.agent_id)))
+        idf_corpus = qe.SearchParams(idf=qe.IdfParams(corpus=agent_filter(chosen.agent_id)))
         nearest = qe.Query.Nearest(query.tolist()) if np.any(query) else None
         if nearest is None and not lexical:
             return []
@@ -554,7 +445,7 @@ class EdgeEpisodicMemory:
 
     async def count(self, agent_id: str | None = None) -> int:
         request = qe.CountRequest(
-            exact=True, filter=None if agent_id is None else _agent_filter(agent_id)
+            exact=True, filter=ACTIVE if agent_id is None else agent_filter(agent_id)
         )
         self._check_open()
         with _edge_errors("counting memories"):

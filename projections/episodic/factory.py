@@ -26,8 +26,10 @@ async def open_episodic_store(
     collection: str,
     dim: int,
     api_key: str | None = None,
+    archive: bool = True,
 ) -> EpisodicMemoryStore:
-    """Open the episodic store; it must be closed by the caller.
+    """Open the episodic store; it must be closed by the caller. ``archive`` False forgets
+    what capacity and forgetting take (:mod:`projections.episodic.changes`).
 
     With a path, the Edge store lives in ``qdrant_path / collection``, so several collections
     (episodic, later semantic) can share one configured directory as they share one server.
@@ -36,10 +38,12 @@ async def open_episodic_store(
     """
     if qdrant_url:
         return await QdrantServerEpisodicMemory.open(
-            qdrant_url, dim=dim, collection=collection, api_key=api_key
+            qdrant_url, dim=dim, collection=collection, api_key=api_key, archive=archive
         )
     if qdrant_path is not None:
-        return await asyncio.to_thread(EdgeEpisodicMemory.open, qdrant_path / collection, dim)
+        return await asyncio.to_thread(
+            EdgeEpisodicMemory.open, qdrant_path / collection, dim, archive=archive
+        )
     raise ValueError(
         "no episodic store configured: give a Qdrant server URL (cluster) or a directory for "
         "the embedded Qdrant Edge store"

@@ -24,10 +24,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 
+from projections.episodic.candidates import Scope
 from projections.interfaces import ProjectionError
 from projections.retrieval.filters import MemoryFilter
 from projections.retrieval.relevance import quantized, ranking, related, rrf_order
@@ -87,10 +89,17 @@ class Selection:
     year_to: int | None = None
     step_from: int | None = None
     step_to: int | None = None
+    occurred_from: float | None = None
+    occurred_to: float | None = None
+    """Bounds on ``occurred_ts``, the event's time in seconds since the epoch."""
+    scope: Scope = "active"
 
 
 def selection(
-    agent_id: str, levels: Sequence[int] | None, memory_filter: MemoryFilter | None
+    agent_id: str,
+    levels: Sequence[int] | None,
+    memory_filter: MemoryFilter | None,
+    scope: Scope = "active",
 ) -> Selection | None:
     """The selection of a read, or None when nothing in an episodic store can match it (only
     kinds it does not hold, or kinds whose levels ``levels`` excludes).
@@ -100,7 +109,7 @@ def selection(
     """
     wanted = checked_levels(levels)
     if memory_filter is None:
-        return Selection(agent_id, None if wanted is None else tuple(wanted))
+        return Selection(agent_id, None if wanted is None else tuple(wanted), scope=scope)
     if memory_filter.kinds:
         kind_levels = {_LEVEL_OF_KIND[k] for k in memory_filter.kinds if k in _LEVEL_OF_KIND}
         allowed = kind_levels if wanted is None else kind_levels & set(wanted)
@@ -119,7 +128,14 @@ def selection(
         year_to=memory_filter.year_to,
         step_from=memory_filter.step_from,
         step_to=memory_filter.step_to,
+        occurred_from=_seconds(memory_filter.occurred_after),
+        occurred_to=_seconds(memory_filter.occurred_before),
+        scope=scope,
     )
+
+
+def _seconds(moment: datetime | None) -> float | None:
+    return None if moment is None else moment.timestamp()
 
 
 def fetch_depth(limit: int) -> int:

@@ -39,13 +39,14 @@ import numpy as np
 from qdrant_client import AsyncQdrantClient, models
 
 from processors.lexical import SparseQuery, document_vector
+from projections.episodic.candidates import CandidateSignals, Scope
 from projections.episodic.edge import (
-    Positions,
     advance_positions,
     checked_vector,
     episodic_changes,
     stored_memory,
 )
+from projections.episodic.edge_positions import Positions
 from projections.episodic.hybrid import (
     LEXICAL_VECTOR,
     Selection,
@@ -58,6 +59,8 @@ from projections.episodic.hybrid import (
     similarities,
     warn_dense_only,
 )
+from projections.episodic.qdrant_candidates import candidate_query
+from projections.episodic.qdrant_filters import ACTIVE, agent_filter, selection_filter
 from projections.interfaces import ProjectionError
 from projections.memory import StoredMemory, point_payload
 from projections.retrieval.filters import MemoryFilter
@@ -77,40 +80,11 @@ def _position_id(topic: str, partition: int) -> str:
     return str(uuid.uuid5(POSITIONS_NAMESPACE, f"{topic}/{partition}"))
 
 
-def _agent_filter(agent_id: str) -> models.Filter:
-    return models.Filter(
-        must=[models.FieldCondition(key="agent_id", match=models.MatchValue(value=agent_id))]
-    )
-
-
-def _range(key: str, low: float | None, high: float | None) -> list[models.Condition]:
-    if low is None and high is None:
-        return []
-    return [models.FieldCondition(key=key, range=models.Range(gte=low, lte=high))]
-
-
-def _selection_filter(chosen: Selection, *, tags_field: str = "tags_lc") -> models.Filter:
-    """The filter of a selection, condition for condition that of the Edge adapter."""
-    must: list[models.Condition] = [
-        models.FieldCondition(key="agent_id", match=models.MatchValue(value=chosen.agent_id))
-    ]
-    if chosen.levels is not None:
-        must.append(
-            models.FieldCondition(key="level", match=models.MatchAny(any=list(chosen.levels)))
-        )
-    if chosen.tags:
-        tags = chosen.tags if tags_field == "tags_lc" else chosen.given_tags
-        must.append(models.FieldCondition(key=tags_field, match=models.MatchAny(any=list(tags))))
-    must += _range("importance", chosen.min_importance, None)
-    must += _range("year", chosen.year_from, chosen.year_to)
-    must += _range("step", chosen.step_from, chosen.step_to)
-    return models.Filter(must=must)
-
-
-def _point(memory: MemoryWritten, lexical: bool) -> models.PointStruct:
+def _point(memory: MemoryWritten, lexical: bool, *, active: bool = True) -> models.PointStruct:
     dense = memory.vector().tolist()
+    payload = point_payload(memory, active=active)
     if not lexical:
-        return models.PointStruct(id=memory.memory_id, vector=dense, payload=point_payload(memory))
+        return models.PointStruct(id=memory.memory_id, vector=dense, payload=payload)
     sparse = document_vector(memory.content)
     vectors: dict[str, models.Vector] = {
         "": dense,
@@ -118,7 +92,7 @@ def _point(memory: MemoryWritten, lexical: bool) -> models.PointStruct:
             indices=list(sparse.indices), values=list(sparse.values)
         ),
     }
-    return models.PointStruct(id=memory.memory_id, vector=vectors, payload=point_payload(memory))
+    return models.PointStruct(id=memory.memory_id, vector=vectors, payload=payload)
 
 
 def _client_for(
@@ -152,7 +126,16 @@ def _client_errors(where: str, doing: str) -> Iterator[None]:
 class QdrantServerEpisodicMemory:
     """One collection of episodic memories, one point per memory (point id = memory id)."""
 
-    def __init__(self, client: AsyncQdrantClient, *, collection: str, dim: int, where: str) -> None:
+    def __init__(
+        self,
+        client: AsyncQdrantClient,
+        *,
+        collection: str,
+        dim: int,
+        where: str,
+        archive: bool = True,
+    ) -> None:
+        self._archive = archive
         self._client = client
         self._collection = collection
         self._positions_collection = collection + POSITIONS_SUFFIX
@@ -172,6 +155,7 @@ class QdrantServerEpisodicMemory:
         collection: str = DEFAULT_COLLECTION,
         api_key: str | None = None,
         request_timeout: int = 10,
+        archive: bool = True,
     ) -> QdrantServerEpisodicMemory:
         """Connect and create the collections if missing.
 
@@ -179,7 +163,7 @@ class QdrantServerEpisodicMemory:
         (a ``Path``) for the client's on-disk local mode.
         """
         client, remote = _client_for(location, api_key, request_timeout)
-        store = cls(client, collection=collection, dim=dim, where=str(location))
+        store = cls(client, collection=collection, dim=dim, where=str(location), archive=archive)
         try:
             # Local mode only warns that payload indexes have no effect, and the warning is
             # attributed to this module (stacklevel=5), so asking for them there is only noise.
@@ -225,6 +209,10 @@ class QdrantServerEpisodicMemory:
             ),
             "step": models.IntegerIndexParams(
                 type=models.IntegerIndexType.INTEGER, lookup=False, range=True
+            ),
+            "occurred_ts": models.FloatIndexParams(type=models.FloatIndexType.FLOAT),
+            "archived": models.IntegerIndexParams(
+                type=models.IntegerIndexType.INTEGER, lookup=True, range=False
             ),
         }
         with _client_errors(self._where, f"creating the payload indexes of {self._collection}"):
@@ -275,7 +263,7 @@ class QdrantServerEpisodicMemory:
         )
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
-        changes = episodic_changes(events, self._dim)
+        changes = episodic_changes(events, self._dim, archive=self._archive)
         async with self._write_lock:
             self._check_open()
             if changes.erased:
@@ -288,13 +276,20 @@ class QdrantServerEpisodicMemory:
                         points_selector=models.FilterSelector(filter=models.Filter(must=[agents])),
                         wait=True,
                     )
-            if changes.upserts:
-                points = [_point(memory, self._lexical) for memory in changes.upserts.values()]
+            points = [_point(memory, self._lexical) for memory in changes.upserts.values()]
+            points += [_point(m, self._lexical, active=False) for m in changes.archived.values()]
+            if points:
                 with _client_errors(self._where, f"upserting {len(points)} memories"):
                     for start in range(0, len(points), UPSERT_CHUNK):
                         await self._client.upsert(
                             self._collection, points=points[start : start + UPSERT_CHUNK], wait=True
                         )
+            if changes.retired:
+                gone = models.Filter(must=[models.HasIdCondition(has_id=sorted(changes.retired))])
+                with _client_errors(self._where, f"archiving {len(changes.retired)} memories"):
+                    await self._client.set_payload(
+                        self._collection, payload={"archived": 1}, points=gone, wait=True
+                    )
             if changes.deletes:
                 with _client_errors(self._where, f"deleting {len(changes.deletes)} memories"):
                     await self._client.delete(
@@ -342,7 +337,7 @@ class QdrantServerEpisodicMemory:
                 await self._client.upsert(self._positions_collection, points=moved, wait=True)
 
     def _filter(self, chosen: Selection) -> models.Filter:
-        return _selection_filter(chosen, tags_field="tags_lc" if self._lexical else "tags")
+        return selection_filter(chosen, tags_field="tags_lc" if self._lexical else "tags")
 
     async def memories(
         self,
@@ -368,6 +363,41 @@ class QdrantServerEpisodicMemory:
                 with_vectors=False,
             )
         return [stored_memory(record.payload) for record in records]
+
+    async def candidates(
+        self,
+        agent_id: str,
+        signals: CandidateSignals,
+        levels: Sequence[int] | None = None,
+        *,
+        filter: MemoryFilter | None = None,
+        scope: Scope = "active",
+    ) -> list[StoredMemory]:
+        chosen = selection(agent_id, levels, filter, scope)
+        self._check_open()
+        if chosen is None:
+            return []
+        if signals.vector is not None:
+            checked_vector(signals.vector, self._dim, "the query vector")
+        asked = candidate_query(
+            signals,
+            self._filter(chosen),
+            agent_filter(agent_id, scope),
+            tags_field="tags_lc" if self._lexical else "tags",
+            lexical=self._lexical,
+        )
+        with _client_errors(self._where, f"reading the candidates of {agent_id!r}"):
+            response = await self._client.query_points(
+                self._collection,
+                prefetch=asked.prefetch,
+                query=asked.query,
+                limit=asked.limit,
+                with_payload=["memory"],
+                with_vectors=False,
+            )
+        if not signals.nearest:
+            return [stored_memory(point.payload) for point in response.points]
+        return [stored_memory(point.payload, point.score) for point in response.points]
 
     async def search(
         self,
@@ -410,7 +440,7 @@ class QdrantServerEpisodicMemory:
         fused best."""
         flt = self._filter(chosen)
         sparse = models.SparseVector(indices=list(lexical.indices), values=list(lexical.values))
-        idf_corpus = models.IdfCorpusParams(corpus=_agent_filter(chosen.agent_id))
+        idf_corpus = models.IdfCorpusParams(corpus=agent_filter(chosen.agent_id))
         nearest = query.tolist() if np.any(query) else None
         if nearest is None and not lexical:
             return []
@@ -482,7 +512,7 @@ class QdrantServerEpisodicMemory:
         with _client_errors(self._where, "counting memories"):
             result = await self._client.count(
                 self._collection,
-                count_filter=None if agent_id is None else _agent_filter(agent_id),
+                count_filter=ACTIVE if agent_id is None else agent_filter(agent_id),
                 exact=True,
             )
         return result.count

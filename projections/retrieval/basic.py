@@ -123,10 +123,11 @@ def basic(
     top: int = BASIC_TOP,
     current_year: int | None = None,
     current_step: int | None = None,
+    current_hour: int | None = None,
 ) -> Ranking:
     """At most ``recent + top`` memories: the recent window, then the supplement. Duplicates
     are scored once, the first occurrence kept: pass working memories first."""
-    clock, picks = _recent_plus_top(memories, recent, top, current_year, current_step)
+    clock, picks = _recent_plus_top(memories, recent, top, current_year, current_step, current_hour)
     results = tuple(
         ScoredMemory(
             pick.memory,
@@ -154,13 +155,14 @@ def constrained(
     top: int = BASIC_TOP,
     current_year: int | None = None,
     current_step: int | None = None,
+    current_hour: int | None = None,
 ) -> Ranking:
     """Basic ranking with ``recent = memory_count(profile, arousal)``; ``top`` supplemental
     memories whatever the arousal. The breakdown names the cognitive system ``arousal`` puts
     the agent in at ``threshold``, the same rule the surprise processor applies."""
     count = memory_count(profile, arousal)
     system = cognitive_system(arousal, threshold)
-    clock, picks = _recent_plus_top(memories, count, top, current_year, current_step)
+    clock, picks = _recent_plus_top(memories, count, top, current_year, current_step, current_hour)
     results = tuple(
         ScoredMemory(
             pick.memory,
@@ -189,11 +191,14 @@ def _recent_plus_top(
     top: int,
     current_year: int | None,
     current_step: int | None,
+    current_hour: int | None,
 ) -> tuple[Clock, list[_Pick]]:
     if recent < 0 or top < 0:
         raise ValueError(f"recent and top must not be negative, got {recent} and {top}")
     candidates = list(unique(memories, set()))
-    clock = resolve_clock(candidates, current_year=current_year, current_step=current_step)
+    clock = resolve_clock(
+        candidates, current_year=current_year, current_step=current_step, current_hour=current_hour
+    )
     times = memory_times(candidates, clock)
     picks: list[_Pick] = []
     for memory in candidates:

@@ -26,13 +26,16 @@ def by_relevance(
     parts: Mapping[str, Mapping[str, float]] | None = None,
     current_year: int | None = None,
     current_step: int | None = None,
+    current_hour: int | None = None,
 ) -> Ranking:
     """The ``top_k`` most relevant memories; ties go to the more recent (time, then ``seq``).
     A memory missing from ``relevance`` has relevance 0; ``parts`` (by memory id) is reported
     in the breakdown as given. Duplicates are scored once, the first occurrence kept."""
     check_top_k(top_k)
     candidates = list(unique(memories, set()))
-    clock = resolve_clock(candidates, current_year=current_year, current_step=current_step)
+    clock = resolve_clock(
+        candidates, current_year=current_year, current_step=current_step, current_hour=current_hour
+    )
     times = memory_times(candidates, clock)
     parts = parts or {}
     ranked: list[tuple[tuple[float, int, int], ScoredMemory]] = []

@@ -1,8 +1,12 @@
 """The retrieval engine: read one agent's memories from both stores, rank them, explain the rank.
 
-The stores are small per agent (working capacity 10, episodic 50: seed 004 section 5.1), so the
-engine reads all of an agent's memories and ranks them in process with the pure functions of
-:mod:`projections.retrieval.scoring`; the stores only have to list and, given a query, search.
+Working memory is small (its capacity, 10 by default) and read whole; of the episodic store the
+engine reads the candidates of the request's mode, a bounded set the store picks by recency,
+importance and relevance to the query (:mod:`projections.retrieval.pool_reads`,
+:mod:`projections.episodic.candidates`), so the cost of a retrieval does not grow with the
+agent's pool. It ranks them in process with the pure functions of
+:mod:`projections.retrieval.scoring`: for a pool within the candidate bound, exactly as the
+whole pool.
 
 Modes. :func:`rank` dispatches the request's mode to its pure scoring function (two_phase and
 weighted in :mod:`~projections.retrieval.scoring`, saliency, basic and constrained, generative,
@@ -53,8 +57,9 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 import numpy as np
 
 from processors.embedding import Embedder
+from projections.episodic.candidates import CANDIDATE_LIMIT
 from projections.episodic.hybrid import cosines
-from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
+from projections.interfaces import EpisodicMemoryStore, WorkingMemoryStore
 from projections.memory import StoredMemory
 from projections.retrieval.basic import (
     DEFAULT_PROFILE,
@@ -76,15 +81,36 @@ from projections.retrieval.models import (
     RetrievalResponse,
     RetrievedMemory,
 )
+from projections.retrieval.pool_reads import read_pools, without_copies_of
 from projections.retrieval.relevance import (
     DENSE_SHARE_MODEL_FREE,
     blended_relevance,
     dense_share_for,
 )
 from projections.retrieval.saliency import saliency
-from projections.retrieval.scoring import Ranking, Weights, two_phase, weighted
+from projections.retrieval.scoring import (
+    Moment,
+    Ranking,
+    Weights,
+    hour_of,
+    two_phase,
+    weighted,
+)
 from schemas.errors import EngramError
 from schemas.topics import Topics
+
+__all__ = [
+    "SOURCE_TOPICS",
+    "PositionsNotAppliedError",
+    "PositionsNotInLogError",
+    "RetrievalEngine",
+    "UnknownTopicError",
+    "rank",
+    "relevance_of",
+    "relevance_parts",
+    "weights_of",
+    "without_copies_of",
+]
 
 SOURCE_TOPICS = (*Topics().agent_inputs, Topics().schedule, Topics().access)
 """The topics the processors consume, unprefixed: the only ones whose positions stores record."""
@@ -96,8 +122,9 @@ RELEVANCE_MODES = frozenset({"generative", "relevance"})
 """The modes that rank by hybrid relevance to the query, and so need every memory's cosine."""
 
 EPISODIC_READ_LIMIT = 1000
-"""Far above the episodic capacity of 50, so a read returns every memory even while eviction
-lags behind recording; the ranking then sees the whole store, as the seeds' engines do."""
+"""With ``candidate_limit`` None, the most a read of the whole pool returns: far above the
+default episodic capacity of 50, so a read returns every memory even while eviction lags behind
+recording; the ranking then sees the whole store, as the seeds' engines do."""
 
 WORKING_VECTOR_CACHE = 16_384
 """How many working memories' vectors an engine keeps, by text, least recently used out: a
@@ -175,6 +202,7 @@ class RetrievalEngine:
         embedder: Embedder,
         *,
         episodic_limit: int = EPISODIC_READ_LIMIT,
+        candidate_limit: int | None = CANDIDATE_LIMIT,
         source_topics: Collection[str] | None = None,
         arousal_of: Callable[[str], Awaitable[StoredArousal | None]] | None = None,
         dense_share: float | None = None,
@@ -187,9 +215,15 @@ class RetrievalEngine:
         ``arousal_of`` reads an agent's stored arousal (None: not known) for the constrained
         mode; by default the working store's latest surprise reading; when none is known,
         arousal is 0 (System 1). ``dense_share`` is the cosine's share in hybrid relevance,
-        by default :func:`~projections.retrieval.relevance.dense_share_for` the embedder."""
+        by default :func:`~projections.retrieval.relevance.dense_share_for` the embedder.
+        ``candidate_limit`` is how many memories each signal of a mode brings from the
+        episodic store (:mod:`projections.episodic.candidates`); None reads an agent's whole
+        pool, up to ``episodic_limit``, and ranks all of it."""
         if episodic_limit < 1:
             raise ValueError("episodic_limit must be at least 1")
+        if candidate_limit is not None and candidate_limit < 1:
+            raise ValueError("candidate_limit must be at least 1 (None: read the whole pool)")
+        self._candidate_limit = candidate_limit
         share = dense_share_for(embedder.id) if dense_share is None else dense_share
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"dense_share must lie in [0, 1], got {share}")
@@ -227,7 +261,18 @@ class RetrievalEngine:
         started = time.perf_counter()
         levels, read_working = levels_for(request.filter, request.levels)
         vector = None if request.query is None else await self._embed(request.query)
-        working, episodic = await self._read(agent_id, vector, request, levels, read_working)
+        # One version for both reads, whatever :meth:`use` does while they run.
+        working, episodic = await read_pools(
+            self._working,
+            self._episodic,
+            agent_id,
+            vector,
+            request,
+            levels=levels,
+            read_working=read_working,
+            candidate_limit=self._candidate_limit,
+            episodic_limit=self._episodic_limit,
+        )
         if request.filter is not None:
             admits = request.filter.admits
             working = [m for m in working if admits(m)]
@@ -251,8 +296,9 @@ class RetrievalEngine:
         return RetrievalResponse(
             agent_id=agent_id,
             mode=request.mode,
+            scope=request.scope,
             clock=ranking.clock,
-            weights=request.weights or Weights() if request.mode == "weighted" else None,
+            weights=weights_of(request) if request.mode == "weighted" else None,
             generative=(
                 request.generative or GenerativeWeights() if request.mode == "generative" else None
             ),
@@ -415,63 +461,6 @@ class RetrievalEngine:
                 checks[name] = "ok"
         return checks
 
-    async def _read(
-        self,
-        agent_id: str,
-        vector: np.ndarray | None,
-        request: RetrievalRequest,
-        levels: Sequence[int],
-        read_working: bool,
-    ) -> tuple[list[StoredMemory], list[StoredMemory]]:
-        """Both stores at once, promoted copies of working memories left out. Waits for both
-        even when one fails, so no read outlives the request; two store failures are reported
-        together."""
-        # One version for both reads, whatever :meth:`use` does while they run.
-        working_store, episodic_store = self._working, self._episodic
-        working, episodic = await asyncio.gather(
-            self._read_working(working_store, agent_id, read_working),
-            self._read_episodic(episodic_store, agent_id, vector, request, levels),
-            return_exceptions=True,
-        )
-        if isinstance(working, BaseException) or isinstance(episodic, BaseException):
-            failures = [r for r in (working, episodic) if isinstance(r, BaseException)]
-            unexpected = [f for f in failures if not isinstance(f, ProjectionError)]
-            if unexpected:
-                raise unexpected[0]
-            if len(failures) == 1:
-                raise failures[0]
-            raise ProjectionError("; ".join(str(f) for f in failures)) from failures[0]
-        return working, without_copies_of(working, episodic)
-
-    @staticmethod
-    async def _read_working(
-        store: WorkingMemoryStore, agent_id: str, read: bool
-    ) -> list[StoredMemory]:
-        if not read:
-            return []
-        return await store.memories(agent_id)
-
-    async def _read_episodic(
-        self,
-        store: EpisodicMemoryStore,
-        agent_id: str,
-        vector: np.ndarray | None,
-        request: RetrievalRequest,
-        levels: Sequence[int],
-    ) -> list[StoredMemory]:
-        """Every memory the request's levels and filter select (the store filters natively).
-        With a query, by vector search, which returns them all (the limit is far above the
-        capacity) each with its cosine; the keyword half of relevance is computed over the
-        whole pool in :func:`rank`, working memories included, rather than by the store's own
-        hybrid search, which sees episodic memories only."""
-        if not levels:
-            return []
-        limit, memory_filter = self._episodic_limit, request.filter
-        # A query of stopwords only embeds to zeros, which has no direction to search by.
-        if vector is not None and np.any(vector):
-            return await store.search(agent_id, vector, limit, levels=levels, filter=memory_filter)
-        return await store.memories(agent_id, limit, levels=levels, filter=memory_filter)
-
 
 def rank(
     request: RetrievalRequest,
@@ -489,7 +478,12 @@ def rank(
     by the modes that rank by relevance (:func:`relevance_parts`). Working memories are passed
     first everywhere, so a memory in both stores is ranked as working."""
     everything = [*working, *episodic]
-    year, step = request.current_year, request.current_step
+    hour = None if request.current_time is None else hour_of(request.current_time)
+    now: Moment = {
+        "current_year": request.current_year,
+        "current_step": request.current_step,
+        "current_hour": hour,
+    }
     mode = request.mode
     if mode == "weighted":
         return weighted(
@@ -497,14 +491,13 @@ def rank(
             top_k=request.top_k,
             context_tags=request.tags,
             query_text=request.query,
-            weights=request.weights or Weights(),
-            current_year=year,
-            current_step=step,
+            weights=weights_of(request),
+            **now,
         )
     if mode == "saliency":
-        return saliency(everything, top_k=request.top_k, current_year=year, current_step=step)
+        return saliency(everything, top_k=request.top_k, **now)
     if mode == "basic":
-        return basic(everything, current_year=year, current_step=step)
+        return basic(everything, **now)
     if mode == "constrained":
         profile = PROFILES[request.profile or DEFAULT_PROFILE]
         level = request.arousal
@@ -515,8 +508,7 @@ def rank(
             profile=profile,
             arousal=level,
             threshold=SYSTEM_2_THRESHOLD if arousal is None else arousal.threshold,
-            current_year=year,
-            current_step=step,
+            **now,
         )
     if mode == "generative":
         return generative(
@@ -524,8 +516,7 @@ def rank(
             top_k=request.top_k,
             relevance=relevance_of(request.query, everything, dense_share=dense_share),
             weights=request.generative,
-            current_year=year,
-            current_step=step,
+            **now,
         )
     if mode == "relevance":
         if request.query is None:
@@ -536,10 +527,25 @@ def rank(
             top_k=request.top_k,
             relevance={key: signals["relevance"] for key, signals in parts.items()},
             parts=parts,
-            current_year=year,
-            current_step=step,
+            **now,
         )
-    return two_phase(working, episodic, top_k=request.top_k, current_year=year, current_step=step)
+    return two_phase(working, episodic, top_k=request.top_k, **now)
+
+
+QUERY_RELEVANCE_WEIGHT = 0.5
+"""W_rel of the weighted mode when a request gives a query and no relevance weight of its own:
+seed 003's default weights leave the query out (W_rel 0), which answers a question by recency,
+importance and context alone."""
+
+
+def weights_of(request: RetrievalRequest) -> Weights:
+    """The weights the weighted mode ranks ``request`` by: the request's, else seed 003's
+    defaults; with a query, relevance weighs :data:`QUERY_RELEVANCE_WEIGHT` unless the request
+    set it."""
+    weights = request.weights or Weights()
+    if request.query and "relevance" not in weights.model_fields_set:
+        return weights.model_copy(update={"relevance": QUERY_RELEVANCE_WEIGHT})
+    return weights
 
 
 def relevance_parts(
@@ -578,13 +584,3 @@ def relevance_of(
     """Hybrid relevance to ``query`` by memory id (see :func:`relevance_parts`)."""
     parts = relevance_parts(query, memories, dense_share=dense_share)
     return {key: signals["relevance"] for key, signals in parts.items()}
-
-
-def without_copies_of(
-    working: Sequence[StoredMemory], episodic: Sequence[StoredMemory]
-) -> list[StoredMemory]:
-    """``episodic`` without the promoted copies of memories still in ``working``: a copy shares
-    its original's source event and level. The level is part of the key because a summary's
-    source event is the one that triggered it, which may also be remembered on its own."""
-    originals = {(m.source_event_id, m.level) for m in working}
-    return [m for m in episodic if (m.source_event_id, m.level) not in originals]

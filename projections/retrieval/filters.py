@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from projections.memory import StoredMemory
 from schemas.envelope import Tag
@@ -85,6 +85,14 @@ class MemoryFilter(BaseModel):
     step_to: SimulationTime | None = Field(
         default=None, description="Latest simulation step, inclusive."
     )
+    occurred_after: AwareDatetime | None = Field(
+        default=None,
+        description="Keep memories of events that occurred at or after this time "
+        "(ISO 8601 with an offset), the wall clock of agents without years or steps.",
+    )
+    occurred_before: AwareDatetime | None = Field(
+        default=None, description="Keep memories of events that occurred at or before this time."
+    )
 
     def admits(self, memory: StoredMemory) -> bool:
         """A memory without a year (step) fails any bound on years (steps): its time is unknown,
@@ -97,6 +105,10 @@ class MemoryFilter(BaseModel):
             wanted = {tag.casefold() for tag in self.tags}
             if not any(tag.casefold() in wanted for tag in memory.tags):
                 return False
+        if self.occurred_after is not None and memory.occurred_at < self.occurred_after:
+            return False
+        if self.occurred_before is not None and memory.occurred_at > self.occurred_before:
+            return False
         return _within(memory.year, self.year_from, self.year_to) and _within(
             memory.step, self.step_from, self.step_to
         )

@@ -95,6 +95,7 @@ def generative(
     weights: GenerativeWeights | None = None,
     current_year: int | None = None,
     current_step: int | None = None,
+    current_hour: int | None = None,
 ) -> Ranking:
     """The ``top_k`` best by the weighted sum; ties go to the more recent (time, then ``seq``).
     ``relevance`` is by memory id; a memory missing from it has relevance 0. Duplicates are
@@ -102,7 +103,9 @@ def generative(
     check_top_k(top_k)
     weights = weights or GenerativeWeights()
     candidates = list(unique(memories, set()))
-    clock = resolve_clock(candidates, current_year=current_year, current_step=current_step)
+    clock = resolve_clock(
+        candidates, current_year=current_year, current_step=current_step, current_hour=current_hour
+    )
     times = memory_times(candidates, clock)
     ages = [max(clock.now - times[m.memory_id][0], 0) for m in candidates]
     recency = [weights.recency_decay**age for age in ages]

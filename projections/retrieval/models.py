@@ -14,6 +14,7 @@ from pydantic import (
     model_validator,
 )
 
+from projections.episodic.candidates import Scope
 from projections.memory import StoredMemory
 from projections.retrieval.breakdowns import Breakdown, ProfileName
 from projections.retrieval.filters import TIME_BOUND, MemoryFilter
@@ -157,15 +158,19 @@ def cross_field_rules(schema: dict[str, Any]) -> None:
     across fields: time on one axis, each mode's own fields with that mode only, a query for
     mode relevance, and ``as_of`` without ``after``. A mode left out is ``two_phase``, which
     has no fields of its own."""
-    one_axis = {
-        "not": {
-            "required": ["current_year", "current_step"],
-            "properties": {
-                "current_year": {"type": "integer"},
-                "current_step": {"type": "integer"},
-            },
-        }
+    given = {
+        "current_year": {"type": "integer"},
+        "current_step": {"type": "integer"},
+        "current_time": {"type": "string"},
     }
+    one_axis = [
+        {"not": {"required": list(pair), "properties": {name: given[name] for name in pair}}}
+        for pair in (
+            ("current_year", "current_step"),
+            ("current_year", "current_time"),
+            ("current_step", "current_time"),
+        )
+    ]
     modes = dict.fromkeys(MODE_ONLY.values())
     own_fields = [
         {
@@ -188,7 +193,7 @@ def cross_field_rules(schema: dict[str, Any]) -> None:
             "properties": {"as_of": {"not": {"type": "null"}}, "after": {"minItems": 1}},
         }
     }
-    schema["allOf"] = [one_axis, *own_fields, query_given, as_of_without_after]
+    schema["allOf"] = [*one_axis, *own_fields, query_given, as_of_without_after]
 
 
 class RetrievalRequest(BaseModel):
@@ -218,7 +223,18 @@ class RetrievalRequest(BaseModel):
             "configuration decides the count."
         ),
     )
-    mode: Mode = Field(default="two_phase", description=MODE_HELP)
+    mode: Mode = Field(
+        default="two_phase",
+        description=MODE_HELP + " Left out with a ``query``, the mode is ``relevance``.",
+    )
+    scope: Scope = Field(
+        default="active",
+        description=(
+            "Which memories are ranked: ``active``, what capacity and forgetting left (the "
+            "seeds' memory); ``archive``, what they took away, kept until the agent is erased; "
+            "``all``, both. Left out with a ``query`` and no ``mode``, ``all``."
+        ),
+    )
     current_year: int | None = Field(
         default=None,
         ge=-TIME_BOUND,
@@ -230,6 +246,13 @@ class RetrievalRequest(BaseModel):
         ge=0,
         le=TIME_BOUND,
         description="Simulation step of the retrieval; ages are then in steps.",
+    )
+    current_time: AwareDatetime | None = Field(
+        default=None,
+        description=(
+            "Wall-clock time of the retrieval (ISO 8601 with an offset), for agents that count "
+            "no years or steps; ages are then in hours of the events' occurred_at."
+        ),
     )
     tags: tuple[Tag, ...] = Field(
         default=(),
@@ -296,11 +319,27 @@ class RetrievalRequest(BaseModel):
     )
     as_of: AsOfPosition | AwareDatetime | None = Field(default=None, description=AS_OF_HELP)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _query_without_mode(cls, data: Any) -> Any:
+        """A query with no mode asks what the agent remembers about it: every memory it has
+        lived, by relevance. Filled in here, so a recorded request names what was ranked."""
+        if isinstance(data, dict) and data.get("query") is not None and "mode" not in data:
+            return {**data, "mode": "relevance", "scope": data.get("scope", "all")}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> RetrievalRequest:
         if self.current_year is not None and self.current_step is not None:
             raise ValueError(
                 "give current_year or current_step, not both: ages are measured on one axis"
+            )
+        if self.current_time is not None and (
+            self.current_year is not None or self.current_step is not None
+        ):
+            raise ValueError(
+                "give current_time or a current year or step, not both: ages are measured on "
+                "one axis"
             )
         for name, mode in MODE_ONLY.items():
             if getattr(self, name) is not None and self.mode != mode:
@@ -330,6 +369,7 @@ class RetrievalResponse(BaseModel):
 
     agent_id: AgentId
     mode: Mode
+    scope: Scope = Field(default="active", description="Which memories were ranked.")
     clock: Clock = Field(description="The time axis and the moment ages were measured from.")
     weights: Weights | None = Field(default=None, description="The weights used, in weighted mode.")
     generative: GenerativeWeights | None = Field(

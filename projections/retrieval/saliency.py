@@ -32,12 +32,15 @@ def saliency(
     top_k: int,
     current_year: int | None = None,
     current_step: int | None = None,
+    current_hour: int | None = None,
 ) -> Ranking:
     """The ``top_k`` most salient memories; ties go to the more recent (time, then ``seq``).
     Duplicates are scored once, the first occurrence kept: pass working memories first."""
     check_top_k(top_k)
     candidates = list(unique(memories, set()))
-    clock = resolve_clock(candidates, current_year=current_year, current_step=current_step)
+    clock = resolve_clock(
+        candidates, current_year=current_year, current_step=current_step, current_hour=current_hour
+    )
     times = memory_times(candidates, clock)
     ranked: list[tuple[tuple[float, int, int], ScoredMemory]] = []
     for memory in candidates:

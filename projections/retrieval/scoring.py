@@ -30,8 +30,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypedDict
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -41,9 +42,13 @@ from projections.memory import StoredMemory
 from projections.retrieval.breakdowns import Breakdown, TwoPhaseBreakdown, WeightedBreakdown
 from schemas.memory_events import Destination
 
-TimeAxis = Literal["year", "step", "seq"]
-"""What a memory's time is measured in: simulation years, simulation steps, or, when events
-carry neither, the agent's recording order (one unit per recorded memory)."""
+TimeAxis = Literal["year", "step", "seq", "hour"]
+"""What a memory's time is measured in: simulation years, simulation steps, hours of the wall
+clock (the event's ``occurred_at``, in whole hours since 1970; asked for by giving the time of
+the retrieval), or, when events carry no year or step, the agent's recording order (one unit
+per recorded memory)."""
+
+SECONDS_PER_HOUR = 3600
 
 EPISODIC_DECAY_RATE = 0.95
 """Seed 004, section 5.1 (``DECAY_RATE``): episodic importance keeps 95% per unit of age."""
@@ -99,6 +104,14 @@ class Weights(BaseModel):
         return self
 
 
+class Moment(TypedDict):
+    """The time a request gives on its axis, as every mode's keyword arguments take it."""
+
+    current_year: int | None
+    current_step: int | None
+    current_hour: int | None
+
+
 @dataclass(frozen=True, slots=True)
 class Clock:
     """The time axis of one retrieval and the moment it is made on that axis."""
@@ -132,7 +145,14 @@ def time_of(memory: StoredMemory, axis: TimeAxis) -> int | None:
         return memory.year
     if axis == "step":
         return memory.step
+    if axis == "hour":
+        return hour_of(memory.occurred_at)
     return memory.seq
+
+
+def hour_of(moment: datetime) -> int:
+    """Whole hours since 1970 (UTC): the wall clock's unit of age."""
+    return math.floor(moment.timestamp() / SECONDS_PER_HOUR)
 
 
 def resolve_clock(
@@ -140,8 +160,10 @@ def resolve_clock(
     *,
     current_year: int | None = None,
     current_step: int | None = None,
+    current_hour: int | None = None,
 ) -> Clock:
-    """The axis is the one the caller counts in: ``current_year`` or ``current_step``. When the
+    """The axis is the one the caller counts in: ``current_year``, ``current_step`` or
+    ``current_hour`` (:func:`hour_of` the retrieval's wall-clock time). When the
     caller gives neither, it is the first of year, step, seq that any memory carries, and
     ``now`` is the latest memory time + 1, as seed 003's engine advances its clock past the
     newest memory; seed 004's audit (sections 8.3 and 11: year-2 memories read in year 3)
@@ -149,6 +171,10 @@ def resolve_clock(
     """
     if current_year is not None and current_step is not None:
         raise ValueError("give current_year or current_step, not both")
+    if current_hour is not None and (current_year is not None or current_step is not None):
+        raise ValueError("give current_hour or a current year or step, not both")
+    if current_hour is not None:
+        return Clock("hour", current_hour)
     if current_year is not None:
         return Clock("year", current_year)
     if current_step is not None:
@@ -170,6 +196,7 @@ def two_phase(
     top_k: int,
     current_year: int | None = None,
     current_step: int | None = None,
+    current_hour: int | None = None,
 ) -> Ranking:
     """Seed 004, section 3.1. Phase 1 lists working memories, most recent first and, within
     the same time, most important first (score = importance: working memory does not decay,
@@ -183,7 +210,10 @@ def two_phase(
     working = list(unique(working, seen))
     episodic = list(unique(episodic, seen))
     clock = resolve_clock(
-        [*working, *episodic], current_year=current_year, current_step=current_step
+        [*working, *episodic],
+        current_year=current_year,
+        current_step=current_step,
+        current_hour=current_hour,
     )
     times = memory_times([*working, *episodic], clock)
 
@@ -202,24 +232,27 @@ def two_phase(
         phase_one.append(((time, memory.importance, memory.seq), scored))
     phase_one.sort(key=lambda pair: pair[0], reverse=True)
 
-    phase_two: list[tuple[tuple[float, int, int], ScoredMemory]] = []
+    # Scored first and explained only if shown: a breakdown costs more than its score.
+    phase_two: list[tuple[tuple[float, int, int], StoredMemory]] = []
     for memory in episodic:
-        time, imputed = times[memory.memory_id]
+        time, _ = times[memory.memory_id]
+        score = EPISODIC_DECAY_RATE ** max(clock.now - time, 0) * memory.importance
+        phase_two.append(((score, time, memory.seq), memory))
+    phase_two.sort(key=lambda pair: pair[0], reverse=True)
+    shown = phase_two[: max(top_k - len(phase_one), 0)]
+
+    ranked = [scored for _, scored in phase_one]
+    for (score, time, _), memory in shown:
         age = max(clock.now - time, 0)
-        decay = EPISODIC_DECAY_RATE**age
-        score = decay * memory.importance
         breakdown = TwoPhaseBreakdown(
             phase=2,
             time=time,
-            time_imputed=imputed,
+            time_imputed=times[memory.memory_id][1],
             age=age,
-            decay=decay,
+            decay=EPISODIC_DECAY_RATE**age,
             importance=memory.importance,
         )
-        phase_two.append(((score, time, memory.seq), ScoredMemory(memory, score, breakdown)))
-    phase_two.sort(key=lambda pair: pair[0], reverse=True)
-
-    ranked = [scored for _, scored in phase_one] + [scored for _, scored in phase_two]
+        ranked.append(ScoredMemory(memory, score, breakdown))
     return Ranking(clock, tuple(ranked[:top_k]))
 
 
@@ -229,6 +262,7 @@ def weighted(
     top_k: int,
     current_year: int | None = None,
     current_step: int | None = None,
+    current_hour: int | None = None,
     context_tags: Iterable[str] = (),
     query_text: str | None = None,
     weights: Weights | None = None,
@@ -252,7 +286,9 @@ def weighted(
     check_top_k(top_k)
     weights = weights or Weights()
     candidates = list(unique(memories, set()))
-    clock = resolve_clock(candidates, current_year=current_year, current_step=current_step)
+    clock = resolve_clock(
+        candidates, current_year=current_year, current_step=current_step, current_hour=current_hour
+    )
     times = memory_times(candidates, clock)
     ages = {key: max(clock.now - time, 0) for key, (time, _) in times.items()}
     max_age = max(ages.values(), default=0)

@@ -35,8 +35,16 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Protocol, TypeVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+)
 
+from projections.episodic.candidates import Scope
 from projections.retrieval.breakdowns import ProfileName
 from projections.retrieval.filters import MemoryFilter, MemoryKind
 from projections.retrieval.generative import GenerativeWeights
@@ -208,15 +216,22 @@ class RetrieveMemoryInput(_ToolInput):
         le=MAX_RETRIEVE,
         description=f"How many memories to return (at most {MAX_RETRIEVE}).",
     )
-    mode: Mode = Field(
-        default="two_phase",
-        description="How memories are ranked. two_phase: recent working memories first, then "
+    mode: Mode | None = Field(
+        default=None,
+        description="How memories are ranked; omitted: two_phase, or relevance over all your "
+        "memories when `query` is given. two_phase: recent working memories first, then "
         "important long-term ones fading by 0.95 a year. weighted: recency, importance and "
         "the context `tags` together. saliency: importance fading with age. basic: the 5 "
         "most recent plus the 2 most important. constrained: as basic, as many as `profile` "
         "and your arousal allow. generative: recency, importance and relevance to `query`. "
         "relevance: relevance to `query` alone. basic and constrained decide how many "
         "themselves.",
+    )
+    scope: Scope | None = Field(
+        default=None,
+        description="Which memories: active (what you currently hold; the default), archive "
+        "(what capacity and forgetting took away, still searchable), or all (the default "
+        "with a `query` and no `mode`).",
     )
     profile: ProfileName | None = Field(
         default=None,
@@ -231,6 +246,11 @@ class RetrieveMemoryInput(_ToolInput):
         ge=0,
         description="The current simulation step, instead of a year: ages are counted in steps.",
     )
+    current_time: AwareDatetime | None = Field(
+        default=None,
+        description="The current time (ISO 8601 with an offset), instead of a year or step: "
+        "ages are counted in hours of when things happened.",
+    )
     tags: tuple[Tag, ...] = Field(
         default=(),
         max_length=MAX_CONTEXT_TAGS,
@@ -241,13 +261,15 @@ class RetrieveMemoryInput(_ToolInput):
         default=None,
         description="Only memories meeting every condition are ranked, in any mode: tags (any "
         "of), kinds (working, episodic, summary_l1, summary_l2), min_importance, "
-        "year_from/year_to, step_from/step_to.",
+        "year_from/year_to, step_from/step_to, occurred_after/occurred_before (ISO 8601 "
+        "times of the events).",
         examples=[{"kinds": ["episodic"], "min_importance": 0.5, "year_from": 3}],
     )
     weights: Weights | None = Field(
         default=None,
         description="Mode weighted only: the weights of recency, importance, context, "
-        "keyword relevance to `query` and interference (0.3/0.5/0.2/0/0 when omitted).",
+        "keyword relevance to `query` and interference (0.3/0.5/0.2/0/0 when omitted; "
+        "relevance 0.5 when `query` is given).",
     )
     generative: GenerativeWeights | None = Field(
         default=None,

@@ -110,11 +110,27 @@ async def _publish(settings: EngramSettings, bootstrap: str, event: AgentEvent) 
 
 
 Mode = Annotated[
-    str,
+    str | None,
     typer.Option(
-        help="two_phase | weighted | saliency | basic | constrained | generative | "
-        "relevance (needs --query). See projections/README.md, 'Retrieval modes'."
+        help="two_phase (the default) | weighted | saliency | basic | constrained | generative "
+        "| relevance (needs --query); left out with --query: relevance over all memories. "
+        "See projections/README.md, 'Retrieval modes'."
     ),
+]
+Scope = Annotated[
+    str | None,
+    typer.Option(
+        help="active (the default): what capacity and forgetting left | archive: what they "
+        "took away | all; left out with --query and no --mode: all."
+    ),
+]
+OccurredAfter = Annotated[
+    str | None,
+    typer.Option(help="Filter: events that occurred at or after this time (ISO 8601, offset)."),
+]
+OccurredBefore = Annotated[
+    str | None,
+    typer.Option(help="Filter: events that occurred at or before this time (ISO 8601, offset)."),
 ]
 Profile = Annotated[
     str | None,
@@ -178,6 +194,14 @@ Query = Annotated[str | None, typer.Option(help="Query text.")]
 TopK = Annotated[int, typer.Option(min=1, max=100)]
 Year = Annotated[int | None, typer.Option(help="Current simulation year.")]
 Step = Annotated[int | None, typer.Option(help="Current simulation step.")]
+Now = Annotated[
+    str | None,
+    typer.Option(
+        "--time",
+        help="Current wall-clock time (ISO 8601, with an offset), for agents without years or "
+        "steps: ages are then in hours of the events' time.",
+    ),
+]
 ContextTags = Annotated[
     str | None, typer.Option(help="Context tags of the weighted mode, comma-separated.")
 ]
@@ -194,9 +218,11 @@ def retrieve(
     agent_id: Annotated[str, typer.Argument(help="Whose memories.")],
     query: Query = None,
     top_k: TopK = 5,
-    mode: Mode = "two_phase",
+    mode: Mode = None,
+    scope: Scope = None,
     year: Year = None,
     step: Step = None,
+    time: Now = None,
     tags: ContextTags = None,
     profile: Profile = None,
     arousal: Arousal = None,
@@ -207,6 +233,8 @@ def retrieve(
     year_to: YearTo = None,
     step_from: StepFrom = None,
     step_to: StepTo = None,
+    occurred_after: OccurredAfter = None,
+    occurred_before: OccurredBefore = None,
     weight: Weights = None,
     prompt: AsPrompt = False,
     after: After = None,
@@ -219,8 +247,10 @@ def retrieve(
         query=query,
         top_k=top_k,
         mode=mode,
+        scope=scope,
         year=year,
         step=step,
+        time=time,
         tags=tags,
         profile=profile,
         arousal=arousal,
@@ -231,6 +261,8 @@ def retrieve(
         year_to=year_to,
         step_from=step_from,
         step_to=step_to,
+        occurred_after=occurred_after,
+        occurred_before=occurred_before,
         weight=weight,
     )
     params["wait_timeout_ms"] = wait_timeout_ms
@@ -250,9 +282,11 @@ def retrieval_params(
     *,
     query: str | None = None,
     top_k: int = 5,
-    mode: str = "two_phase",
+    mode: str | None = None,
+    scope: str | None = None,
     year: int | None = None,
     step: int | None = None,
+    time: str | None = None,
     tags: str | None = None,
     profile: str | None = None,
     arousal: float | None = None,
@@ -263,6 +297,8 @@ def retrieval_params(
     year_to: int | None = None,
     step_from: int | None = None,
     step_to: int | None = None,
+    occurred_after: str | None = None,
+    occurred_before: str | None = None,
     weight: list[str] | None = None,
 ) -> dict[str, Any]:
     """The fields of a retrieval request the retrieval options give (None: not given); the
@@ -270,9 +306,11 @@ def retrieval_params(
     params: dict[str, Any] = {
         "top_k": top_k,
         "mode": mode,
+        "scope": scope,
         "query": query,
         "current_year": year,
         "current_step": step,
+        "current_time": time,
         "tags": [t.strip() for t in tags.split(",")] if tags else [],
         "profile": profile,
         "arousal": arousal,
@@ -289,6 +327,8 @@ def retrieval_params(
         "year_to": year_to,
         "step_from": step_from,
         "step_to": step_to,
+        "occurred_after": occurred_after,
+        "occurred_before": occurred_before,
     }
     if any(value not in (None, []) for value in memory_filter.values()):
         params["filter"] = {k: v for k, v in memory_filter.items() if v not in (None, [])}

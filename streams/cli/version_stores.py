@@ -78,6 +78,7 @@ def version_stores(settings: EngramSettings) -> VersionStores:
             collection=version.qdrant_collection,
             dim=dim,
             api_key=api_key,
+            archive=settings.archive,
         )
         return working, episodic
 
@@ -98,6 +99,7 @@ def version_stores(settings: EngramSettings) -> VersionStores:
             collection=collection,
             dim=stored,
             api_key=api_key,
+            archive=settings.archive,
         )
         return working_of(version), episodic
 

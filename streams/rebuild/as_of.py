@@ -46,6 +46,7 @@ from typing import TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from processors.embedding import Embedder
+from projections.episodic.candidates import CANDIDATE_LIMIT
 from projections.episodic.factory import open_episodic_store
 from projections.interfaces import EpisodicMemoryStore, ProjectionError
 from projections.retrieval.as_of import AsOfNotInLogError
@@ -123,6 +124,8 @@ class LogRecaller:
     """The deployment's Redis namespace: scratch namespaces are made beside it."""
     embedder: Embedder
     dense_share: float | None = None
+    candidate_limit: int | None = CANDIDATE_LIMIT
+    """As the query service's (``ENGRAM_RETRIEVAL_CANDIDATES``), so a recall ranks alike."""
     sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
     timeout: float = 60.0
     """Longest one recall may take, reading the log included."""
@@ -308,7 +311,13 @@ class LogRecaller:
             if events:
                 await working.apply(events)
                 await episodic.apply(events)
-            engine = RetrievalEngine(working, episodic, self.embedder, dense_share=self.dense_share)
+            engine = RetrievalEngine(
+                working,
+                episodic,
+                self.embedder,
+                dense_share=self.dense_share,
+                candidate_limit=self.candidate_limit,
+            )
             response = await engine.retrieve(agent_id, request)
             held = [m.memory_id for m in await working.memories(agent_id)]
             held += [m.memory_id for m in await episodic.memories(agent_id, SCRATCH_READ_LIMIT)]

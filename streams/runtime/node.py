@@ -338,6 +338,7 @@ class Node:
                     qdrant_path=None if settings.qdrant_url else settings.edge_path(),
                     collection=version.qdrant_collection,
                     dim=self.embedder.dim,
+                    archive=settings.archive,
                     api_key=(
                         settings.qdrant_api_key.get_secret_value()
                         if settings.qdrant_api_key
@@ -415,6 +416,7 @@ class Node:
             self.embedder,
             source_topics=(*topics.agent_inputs, topics.schedule, topics.access),
             dense_share=self.settings.dense_share,
+            candidate_limit=self.settings.retrieval_candidates,
             log_ends=self.log_ends,
         )
         on_retrieval, history = await self._log_access()
@@ -505,6 +507,7 @@ class Node:
             self.settings.redis_namespace,
             self.embedder,
             dense_share=self.settings.dense_share,
+            candidate_limit=self.settings.retrieval_candidates,
             sealer=RecordSealer(self.keyring),
             timeout=RECALL_TIMEOUT_S,
             log_ends=self.log_ends,

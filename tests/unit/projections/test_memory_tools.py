@@ -274,7 +274,10 @@ async def test_the_tools_are_listed_with_their_models_schemas(service: Service) 
     retrieve = tools["retrieve_memory"].input_schema
     assert retrieve["required"] == ["agent_id"]
     assert retrieve["properties"]["top_k"]["maximum"] == MAX_RETRIEVE == 5
-    assert retrieve["properties"]["mode"]["enum"] == list(get_args(Mode))
+    mode, unset = retrieve["properties"]["mode"]["anyOf"]
+    assert (mode["enum"], unset) == (list(get_args(Mode)), {"type": "null"})
+    scope = retrieve["properties"]["scope"]["anyOf"][0]
+    assert scope["enum"] == ["active", "archive", "all"]
     recall = tools["recall_similar_experience"].input_schema
     assert recall["required"] == ["agent_id", "query"]
     min_importance = recall["properties"]["min_importance"]

@@ -23,6 +23,7 @@ from fastapi import FastAPI
 
 from processors.embedding import HashingEmbedder
 from processors.lexical import SparseQuery
+from projections.episodic.candidates import CandidateSignals, Scope
 from projections.interfaces import ProjectionError
 from projections.memory import StoredMemory
 from projections.retrieval.engine import RetrievalEngine
@@ -131,6 +132,21 @@ class MarkedEpisodic(MarkedStore):
         filter: MemoryFilter | None = None,
     ) -> list[StoredMemory]:
         return sorted(self.visible(agent_id), key=lambda m: -m.seq)[:limit]
+
+    async def candidates(
+        self,
+        agent_id: str,
+        signals: CandidateSignals,
+        levels: Sequence[int] | None = None,
+        *,
+        filter: MemoryFilter | None = None,
+        scope: Scope = "active",
+    ) -> list[StoredMemory]:
+        """The whole pool (smaller than any candidate bound), as a store returns it; these
+        stores keep no archive."""
+        if signals.vector is not None and signals.nearest:
+            return await self.search(agent_id, signals.vector, 1000, levels, filter=filter)
+        return await self.memories(agent_id, 1000, levels, filter=filter)
 
     async def search(
         self,

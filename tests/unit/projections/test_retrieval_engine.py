@@ -12,6 +12,7 @@ import pytest
 
 from processors.embedding import HashingEmbedder
 from processors.lexical import SparseQuery
+from projections.episodic.candidates import CandidateSignals, Scope
 from projections.memory import StoredMemory
 from projections.retrieval.basic import Arousal, StoredArousal
 from projections.retrieval.breakdowns import (
@@ -120,6 +121,21 @@ class ListedEpisodic(ListedWorking):
             for m in await super().memories(agent_id)
             if (levels is None or m.level in levels) and (filter is None or filter.admits(m))
         ][:limit]
+
+    async def candidates(
+        self,
+        agent_id: str,
+        signals: CandidateSignals,
+        levels: Sequence[int] | None = None,
+        *,
+        filter: MemoryFilter | None = None,
+        scope: Scope = "active",
+    ) -> list[StoredMemory]:
+        """The whole pool (smaller than any candidate bound), as a store returns it; these
+        stores keep no archive."""
+        if signals.vector is not None and signals.nearest:
+            return await self.search(agent_id, signals.vector, 1000, levels, filter=filter)
+        return await self.memories(agent_id, 1000, levels, filter=filter)
 
     async def search(
         self,

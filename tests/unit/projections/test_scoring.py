@@ -19,8 +19,10 @@ from projections.retrieval.scoring import (
     TwoPhaseBreakdown,
     WeightedBreakdown,
     Weights,
+    hour_of,
     overlap,
     resolve_clock,
+    time_of,
     two_phase,
     weighted,
 )
@@ -311,6 +313,26 @@ def test_axis_follows_the_request_then_the_data() -> None:
     assert resolve_clock([], current_year=2030) == Clock("year", 2030)
     with pytest.raises(ValueError, match="not both"):
         resolve_clock([], current_year=1, current_step=1)
+
+
+def test_the_wall_clock_ages_memories_in_hours_of_their_events() -> None:
+    morning = memory(1, importance=0.9).model_copy(
+        update={"occurred_at": datetime(2024, 1, 1, 8, 30, tzinfo=UTC)}
+    )
+    evening = memory(2, importance=0.9).model_copy(
+        update={"occurred_at": datetime(2024, 1, 1, 20, 5, tzinfo=UTC)}
+    )
+    now = hour_of(datetime(2024, 1, 2, 8, 59, tzinfo=UTC))
+    assert time_of(morning, "hour") == hour_of(datetime(2024, 1, 1, 8, tzinfo=UTC))
+    assert now - time_of(morning, "hour") == 24  # type: ignore[operator]
+
+    ranking = two_phase([], [morning, evening], top_k=2, current_hour=now)
+
+    assert ranking.clock == Clock("hour", now)
+    assert [r.memory.memory_id for r in ranking.results] == ["memory-2", "memory-1"]
+    assert ranking.results[1].score == pytest.approx(0.9 * 0.95**24)
+    with pytest.raises(ValueError, match="not both"):
+        resolve_clock([], current_hour=now, current_step=1)
 
 
 def test_missing_time_is_taken_from_the_previous_recorded_memory() -> None:

@@ -22,6 +22,7 @@ from referencing.jsonschema import DRAFT202012
 
 from processors.embedding import HashingEmbedder
 from processors.lexical import SparseQuery
+from projections.episodic.candidates import CandidateSignals, Scope
 from projections.history import (
     AgentHistory,
     LogPosition,
@@ -118,6 +119,21 @@ class ListEpisodicMemory:
             if m.agent_id == agent_id and (levels is None or m.level in levels)
         ][:limit]
 
+    async def candidates(
+        self,
+        agent_id: str,
+        signals: CandidateSignals,
+        levels: Sequence[int] | None = None,
+        *,
+        filter: MemoryFilter | None = None,
+        scope: Scope = "active",
+    ) -> list[StoredMemory]:
+        """The whole pool (smaller than any candidate bound), as a store returns it; these
+        stores keep no archive."""
+        if signals.vector is not None and signals.nearest:
+            return await self.search(agent_id, signals.vector, 1000, levels, filter=filter)
+        return await self.memories(agent_id, 1000, levels, filter=filter)
+
     async def search(
         self,
         agent_id: str,
@@ -189,12 +205,29 @@ async def admitted_by_the_document(client: httpx.AsyncClient, body: dict[str, An
 
 async def test_a_valid_request_is_answered(client: httpx.AsyncClient) -> None:
     """The control for every 422 below: the same route accepts a well-formed request."""
-    response = await client.post(URL, json={"top_k": 2, "current_year": 5, "query": "flood"})
+    body = {"top_k": 2, "current_year": 5, "query": "flood", "mode": "two_phase"}
+    response = await client.post(URL, json=body)
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["agent_id"] == AGENT
     assert [r["store"] for r in body["results"]] == ["working", "episodic"]
     assert body["results"][1]["breakdown"]["decay"] == pytest.approx(0.95**4)
+
+
+async def test_a_query_without_a_mode_is_answered_by_relevance_over_every_memory(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.post(URL, json={"top_k": 2, "query": "flood"})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert (body["mode"], body["scope"]) == ("relevance", "all")
+    assert all(r["breakdown"]["mode"] == "relevance" for r in body["results"])
+    chosen = await client.post(URL, json={"query": "flood", "mode": "saliency"})
+    assert (chosen.json()["mode"], chosen.json()["scope"]) == ("saliency", "active")
+    narrowed = await client.post(URL, json={"query": "flood", "scope": "active"})
+    assert (narrowed.json()["mode"], narrowed.json()["scope"]) == ("relevance", "active")
+    plain = await client.post(URL, json={})
+    assert (plain.json()["mode"], plain.json()["scope"]) == ("two_phase", "active")
 
 
 @pytest.mark.parametrize("agent_id", ["bad%20id", "x" * 201, "agent%7Cone"])
@@ -250,6 +283,7 @@ async def test_bad_field_is_refused_by_name(
     ("body", "reason"),
     [
         ({"current_year": 3, "current_step": 30}, "not both"),
+        ({"current_step": 3, "current_time": "2026-01-01T00:00:00Z"}, "not both"),
         ({"weights": {"recency": 1.0}}, "only to mode 'weighted'"),
         ({"mode": "weighted", "weights": {"recency": 0, "importance": 0, "context": 0}}, "one"),
         ({"profile": "MINIMAL"}, "profile applies only to mode 'constrained'"),
@@ -448,7 +482,7 @@ class RecordingHook:
 async def test_a_retrieval_is_recorded_with_what_was_asked_and_returned() -> None:
     hook = RecordingHook()
     app = app_over(on_retrieval=hook)
-    body = {"top_k": 2, "current_year": 5, "query": "flood"}
+    body = {"top_k": 2, "current_year": 5, "query": "flood", "mode": "two_phase"}
     async for client in client_for(app):
         response = await client.post(URL, json=body)
     assert response.status_code == 200, response.text

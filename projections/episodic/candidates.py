@@ -1,0 +1,78 @@
+"""What a ranking needs to see of an agent's episodic pool: a bounded set of candidates.
+
+Reading an agent's whole pool and ranking it in Python costs time in the size of the pool;
+ranking the candidates the store picks costs time in their number, whatever the pool holds.
+Each signal a mode ranks by asks the store for its best ``limit`` memories, all of them in one
+query (Qdrant prefetches, one per signal, united by the outer query):
+
+* ``recency``: the ``limit`` newest by ``seq`` (an ``order_by`` on its range index), and the
+  oldest, so that the span of ages a mode normalises by is the pool's;
+* ``importance``: the ``limit`` most important (``order_by`` on the importance index), and the
+  least important, for the same reason;
+* ``vector``: the ``limit`` nearest to the query embedding; then every candidate, whichever
+  signal brought it, carries its cosine with the query (the outer query scores them all);
+* ``lexical``: the ``limit`` best BM25 matches of the query's stems (the IDF over the agent's
+  memories, as a hybrid search counts it);
+* ``tags``: the ``limit`` newest carrying any of these tags (the context of the weighted mode).
+
+**Exact within the bound.** A pool of at most ``limit`` memories (after the request's levels
+and filter) is returned whole by any one of ``recency``, ``importance`` and ``vector``, so the
+ranking of the candidates is the ranking of the pool. Past the bound it is an approximation:
+a memory none of the signals puts in its best ``limit`` (say, of middling age *and* middling
+importance, in a mode that multiplies the two) is not seen, and what a mode computes over the
+pool (BM25's IDF, min-max normalisation, the imputed time of a memory without one) is computed
+over the candidates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from processors.lexical import SparseQuery
+from projections.episodic.scope import CANDIDATE_LIMIT, Scope
+
+__all__ = ["CANDIDATE_LIMIT", "CandidateSignals", "Scope"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CandidateSignals:
+    """The signals a ranking asks candidates for, and how many each contributes."""
+
+    limit: int = CANDIDATE_LIMIT
+    recency: bool = False
+    importance: bool = False
+    vector: np.ndarray | None = None
+    lexical: SparseQuery | None = None
+    tags: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.limit < 1:
+            raise ValueError(f"limit must be at least 1, got {self.limit}")
+        if not self.whole_within_limit:
+            raise ValueError(
+                "candidates need recency, importance or a query vector that is not all zeros: "
+                "the lexical and tag signals alone would leave out a pool's other memories"
+            )
+
+    @property
+    def nearest(self) -> bool:
+        """Whether the query vector has a direction to search by (a text of stopwords only
+        embeds to zeros)."""
+        return self.vector is not None and bool(np.any(self.vector))
+
+    @property
+    def whole_within_limit(self) -> bool:
+        """Whether a pool of at most ``limit`` memories comes back whole: some signal reads
+        every memory it admits, which the lexical and tag signals do not."""
+        return self.recency or self.importance or self.nearest
+
+    @property
+    def casefolded_tags(self) -> tuple[str, ...]:
+        return tuple(sorted({tag.casefold() for tag in self.tags}))
+
+    @property
+    def given_tags(self) -> tuple[str, ...]:
+        """The tags as given and casefolded, for a store from before the casefolded field."""
+        return tuple(sorted({*self.tags, *self.casefolded_tags}))

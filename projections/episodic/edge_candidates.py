@@ -1,0 +1,58 @@
+"""The Qdrant Edge query of a ranking's candidates (:mod:`projections.episodic.candidates`)."""
+
+from __future__ import annotations
+
+import qdrant_edge as qe
+
+from projections.episodic.candidates import CandidateSignals
+from projections.episodic.hybrid import LEXICAL_VECTOR
+
+
+def candidate_request(
+    signals: CandidateSignals,
+    flt: qe.Filter,
+    corpus: qe.Filter,
+    *,
+    tags_field: str,
+    lexical: bool,
+) -> qe.QueryRequest:
+    """One query: a prefetch per signal, united by the outer query, which scores every
+    candidate by its cosine with the query vector when there is one, else orders them newest
+    first. ``corpus`` is what the lexical signal's IDF is counted over (the agent's memories
+    in the read's scope). Only the ``memory`` payload field comes back: a memory is read from
+    it alone.
+    ``lexical`` says whether the shard holds the sparse vector (a shard from before hybrid
+    search does not: its lexical signal is left out, and its tags are matched as stored,
+    ``tags_field`` "tags")."""
+    limit = signals.limit
+    newest = qe.OrderBy("seq", qe.Direction.Desc)
+    prefetches: list[qe.Prefetch] = []
+    if signals.recency:
+        prefetches.append(qe.Prefetch(limit=limit, query=newest, filter=flt))
+        oldest = qe.OrderBy("seq", qe.Direction.Asc)
+        prefetches.append(qe.Prefetch(limit=1, query=oldest, filter=flt))
+    if signals.importance:
+        for direction, depth in ((qe.Direction.Desc, limit), (qe.Direction.Asc, 1)):
+            by_importance = qe.OrderBy("importance", direction)
+            prefetches.append(qe.Prefetch(limit=depth, query=by_importance, filter=flt))
+    nearest = None
+    if signals.vector is not None and signals.nearest:
+        nearest = qe.Query.Nearest(signals.vector.tolist())
+        prefetches.append(qe.Prefetch(limit=limit, query=nearest, filter=flt))
+    if signals.lexical and lexical:
+        sparse = qe.SparseVector(list(signals.lexical.indices), list(signals.lexical.values))
+        idf = qe.SearchParams(idf=qe.IdfParams(corpus=corpus))
+        query = qe.Query.Nearest(sparse, using=LEXICAL_VECTOR)
+        prefetches.append(qe.Prefetch(limit=limit, query=query, filter=flt, params=idf))
+    if signals.tags:
+        tags = signals.casefolded_tags if tags_field == "tags_lc" else signals.given_tags
+        tagged = qe.FieldCondition(key=tags_field, match=qe.MatchAny(list(tags)))
+        with_tags = qe.Filter(must=[flt, tagged])
+        prefetches.append(qe.Prefetch(limit=limit, query=newest, filter=with_tags))
+    return qe.QueryRequest(
+        limit=sum(p.limit for p in prefetches),
+        prefetches=prefetches,
+        query=newest if nearest is None else nearest,
+        with_payload=["memory"],
+        with_vector=False,
+    )

@@ -1,0 +1,134 @@
+"""What a retrieval reads of an agent's memories: both stores at once, and of the episodic
+store the candidates its mode ranks (:mod:`projections.episodic.candidates`), or the whole pool.
+
+Each mode asks for the signals it ranks by, so that a memory it would rank high is among the
+candidates: the seed modes for recency and importance (their scores grow with both), the
+weighted mode for its context tags too, the generative mode for all of them, and the relevance
+mode for the query's nearest embeddings and best keyword matches alone. A request with a query
+reads every candidate's cosine with it, whatever the mode, as a search of the whole pool does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import numpy as np
+
+from processors.lexical import query_vector
+from projections.episodic.candidates import CandidateSignals
+from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
+from projections.memory import StoredMemory
+from projections.retrieval.models import RetrievalRequest
+
+
+def signals_for(
+    request: RetrievalRequest, vector: np.ndarray | None, limit: int
+) -> CandidateSignals:
+    """The candidates ``request``'s mode needs, ``limit`` per signal."""
+    nearest = vector is not None and bool(np.any(vector))
+    lexical = query_vector(request.query) if request.query else None
+    if request.mode == "relevance" and nearest:
+        return CandidateSignals(limit, vector=vector, lexical=lexical)
+    tags = tuple(request.tags) if request.mode == "weighted" else ()
+    with_query = request.mode in ("weighted", "generative")
+    return CandidateSignals(
+        limit,
+        recency=True,
+        importance=True,
+        vector=vector,
+        lexical=lexical if with_query else None,
+        tags=tags,
+    )
+
+
+async def read_pools(
+    working_store: WorkingMemoryStore,
+    episodic_store: EpisodicMemoryStore,
+    agent_id: str,
+    vector: np.ndarray | None,
+    request: RetrievalRequest,
+    *,
+    levels: Sequence[int],
+    read_working: bool,
+    candidate_limit: int | None,
+    episodic_limit: int,
+) -> tuple[list[StoredMemory], list[StoredMemory]]:
+    """Both stores at once, promoted copies of working memories left out; in ``request.scope``
+    (for the archive, working memory is read only to leave out what is still active). Waits for both
+    even when one fails, so no read outlives the request; two store failures are reported
+    together. ``candidate_limit`` None reads the whole episodic pool (up to
+    ``episodic_limit``) rather than its candidates."""
+    working, episodic = await asyncio.gather(
+        _read_working(working_store, agent_id, read_working),
+        _read_episodic(
+            episodic_store, agent_id, vector, request, levels, candidate_limit, episodic_limit
+        ),
+        return_exceptions=True,
+    )
+    if isinstance(working, BaseException) or isinstance(episodic, BaseException):
+        failures = [r for r in (working, episodic) if isinstance(r, BaseException)]
+        unexpected = [f for f in failures if not isinstance(f, ProjectionError)]
+        if unexpected:
+            raise unexpected[0]
+        if len(failures) == 1:
+            raise failures[0]
+        raise ProjectionError("; ".join(str(f) for f in failures)) from failures[0]
+    # The archive holds every working memory too: those still in working memory are active,
+    # and without_copies_of leaves them out of the archive (same source event and level).
+    episodic = without_copies_of(working, episodic)
+    if request.scope == "archive":
+        return [], episodic
+    return working, episodic
+
+
+async def _read_working(store: WorkingMemoryStore, agent_id: str, read: bool) -> list[StoredMemory]:
+    """Working memory whole: its capacity bounds it (10 by default)."""
+    if not read:
+        return []
+    return await store.memories(agent_id)
+
+
+async def _read_episodic(
+    store: EpisodicMemoryStore,
+    agent_id: str,
+    vector: np.ndarray | None,
+    request: RetrievalRequest,
+    levels: Sequence[int],
+    candidate_limit: int | None,
+    episodic_limit: int,
+) -> list[StoredMemory]:
+    """The memories the request's levels and filter select (the store filters natively): the
+    candidates of its mode, or with ``candidate_limit`` None every one. With a query each
+    carries its cosine; the keyword half of relevance is computed over what was read, working
+    memories included, rather than by the store's own hybrid search, which sees episodic
+    memories only."""
+    if not levels:
+        return []
+    memory_filter = request.filter
+    if candidate_limit is not None:
+        signals = signals_for(request, vector, candidate_limit)
+        return await store.candidates(
+            agent_id, signals, levels=levels, filter=memory_filter, scope=request.scope
+        )
+    if request.scope != "active":
+        signals = signals_for(request, vector, episodic_limit)
+        return await store.candidates(
+            agent_id, signals, levels=levels, filter=memory_filter, scope=request.scope
+        )
+    # A query of stopwords only embeds to zeros, which has no direction to search by.
+    if vector is not None and np.any(vector):
+        return await store.search(
+            agent_id, vector, episodic_limit, levels=levels, filter=memory_filter
+        )
+    return await store.memories(agent_id, episodic_limit, levels=levels, filter=memory_filter)
+
+
+def without_copies_of(
+    working: Sequence[StoredMemory], episodic: Sequence[StoredMemory]
+) -> list[StoredMemory]:
+    """``episodic`` without the promoted copies of memories still in ``working``: a copy shares
+    its original's source event and level. The level is part of the key because a summary's
+    source event is the one that triggered it, which may also be remembered on its own."""
+    originals = {(m.source_event_id, m.level) for m in working}
+    return [m for m in episodic if (m.source_event_id, m.level) not in originals]

@@ -1,0 +1,138 @@
+"""Ranking the store's candidates equals ranking the whole pool while the pool is within the
+candidate bound: the engine with a candidate limit and the engine that reads every memory give
+the same results (ids, ranks, scores, breakdowns) on seeded random pools, in every mode, with and
+without a query, a filter, context tags; past the bound, what the engine reads stays bounded."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from processors.config import load_processing_config
+from processors.embedding import HashingEmbedder
+from processors.recording import AgentMemoryState, record
+from projections.episodic.edge import EdgeEpisodicMemory
+from projections.retrieval.engine import RetrievalEngine
+from projections.retrieval.filters import MemoryFilter
+from projections.retrieval.models import RetrievalRequest
+from projections.working.redis_store import RedisWorkingMemory
+from schemas.agent_events import Observation
+from schemas.memory_events import DerivedEvent, SourcePosition
+
+pytestmark = pytest.mark.integration
+
+EMBEDDER = HashingEmbedder()
+WORDS = [
+    "river",
+    "levee",
+    "flood",
+    "basement",
+    "insurance",
+    "claim",
+    "denied",
+    "storm",
+    "garden",
+    "quiet",
+    "meeting",
+    "neighbor",
+    "the",
+    "and",
+]
+LIMIT = 40
+
+
+def pool(agent_id: str, seed: int, size: int) -> list[DerivedEvent]:
+    """A random life: words, importance on both sides of the episodic threshold, tags, and a
+    year or a step on some memories only (so imputed times are ranked too)."""
+    rng = random.Random(seed)
+    config = load_processing_config(episodic_capacity=size, working_capacity=rng.randint(2, 10))
+    state = AgentMemoryState()
+    log: list[DerivedEvent] = []
+    axis = rng.choice(["year", "step", "none"])
+    for i in range(size):
+        when = {} if axis == "none" or rng.random() < 0.2 else {axis: i // rng.randint(1, 4)}
+        observation = Observation(
+            agent_id=agent_id,
+            content=" ".join(rng.choices(WORDS, k=rng.randint(2, 9))),
+            importance=rng.choice([0.2, 0.5, 0.7, 0.8, 0.9, 0.95, rng.random()]),
+            tags=tuple(rng.sample(WORDS[:12], rng.randint(0, 2))),
+            **when,  # type: ignore[arg-type]
+        )
+        out = record(
+            observation,
+            state,
+            config=config,
+            embedder=EMBEDDER,
+            config_version=config.version(EMBEDDER.id),
+            position=SourcePosition(topic="agent.observations", partition=seed, offset=i),
+        )
+        log.extend([out.memory, *out.forgotten])
+        state = out.state
+    return log
+
+
+def requests(rng: random.Random) -> list[RetrievalRequest]:
+    query = " ".join(rng.choices(WORDS, k=3))
+    top_k = rng.randint(1, 12)
+    asked: list[dict[str, object]] = [
+        {"mode": "two_phase"},
+        {"mode": "two_phase", "query": query},
+        {"mode": "weighted", "tags": rng.sample(WORDS[:12], 2)},
+        {"mode": "weighted", "query": query, "weights": {"relevance": 0.5, "interference": 0.3}},
+        {"mode": "saliency"},
+        {"mode": "basic"},
+        {"mode": "constrained", "arousal": rng.random()},
+        {"mode": "generative", "query": query},
+        {"mode": "relevance", "query": query},
+        {"mode": "relevance", "query": "the and"},
+        {"mode": "saliency", "filter": {"min_importance": 0.75, "kinds": ["episodic"]}},
+        {"mode": "relevance", "query": query, "filter": {"tags": [rng.choice(WORDS[:12])]}},
+    ]
+    for body in asked:
+        if body["mode"] not in ("basic", "constrained"):
+            body["top_k"] = top_k
+    return [RetrievalRequest.model_validate(body) for body in asked]
+
+
+def shown(response: object) -> list[tuple[object, ...]]:
+    results = response.results  # type: ignore[attr-defined]
+    return [(m.memory_id, m.rank, m.score, m.similarity, m.breakdown) for m in results]
+
+
+@pytest.mark.parametrize("seed", range(8))
+async def test_candidates_rank_as_the_whole_pool_within_the_bound(
+    working_store: RedisWorkingMemory, edge_store: EdgeEpisodicMemory, seed: int
+) -> None:
+    rng = random.Random(seed)
+    agent = f"A{seed}"
+    log = pool(agent, seed, size=rng.randint(1, LIMIT + 8))
+    await working_store.apply(log)
+    await edge_store.apply(log)
+    assert await edge_store.count(agent) <= LIMIT
+    bounded = RetrievalEngine(working_store, edge_store, EMBEDDER, candidate_limit=LIMIT)
+    whole = RetrievalEngine(working_store, edge_store, EMBEDDER, candidate_limit=None)
+
+    for request in requests(rng):
+        mine = await bounded.retrieve(agent, request)
+        reference = await whole.retrieve(agent, request)
+        assert shown(mine) == shown(reference), request
+
+
+async def test_past_the_bound_the_engine_reads_a_bounded_set(
+    working_store: RedisWorkingMemory, edge_store: EdgeEpisodicMemory
+) -> None:
+    log = pool("big", 99, size=400)
+    await working_store.apply(log)
+    await edge_store.apply(log)
+    assert await edge_store.count("big") > 200
+    engine = RetrievalEngine(working_store, edge_store, EMBEDDER, candidate_limit=10)
+
+    asked = RetrievalRequest(mode="generative", query="flood insurance claim", top_k=5)
+    answer = await engine.retrieve("big", asked)
+
+    # 10 newest + oldest, 10 most important + least, 10 nearest, 10 lexical.
+    assert answer.episodic_count <= 42
+    assert len(answer.results) == 5
+    filtered = RetrievalRequest(mode="saliency", filter=MemoryFilter(min_importance=0.9))
+    assert all(m.importance >= 0.9 for m in (await engine.retrieve("big", filtered)).results)
