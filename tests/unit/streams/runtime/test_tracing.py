@@ -92,6 +92,6 @@ def test_a_retrieval_names_the_events_its_memories_came_from(exported: Any, tmp_
     assert span.name == "engram.retrieve"
     attributes: Any = span.attributes
     assert attributes["engram.agent_id"] == "H001"
-    assert attributes["engram.mode"] == "two_phase"
+    assert attributes["engram.mode"] == "relevance"  # a query without a mode ranks by relevance
     assert list(attributes["engram.event_ids"]) == ["e1", "e2"]
     assert list(attributes["engram.memory_ids"]) == ["m1", "m2"]
