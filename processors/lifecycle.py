@@ -27,6 +27,7 @@ from typing import Literal
 
 from processors.config import ProcessingConfig, PruningRules
 from processors.embedding import Embedder
+from processors.fact_patterns import derive_pattern_facts
 from processors.recording import (
     AgentMemoryState,
     EpisodicEntry,
@@ -269,8 +270,8 @@ def consolidate(
     """Year-end consolidation of the working memories not yet considered.
 
     The working memories stay (seed 004: "will evict naturally"); a promoted one gets an
-    episodic copy, and the episodic capacity then applies to the copy as to any memory.
-    """
+    episodic copy, and the episodic capacity then applies to the copy as to any memory. Last,
+    an observation kind they repeat becomes a fact (:mod:`processors.fact_patterns`)."""
     fresh = [w for w in state.working if not w.considered]
     if not fresh:
         return state
@@ -313,7 +314,8 @@ def consolidate(
             config_version=ctx.config_version,
         )
     )
-    return replace(state, working=working, episodic=episodic)
+    state = replace(state, working=working, episodic=episodic)
+    return derive_pattern_facts(state, fresh, trigger, ctx, out, agent_id=agent_id)
 
 
 def _promoted_copy(
