@@ -36,6 +36,7 @@ from processors.recording import (
     add_episodic,
     capacity_forgetting,
     record,
+    to_relevance_units,
 )
 from processors.summarising import Summariser, SummaryItem, SummaryRequest
 from schemas.agent_events import AgentEvent
@@ -210,7 +211,7 @@ def _accessed(entry: SummaryEntry, score: float, retrieval: MemoryRetrieved) -> 
     return replace(
         entry,
         retrievals=entry.retrievals + 1,
-        relevance_sum=entry.relevance_sum + min(1.0, max(0.0, score)),
+        relevance_units=entry.relevance_units + to_relevance_units(min(1.0, max(0.0, score))),
         last_access_step=_max(entry.last_access_step, retrieval.step),
         last_access_year=_max(entry.last_access_year, retrieval.year),
         last_access_at=(
