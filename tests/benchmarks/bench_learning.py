@@ -1,12 +1,13 @@
 """What learning from feedback costs: ingest with one feedback per decision, and the lookups.
 
     python -m tests.benchmarks.bench_learning [--events 60000] [--agents 1000]
-        [--lookup-agents 1000] [--requests 2000] [--clients 1 8] [--skip-ingest]
+        [--lookup-agents 1000] [--requests 2000] [--clients 1 8] [--rounds 2]
+        [--skip-ingest] [--skip-lookups]
 
 Ingest: the ingest benchmark's run (``bench_ingest.engram_rate``: one worker, publish to
-applied in both projections) twice on one dev stack, on the ingest benchmark's mix and on the
-feedback-heavy mix (``workload.FEEDBACK_VARIABLE``: every decision carries a plan and gets one
-feedback event; the same number of events in all).
+applied in both projections) on one dev stack, alternately on the ingest benchmark's mix and
+on the feedback-heavy mix (``workload.FEEDBACK_VARIABLE``: every decision carries a plan and
+gets one feedback event; the same number of events in all), ``--rounds`` times each.
 
 Lookups: ``--lookup-agents`` agents learn from 20 decisions (5 skills, each decision with a
 plan), 20 feedback events (one per decision) and 10 stated facts (5 attributes, each stated
@@ -59,21 +60,30 @@ CONTEXT = "decided to elevate the house"
 QUERY = "flood insurance premium"
 
 
-async def ingest(events: int, agents: int) -> None:
+TRAFFIC = {"ingest mix": "0", "one feedback per decision": "1"}
+
+
+async def ingest(events: int, agents: int, rounds: int) -> None:
+    """The two mixes alternately, ``rounds`` times each: on shared cores the load of the
+    moment moves a run's rate more than the mix does, and alternating spreads it."""
     stack = DevStack(Path(tempfile.mkdtemp(prefix="engram-bench-")))
     endpoints = stack.start()
+    print(f"ingest: events={events} agents={agents}, 1 worker, Redis + Qdrant Edge applied")
+    print("| round | traffic | events/s | us CPU per event (this process) |")
+    print("|---|---|---|---|")
     try:
-        rates = {}
-        for name, feedback in (("ingest mix", "0"), ("one feedback per decision", "1")):
-            os.environ[FEEDBACK_VARIABLE] = feedback  # read by the publishing process
-            rates[name] = await engram_rate(stack, endpoints, events, agents, 1)
+        for round_number in range(1, rounds + 1):
+            for name, feedback in TRAFFIC.items():
+                os.environ[FEEDBACK_VARIABLE] = feedback  # read by the publishing process
+                rate = await engram_rate(stack, endpoints, events, agents, 1)
+                print(
+                    f"| {round_number} | {name} | {rate.per_second:,.0f} | "
+                    f"{rate.cpu_us_per_event:,.0f} |",
+                    flush=True,
+                )
     finally:
         os.environ.pop(FEEDBACK_VARIABLE, None)
         stack.stop()
-    print(f"ingest: events={events} agents={agents}, 1 worker, Redis + Qdrant Edge applied")
-    print("| traffic | events/s | us CPU per event (this process) |\n|---|---|---|")
-    for name, rate in rates.items():
-        print(f"| {name} | {rate.per_second:,.0f} | {rate.cpu_us_per_event:,.0f} |")
 
 
 def agent_events(agent: str, rng: random.Random) -> list[AgentEvent]:
@@ -214,8 +224,11 @@ if __name__ == "__main__":
     parser.add_argument("--lookup-agents", type=int, default=1_000)
     parser.add_argument("--requests", type=int, default=2_000, help="per route and client count")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--rounds", type=int, default=2, help="ingest runs of each mix")
     parser.add_argument("--skip-ingest", action="store_true")
+    parser.add_argument("--skip-lookups", action="store_true")
     args = parser.parse_args()
     if not args.skip_ingest:
-        asyncio.run(ingest(args.events, args.agents))
-    lookups(args.lookup_agents, args.requests, args.clients)
+        asyncio.run(ingest(args.events, args.agents, args.rounds))
+    if not args.skip_lookups:
+        lookups(args.lookup_agents, args.requests, args.clients)
