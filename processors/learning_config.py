@@ -62,11 +62,21 @@ class PlanRules(BaseModel):
 
 
 class FactRules(BaseModel):
-    """Facts an observation states (seed 000's semantic memory)."""
+    """Facts (seed 000's semantic memory): those an observation states, and those year-end
+    consolidation derives from an observation kind the agent kept seeing that year
+    (:mod:`processors.fact_patterns`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     enabled: bool = True
+    from_patterns: bool = True
+    pattern_min_count: int = Field(
+        default=3,
+        ge=2,
+        le=64,
+        description="Observations of one kind among the working memories a consolidation "
+        "considers that make it a fact: 3, so that twice may still be chance.",
+    )
 
 
 class LearningRules(BaseModel):

@@ -27,15 +27,16 @@ from typing import Literal
 
 from processors.config import ProcessingConfig, PruningRules
 from processors.embedding import Embedder
+from processors.fact_patterns import derive_pattern_facts
 from processors.recording import (
     AgentMemoryState,
     EpisodicEntry,
     SummaryEntry,
     WorkingEntry,
     add_episodic,
-    add_relevance,
     capacity_forgetting,
     record,
+    to_relevance_units,
 )
 from processors.summarising import Summariser, SummaryItem, SummaryRequest
 from schemas.agent_events import AgentEvent
@@ -210,7 +211,7 @@ def _accessed(entry: SummaryEntry, score: float, retrieval: MemoryRetrieved) -> 
     return replace(
         entry,
         retrievals=entry.retrievals + 1,
-        relevance_sum=add_relevance(entry.relevance_sum, min(1.0, max(0.0, score))),
+        relevance_units=entry.relevance_units + to_relevance_units(min(1.0, max(0.0, score))),
         last_access_step=_max(entry.last_access_step, retrieval.step),
         last_access_year=_max(entry.last_access_year, retrieval.year),
         last_access_at=(
@@ -270,8 +271,8 @@ def consolidate(
     """Year-end consolidation of the working memories not yet considered.
 
     The working memories stay (seed 004: "will evict naturally"); a promoted one gets an
-    episodic copy, and the episodic capacity then applies to the copy as to any memory.
-    """
+    episodic copy, and the episodic capacity then applies to the copy as to any memory. Last,
+    an observation kind they repeat becomes a fact (:mod:`processors.fact_patterns`)."""
     fresh = [w for w in state.working if not w.considered]
     if not fresh:
         return state
@@ -314,7 +315,8 @@ def consolidate(
             config_version=ctx.config_version,
         )
     )
-    return replace(state, working=working, episodic=episodic)
+    state = replace(state, working=working, episodic=episodic)
+    return derive_pattern_facts(state, fresh, trigger, ctx, out, agent_id=agent_id)
 
 
 def _promoted_copy(

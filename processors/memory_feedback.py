@@ -7,8 +7,9 @@ projection keeps and ``engram history`` shows. On a summary it also enters the M
 Score that utility pruning reads (seed 001): an upvote with signal ``s`` counts as a retrieval
 scored ``s`` at the feedback's time (frequency, relevance and recency rise); a downvote takes
 ``|s|`` off the summed relevance (which may then fall below 0), so a summary the agent found
-useless is pruned sooner, and a downvote never counts as a use. Both are additions and the
-latest access a maximum, so feedback and retrievals give the same utility in any order. A
+useless is pruned sooner, and a downvote never counts as a use. Both are additions (of whole
+units, exact in any order) and the latest access a maximum, so feedback and retrievals give
+the same utility in any order. A
 neutral signal and a target the worker does not hold (forgotten, or never a memory) count
 nothing.
 """
@@ -20,7 +21,7 @@ from typing import Literal
 
 from processors.learned_state import LearnedState
 from processors.learning_cause import Cause
-from processors.recording import AgentMemoryState, SummaryEntry, add_relevance
+from processors.recording import AgentMemoryState, SummaryEntry, to_relevance_units
 from schemas.agent_events import Feedback
 from schemas.learned_events import MemoryRated
 from schemas.memory_events import memory_id_for
@@ -83,13 +84,14 @@ def rated_summaries(
 
 
 def _rated(entry: SummaryEntry, event: MemoryRated) -> SummaryEntry:
+    units = entry.relevance_units + to_relevance_units(event.signal)
     if event.signal < 0:
         # Unclamped, so feedback and retrievals commute (a fold meets them in another order).
-        return replace(entry, relevance_sum=add_relevance(entry.relevance_sum, event.signal))
+        return replace(entry, relevance_units=units)
     return replace(
         entry,
         retrievals=entry.retrievals + 1,
-        relevance_sum=add_relevance(entry.relevance_sum, event.signal),
+        relevance_units=units,
         last_access_step=_later(entry.last_access_step, event.step),
         last_access_year=_later(entry.last_access_year, event.year),
         last_access_at=(

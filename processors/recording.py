@@ -79,6 +79,13 @@ class WorkingEntry:
         )
 
 
+UNITS_PER_RELEVANCE = 1_000_000_000
+
+
+def to_relevance_units(relevance: float) -> int:
+    return round(relevance * UNITS_PER_RELEVANCE)
+
+
 @dataclass(frozen=True)
 class SummaryEntry:
     """A live summary and how it has been used, for MUS pruning (seed 001)."""
@@ -93,10 +100,18 @@ class SummaryEntry:
     year: int | None
     occurred_at: datetime
     retrievals: int = 0
-    relevance_sum: float = 0.0
+    relevance_units: int = 0
+    """The summed relevance of its retrievals and feedback, in billionths (the property
+    :attr:`relevance_sum` gives it back as a number): integers add up to the same in any
+    order, floats do not, and a worker folding the log on takeover meets retrievals and
+    feedback in another order than the live run did."""
     last_access_step: int | None = None
     last_access_year: int | None = None
     last_access_at: datetime | None = None
+
+    @property
+    def relevance_sum(self) -> float:
+        return self.relevance_units / UNITS_PER_RELEVANCE
 
     @classmethod
     def of(cls, summary: MemorySummarised) -> SummaryEntry:
@@ -111,18 +126,6 @@ class SummaryEntry:
             year=summary.year,
             occurred_at=summary.occurred_at,
         )
-
-
-RELEVANCE_UNITS = 1_000_000
-"""A summary's summed relevance counts millionths: retrievals and feedback reach it in one
-order live and in another when a takeover folds the log, and float addition depends on the
-order (-0.1 - 0.2 + 0.0 is not 0.0 - 0.1 - 0.2 to the last bit); a sum of whole units does
-not."""
-
-
-def add_relevance(total: float, amount: float) -> float:
-    """``total + amount`` in millionths, the same whatever order the amounts come in."""
-    return (round(total * RELEVANCE_UNITS) + round(amount * RELEVANCE_UNITS)) / RELEVANCE_UNITS
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,11 @@ class FactStated(LearnedChange):
     attribute: str
     value: str
     valid_from: AwareDatetime
-    origin: Literal["stated"] = "stated"
+    origin: Literal["stated", "derived"] = Field(
+        default="stated",
+        description="stated: an observation's ``fact``; derived: a pattern of the agent's "
+        "observations at year-end consolidation.",
+    )
     source_event_ids: tuple[EventId, ...]
     supersedes: str | None = None
     embedding: Embedding

@@ -24,7 +24,10 @@ def describe_learned(event: LearnedEvent) -> tuple[LearnedKind, str | None, tupl
             return ("plan", None, (event.plan_id, event.decision_event_id), _plan_text(event))
         case FactStated():
             replaced = f", superseding {event.supersedes[:8]}" if event.supersedes else ""
-            text = f"fact {event.subject} {event.attribute} = {event.value!r}{replaced}"
+            derived = ""
+            if event.origin == "derived":
+                derived = f" (a pattern of {len(event.source_event_ids)} observations)"
+            text = f"fact {event.subject} {event.attribute} = {event.value!r}{derived}{replaced}"
             related = (
                 (event.fact_id,) if event.supersedes is None else (event.fact_id, event.supersedes)
             )

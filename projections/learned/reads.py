@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import orjson
@@ -61,6 +61,11 @@ class Fact(BaseModel):
     superseded_by: str | None = None
     current: bool
     source_event_ids: tuple[str, ...]
+    origin: Literal["stated", "derived"] = Field(
+        default="stated",
+        description="stated by an observation, or derived at year-end consolidation from an "
+        "observation kind the agent kept seeing (its sources are those observations).",
+    )
     score: float | None = Field(description="Cosine similarity to the query (None without).")
 
 
@@ -192,6 +197,7 @@ class LearnedMemory:
                     superseded_by=ended.get("superseded_by"),
                     current=current,
                     source_event_ids=tuple(fact["source_event_ids"]),
+                    origin=fact.get("origin", "stated"),
                     score=score,
                 )
             )

@@ -93,11 +93,15 @@ def create_processor_app(
             timings.takeover(time.perf_counter() - started, len(recovered[1]))
             return recovered
 
-        snapshots = Snapshotter(
-            send,
-            topics,
-            every_batches=settings.snapshot_every_batches,
-            every_seconds=settings.snapshot_every_seconds,
+        snapshots = (
+            Snapshotter(
+                send,
+                topics,
+                every_batches=settings.snapshot_every_batches,
+                every_seconds=settings.snapshot_every_seconds,
+            )
+            if settings.snapshots
+            else None
         )
         pipeline = make_pipeline(
             send=send,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import heapq
 import os
 import random
 import sys
@@ -16,7 +17,7 @@ from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaProducer
 
-from schemas.agent_events import AgentEvent, Decision, Observation
+from schemas.agent_events import AgentEvent, Decision, Feedback, Observation, PlanAction
 from schemas.codec import encode_event
 from schemas.topics import Topics
 
@@ -34,8 +35,62 @@ SKILLS = ["buy_insurance", "elevate_house", "do_nothing", "do_nothing", "relocat
 WALL_CLOCK_SHARE_VARIABLE = "ENGRAM_BENCH_WALL_CLOCK_SHARE"
 """The share of agents that publish without a simulation year (wall-clock agents)."""
 
+FEEDBACK_VARIABLE = "ENGRAM_BENCH_FEEDBACK"
+"""``1``: feedback-heavy traffic. Every decision carries a request and a step (a plan to cache)
+and gets one feedback event, published 1-200 events after it; the total stays ``n`` events, so
+fewer observations and decisions make room for the feedback."""
+
+PROMPTS = [
+    "How do I protect the house from the next flood?",
+    "Should I renew the flood insurance this year?",
+    "Is it time to move away from the river?",
+    "What do I do about the water in the basement?",
+]
+SIGNALS = [1.0, 1.0, 0.5, -0.5, -1.0]
+FEEDBACK_DELAY = 200
+
 
 def make_events(n: int, agents: int, seed: int = 7) -> list[AgentEvent]:
+    events = _mixed_events(n, agents, seed, plans=os.environ.get(FEEDBACK_VARIABLE) == "1")
+    if os.environ.get(FEEDBACK_VARIABLE) == "1":
+        return one_feedback_per_decision(events, n, random.Random(seed + 1))
+    return events
+
+
+def one_feedback_per_decision(
+    events: list[AgentEvent], n: int, rng: random.Random
+) -> list[AgentEvent]:
+    """The first ``n`` events of ``events`` with, for every decision among them, one feedback
+    on it (a signal from :data:`SIGNALS`) 1 to :data:`FEEDBACK_DELAY` events later."""
+    out: list[AgentEvent] = []
+    due: list[tuple[int, int, Feedback]] = []
+    source = iter(events)
+    while len(out) < n:
+        if due and due[0][0] <= len(out):
+            out.append(heapq.heappop(due)[2])
+            continue
+        event = next(source, None)
+        if event is None:
+            if not due:
+                break
+            out.append(heapq.heappop(due)[2])
+            continue
+        out.append(event)
+        if isinstance(event, Decision):
+            feedback = Feedback(
+                agent_id=event.agent_id,
+                agent_type=event.agent_type,
+                year=event.year,
+                target_event_id=event.event_id,
+                signal=rng.choice(SIGNALS),
+            )
+            heapq.heappush(due, (len(out) + rng.randrange(1, FEEDBACK_DELAY), len(out), feedback))
+    return out
+
+
+def _mixed_events(n: int, agents: int, seed: int, *, plans: bool) -> list[AgentEvent]:
+    """The ingest benchmark's mix: a quarter decisions, the rest observations of
+    :data:`TEMPLATES`; with ``plans``, each decision carries a request and a step."""
     rng = random.Random(seed)
     events: list[AgentEvent] = []
     wall_clock = int(agents * float(os.environ.get(WALL_CLOCK_SHARE_VARIABLE, "0")))
@@ -53,6 +108,7 @@ def make_events(n: int, agents: int, seed: int = 7) -> list[AgentEvent]:
                     skill=skill,
                     content=f"Year {year}: I decided to {skill.replace('_', ' ')} "
                     f"after thinking about the last floods ({i})",
+                    **(_plan(rng, skill) if plans else {}),
                 )
             )
         else:
@@ -67,6 +123,13 @@ def make_events(n: int, agents: int, seed: int = 7) -> list[AgentEvent]:
                 )
             )
     return events
+
+
+def _plan(rng: random.Random, skill: str) -> dict[str, object]:
+    return {
+        "prompt": rng.choice(PROMPTS),
+        "actions": (PlanAction(tool=skill, input="the house", observation="done"),),
+    }
 
 
 async def publish(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from itertools import count
 from typing import TypeVar
@@ -30,9 +31,11 @@ from processors.lifecycle import (
     on_retrieval,
     on_tick,
 )
+from processors.memory_feedback import rated_summaries
 from processors.recording import AgentMemoryState
 from processors.summarising import ExtractiveSummariser
 from schemas.agent_events import Observation
+from schemas.learned_events import MemoryRated
 from schemas.memory_events import (
     ConsolidationCompleted,
     DerivedEvent,
@@ -142,6 +145,36 @@ def one_l1() -> tuple[MemorySummarised, AgentMemoryState]:
     derived, state = feed([*session(1, "s1", [0.3, 0.5, 0.4]), obs("s2-0", 0.3, step=2)])
     (summary,) = only(derived, MemorySummarised)
     return summary, state
+
+
+def test_retrievals_and_feedback_sum_the_same_relevance_in_any_order() -> None:
+    """(0.5 + 0.1) - 0.5 and (0.5 - 0.5) + 0.1 differ as floats: a worker folding the log on
+    takeover, which meets the feedback before the second retrieval, must hold the same state."""
+    summary, state = one_l1()
+    first = retrieval((summary.memory_id, 0.5), step=2)
+    second = retrieval((summary.memory_id, 0.1), step=3)
+    downvote = MemoryRated(
+        event_id="r1",
+        agent_id=AGENT,
+        occurred_at=T0,
+        caused_by="f1",
+        config_version="cfg",
+        memory_id=summary.memory_id,
+        target_event_id=summary.memory_id,
+        signal=-0.5,
+        level=1,
+        upvotes=0,
+        downvotes=1,
+        revision=0,
+    )
+
+    def rated(s: AgentMemoryState) -> AgentMemoryState:
+        return replace(s, summaries=rated_summaries(s.summaries, downvote))
+
+    live = rated(on_retrieval(second, on_retrieval(first, state)))
+    folded = on_retrieval(second, rated(on_retrieval(first, state)))
+    assert live == folded
+    assert live.summaries[0].relevance_sum == 0.1
 
 
 # --- consolidation (seed 004 sections 4.3, 5.1, 7.1; seed 003 gate and burn) ---------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from datetime import UTC, datetime
 
 import numpy as np
@@ -13,7 +12,7 @@ from processors.batch import RawRecord, process_batch
 from processors.config import load_processing_config
 from processors.embedding import HashingEmbedder, keywords
 from processors.lifecycle import Deriving
-from processors.recording import AgentMemoryState, add_relevance, record
+from processors.recording import AgentMemoryState, record
 from processors.summarising import ExtractiveSummariser
 from schemas.agent_events import Observation
 from schemas.codec import encode_event
@@ -216,18 +215,3 @@ def test_two_agents_with_the_same_event_id_get_two_memories() -> None:
     assert memory_a.memory_id != memory_b.memory_id
     assert memory_a.event_id != memory_b.event_id
     assert memory_a.memory_id == memory_id_for("A", "turn-1")
-
-
-@given(st.lists(st.floats(-1.0, 1.0), max_size=12), st.randoms())
-def test_summed_relevance_does_not_depend_on_the_order_of_its_parts(
-    amounts: list[float], rng: random.Random
-) -> None:
-    shuffled = list(amounts)
-    rng.shuffle(shuffled)
-    forward = backward = 0.0
-    for amount in amounts:
-        forward = add_relevance(forward, amount)
-    for amount in shuffled:
-        backward = add_relevance(backward, amount)
-    assert forward == backward
-    assert abs(forward - sum(amounts)) <= len(amounts) * 0.5e-6

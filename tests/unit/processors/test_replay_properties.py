@@ -176,6 +176,9 @@ def test_the_generated_streams_exercise_every_rule() -> None:
         ("S1", "observe", 7),  # 0.95, episodic
         ("Y1", "observe", 3),
         ("Y1", "observe", 4),
+        ("Y1", "observe", 33),  # flood.minor three times a year: a fact at year end
+        ("Y1", "observe", 33),
+        ("Y1", "observe", 33),
         ("W1", "observe", 1),
         ("W1", "decide", 2),
         ("W2", "observe", 6),
@@ -218,7 +221,10 @@ def test_the_generated_streams_exercise_every_rule() -> None:
         "scored",
         "evicted",
     }
-    assert any(isinstance(e, FactStated) and e.supersedes for e in derived)
+    assert {e.origin for e in derived if isinstance(e, FactStated) and e.supersedes} == {
+        "stated",
+        "derived",
+    }
     assert {e.level for e in derived if isinstance(e, MemoryRated)} >= {0, 1}
     assert {(e.level, e.trigger) for e in derived if isinstance(e, MemorySummarised)} == {
         (1, "step"),

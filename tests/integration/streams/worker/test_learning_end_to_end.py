@@ -100,3 +100,34 @@ async def test_feedback_moves_procedures_and_plans_and_facts_supersede(
         assert timeline.counts["procedure"] == 5
         assert timeline.counts["plan"] == 3
         assert timeline.counts["fact"] == 2
+
+
+async def test_a_kind_observed_three_times_in_a_year_becomes_a_derived_fact(
+    node: Node, kafka_bootstrap: str, prefix: str
+) -> None:
+    """Year-end consolidation derives the fact through the broker and the worker; it reads
+    back over HTTP with its origin and sources, and the history tells it."""
+    assert node.pipeline is not None
+    assert node.http_url is not None
+    household = {"agent_id": "H8", "agent_type": "household", "importance": 0.3}
+    rain = [
+        Observation(**household, year=1, kind="heavy.rain", content=f"Year 1: Heavy rain ({i})")
+        for i in range(3)
+    ]
+    events = [*rain, Observation(**household, year=2, content="Year 2: A dry spring")]
+    async with AsyncPublisher(kafka_bootstrap, topics=Topics(prefix)) as publisher:
+        positions = [await publisher.publish(event) for event in events]
+    await node.pipeline.stats.wait_for(positions)
+
+    async with AsyncEngramClient(node.http_url) as client:
+        (fact,) = (await client.facts("H8", "heavy rain")).facts
+        assert (fact.subject, fact.attribute, fact.value) == (
+            "H8",
+            "recurring heavy.rain",
+            "Year 1: Heavy rain (2)",
+        )
+        assert fact.origin == "derived"
+        assert fact.source_event_ids == tuple(e.event_id for e in rain)
+        timeline = await client.history("H8")
+        (told,) = [e.text for e in timeline.entries if e.kind == "fact"]
+        assert "a pattern of 3 observations" in told

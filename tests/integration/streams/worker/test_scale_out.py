@@ -116,6 +116,7 @@ async def test_three_workers_a_fourth_joining_and_two_stopping_remember_everythi
         "ENGRAM_EPISODIC_WRITER": "projector",
         "ENGRAM_BATCH_SIZE": str(BATCH_SIZE),
         "ENGRAM_SNAPSHOT_EVERY_BATCHES": str(SNAPSHOT_EVERY),
+        "ENGRAM_SNAPSHOTS": "true",
     }
     workers = [WorkerProcess(env, tmp_path / f"worker-{i}.log") for i in range(4)]
     projector = WorkerProcess(env, tmp_path / "projector.log", role="project")
