@@ -135,3 +135,103 @@ async def _agent_partitions(
             )
         tps.append(TopicPartition(name, partition))
     return tps
+
+
+INDEXED_FETCH_BYTES = 1024
+"""A read by the index fetches this much past a place at most: the records it wants are few."""
+MERGED_GAP = 32
+"""Places of the index this close are read in one pass rather than with a seek each."""
+
+
+@dataclass
+class IndexedRead:
+    """What a read by the agent index found."""
+
+    records: list[AgentRecord]
+    """The indexed records, then those after the index's end, in log order per partition."""
+    read: int
+    """Records fetched from the broker, every agent's: what the read costs."""
+
+
+async def read_indexed(
+    bootstrap: str,
+    partition: int,
+    agent_id: str,
+    sealer: RecordSealer,
+    wanted: dict[str, set[int]],
+    ends: dict[str, int],
+    *,
+    poll_ms: int = 200,
+) -> IndexedRead:
+    """The agent's records of ``partition`` the index names (``wanted``: per topic, offsets),
+    and every record with its key or none after the index's end of each topic (``ends``; from
+    the beginning for a topic without one). The caller bounds the time; raises
+    :class:`LogUnavailableError` when the broker cannot be read."""
+    key = agent_id.encode("utf-8")
+    kept: list[tuple[TopicPartition, int, bytes, int]] = []
+    read = 0
+    consumer = log_reader(bootstrap, fetch_bytes=INDEXED_FETCH_BYTES)
+    try:
+        try:
+            await consumer.start()
+            existing = await consumer.topics()
+            for topic, offsets in wanted.items():
+                if topic not in existing:
+                    continue
+                tp = TopicPartition(topic, partition)
+                consumer.assign([tp])
+                log_end = (await consumer.end_offsets([tp]))[tp]
+                tail = ends.get(topic, -1) + 1
+                spans = _merged(sorted(o for o in offsets if o < tail))
+                if tail < log_end:
+                    spans.append((tail, log_end - 1))
+                for first, last in spans:
+                    got = await _read_span(consumer, tp, first, last, poll_ms)
+                    read += len(got)
+                    for record in got:
+                        if record.value is None or record.offset > last:
+                            continue
+                        mine = (
+                            record.offset in offsets
+                            if record.offset < tail
+                            else (record.key is None or record.key == key)
+                        )
+                        if mine:
+                            kept.append((tp, record.offset, record.value, record.timestamp))
+        finally:
+            await consumer.stop()
+        opened = await sealer.open_all([value for _, _, value, _ in kept])
+    except KafkaError as exc:
+        raise LogUnavailableError(f"cannot read the event log at {bootstrap}: {exc}") from exc
+    return IndexedRead(
+        [
+            AgentRecord(
+                SourcePosition(topic=tp.topic, partition=tp.partition, offset=offset), value, ms
+            )
+            for (tp, offset, _, ms), value in zip(kept, opened, strict=True)
+        ],
+        read,
+    )
+
+
+def _merged(offsets: Sequence[int]) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    for offset in offsets:
+        if spans and offset - spans[-1][1] <= MERGED_GAP:
+            spans[-1] = (spans[-1][0], offset)
+        else:
+            spans.append((offset, offset))
+    return spans
+
+
+async def _read_span(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, first: int, last: int, poll_ms: int
+) -> list[ConsumerRecord[Any, Any]]:
+    """The records from ``first`` on, at least up to ``last`` (a fetch may return more)."""
+    consumer.seek(tp, first)
+    got: list[ConsumerRecord[Any, Any]] = []
+    while True:
+        batch = await consumer.getmany(tp, timeout_ms=poll_ms, max_records=10_000)
+        got.extend(batch.get(tp, []))
+        if (got and got[-1].offset >= last) or await consumer.position(tp) > last:
+            return got

@@ -38,6 +38,7 @@ from projections.versions import (
     ProjectionVersions,
     WriteLock,
 )
+from projections.working.agent_index import AgentIndex
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.codec import encode_event
 from schemas.errors import BackendUnavailableError
@@ -389,6 +390,9 @@ class Node:
                 episodic=self.episodic if settings.episodic_writer == "worker" else None,
                 summariser=self.summariser,
                 sealer=RecordSealer(self.keyring),
+                agent_index=AgentIndex.from_url(
+                    self.endpoints.redis_url, self.version.redis_namespace
+                ),
                 **shell,
             )
 
@@ -476,6 +480,10 @@ class Node:
             sealer=RecordSealer(self.keyring),
         ).start()
 
+        # Where each agent's records lie: a history reads only those (derived data, beside
+        # the projections; without it a history scans the agent's partition).
+        index = AgentIndex.from_url(self.endpoints.redis_url, self.version.redis_namespace)
+
         async def history(agent_id: str, limit: int) -> AgentHistory:
             # The active version's derived log, read when asked: it follows the pointer.
             return await read_agent_history(
@@ -486,6 +494,7 @@ class Node:
                 limit=limit,
                 timeout=HISTORY_TIMEOUT_S,
                 sealer=RecordSealer(self.keyring),
+                index=index,
             )
 
         return self.recorder, history

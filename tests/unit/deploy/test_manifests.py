@@ -30,6 +30,7 @@ from tests.unit.deploy.rendered import (
 SNAPSHOT_TOPICS = {"memory.snapshots"}
 """Topics that hold the latest record per key only (compacted)."""
 
+
 def documents() -> list[dict[str, object]]:
     docs = []
     for path in sorted(KUBERNETES.rglob("*.yaml")):
