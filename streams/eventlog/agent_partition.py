@@ -6,7 +6,8 @@ agent's records are on one partition number in every topic (the one
 :func:`streams.eventlog.history.partition_for` names). The whole partition is read from the
 beginning; other agents' records are passed over by their key, undecoded. Records without a
 key are kept: the batch markers are the partition's, and say which derived events count
-(:mod:`processors.batch_markers`).
+(:mod:`processors.batch_markers`). Where the agent index says where the agent's records lie,
+:func:`read_indexed` fetches only those, and the records logged after the index's end.
 """
 
 from __future__ import annotations
@@ -170,6 +171,13 @@ async def read_indexed(
     key = agent_id.encode("utf-8")
     kept: list[tuple[TopicPartition, int, bytes, int]] = []
     read = 0
+
+    def keep_after_end(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> None:
+        nonlocal read
+        read += 1
+        if record.value is not None and (record.key is None or record.key == key):
+            kept.append((tp, record.offset, record.value, record.timestamp))
+
     consumer = log_reader(bootstrap, fetch_bytes=INDEXED_FETCH_BYTES)
     try:
         try:
@@ -179,25 +187,26 @@ async def read_indexed(
                 if topic not in existing:
                     continue
                 tp = TopicPartition(topic, partition)
-                consumer.assign([tp])
-                log_end = (await consumer.end_offsets([tp]))[tp]
                 tail = ends.get(topic, -1) + 1
-                spans = _merged(sorted(o for o in offsets if o < tail))
-                if tail < log_end:
-                    spans.append((tail, log_end - 1))
-                for first, last in spans:
+                consumer.assign([tp])
+                for first, last in _merged(sorted(o for o in offsets if o < tail)):
                     got = await _read_span(consumer, tp, first, last, poll_ms)
                     read += len(got)
-                    for record in got:
-                        if record.value is None or record.offset > last:
-                            continue
-                        mine = (
-                            record.offset in offsets
-                            if record.offset < tail
-                            else (record.key is None or record.key == key)
-                        )
-                        if mine:
-                            kept.append((tp, record.offset, record.value, record.timestamp))
+                    kept.extend(
+                        (tp, r.offset, r.value, r.timestamp)
+                        for r in got
+                        if r.offset in offsets and r.value is not None
+                    )
+                # What was logged after the index's end, to the log's end (read as every
+                # reader of the log does: the end the broker reports may fall short).
+                await read_with(
+                    consumer,
+                    [tp],
+                    keep_after_end,
+                    starts={tp: tail},
+                    timeout=math.inf,
+                    poll_ms=poll_ms,
+                )
         finally:
             await consumer.stop()
         opened = await sealer.open_all([value for _, _, value, _ in kept])

@@ -26,7 +26,8 @@ from projections.history import (
     PositionedEvent,
     build_timeline,
 )
-from projections.working.agent_index import AgentIndex
+from projections.interfaces import ProjectionError
+from projections.working.agent_index import AgentIndex, IndexedRecords
 from schemas.codec import decode_derived_record, decode_retrieval
 from schemas.envelope import AgentId
 from schemas.memory_events import DerivedUpTo, SourcePosition
@@ -113,7 +114,7 @@ async def read_agent_events(
     the caller bounds the time."""
     partition = partition_for(agent_id, partitions)
     names = (topics.items, topics.lifecycle, topics.access)
-    found = None if index is None else await index.lookup(agent_id, partition, names)
+    found = None if index is None else await _lookup(index, agent_id, partition, names)
     if found is None:
         scan = await read_agent_partition(
             bootstrap, names, partition, partitions, agent_id, sealer, poll_ms=_POLL_MS
@@ -129,6 +130,18 @@ async def read_agent_events(
         if r.where.offset <= found.ends.get(r.where.topic, -1)
     }
     return AgentEvents(_events(topics, agent_id, got.records, counted, {partition}), got.read, True)
+
+
+async def _lookup(
+    index: AgentIndex, agent_id: str, partition: int, names: tuple[str, ...]
+) -> IndexedRecords | None:
+    """The index's answer, or None (scan the partition) when it cannot be read: it only
+    makes the read cheaper, the log answers without it."""
+    try:
+        return await index.lookup(agent_id, partition, names)
+    except ProjectionError as exc:
+        log.warning("agent index unavailable, scanning the partition: %s", exc)
+        return None
 
 
 def _events(

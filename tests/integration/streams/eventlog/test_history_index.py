@@ -4,6 +4,7 @@ timeline is the one the whole partition gives."""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -11,9 +12,11 @@ import pytest
 from projections.history import build_timeline
 from projections.working.agent_index import AgentIndex
 from schemas.agent_events import Observation
+from schemas.memory_events import ForgetAgent
 from schemas.topics import Topics
 from streams.eventlog.history import partition_for, read_agent_events
 from streams.eventlog.publisher import AsyncPublisher
+from streams.privacy.forgetting import request_forget
 from streams.runtime.node import Endpoints, Node
 from tests.integration.streams.isolated import isolated_settings, log_sealer
 
@@ -72,6 +75,21 @@ async def test_a_small_agents_history_reads_its_own_records_and_equals_the_scan(
                     assert build_timeline(agent, scan.events).total > 0
                     if agent == small:
                         small_read, total = indexed.read, scan.read
+                # Forgetting the agent deletes its index: its history is the scan's again.
+                request = ForgetAgent(
+                    event_id=str(uuid.uuid4()), agent_id=small, requested_at=datetime.now(UTC)
+                )
+                forgot = await request_forget(kafka_bootstrap, topics, request)
+                await node.pipeline.stats.wait_for([forgot])
+                names = (topics.items, topics.lifecycle, topics.access)
+                partition = partition_for(small, partitions)
+                assert await index.lookup(small, partition, names) is None
+                assert await index.lookup(big, partition, names) is not None
+                after = await read_agent_events(
+                    kafka_bootstrap, topics, small, partitions, sealer, index
+                )
+                assert not after.indexed
+                assert build_timeline(small, after.events).counts["agent_forgotten"] == 1
         finally:
             await index.close()
     # The small agent's few records and their batches' neighbours, not the big agent's 300.
