@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from projections.retrieval import models as retrieval_models
     from projections.service import auth as service_auth
     from projections.service import client as query_client
-    from projections.working import redis_store
+    from projections.working import agent_index, redis_store
     from schemas import agent_events, envelope, errors, json_schema, topics
     from streams import demo
     from streams.eventlog import archive, kafka_clients, publisher, topic_admin
@@ -50,6 +50,7 @@ _MODULES = {
     "query_client": "projections.service.client",
     "service_auth": "projections.service.auth",
     "redis_store": "projections.working.redis_store",
+    "agent_index": "projections.working.agent_index",
     "agent_events": "schemas.agent_events",
     "envelope": "schemas.envelope",
     "errors": "schemas.errors",
@@ -82,6 +83,7 @@ _MODULES = {
 __all__ = [
     "agent_events",
     "agent_history",
+    "agent_index",
     "archive",
     "as_of",
     "broker",

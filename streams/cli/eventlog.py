@@ -106,6 +106,11 @@ def history(
 
     async def main() -> None:
         keyring = await open_keyring(settings)
+        index = (
+            deferred.agent_index.AgentIndex.from_url(settings.redis_url, settings.redis_namespace)
+            if settings.redis_url
+            else None
+        )
         try:
             timeline = await deferred.history_reader.read_agent_history(
                 bootstrap,
@@ -115,10 +120,13 @@ def history(
                 limit=limit,
                 timeout=timeout,
                 sealer=deferred.sealing.RecordSealer(keyring),
+                index=index,
             )
         finally:
             if keyring is not None:
                 await keyring.close()
+            if index is not None:
+                await index.close()
         if as_json:
             typer.echo(timeline.model_dump_json(indent=2))
         elif not timeline.total:

@@ -6,7 +6,8 @@ agent's records are on one partition number in every topic (the one
 :func:`streams.eventlog.history.partition_for` names). The whole partition is read from the
 beginning; other agents' records are passed over by their key, undecoded. Records without a
 key are kept: the batch markers are the partition's, and say which derived events count
-(:mod:`processors.batch_markers`).
+(:mod:`processors.batch_markers`). Where the agent index says where the agent's records lie,
+:func:`read_indexed` fetches only those, and the records logged after the index's end.
 """
 
 from __future__ import annotations
@@ -135,3 +136,111 @@ async def _agent_partitions(
             )
         tps.append(TopicPartition(name, partition))
     return tps
+
+
+INDEXED_FETCH_BYTES = 1024
+"""A read by the index fetches this much past a place at most: the records it wants are few."""
+MERGED_GAP = 32
+"""Places of the index this close are read in one pass rather than with a seek each."""
+
+
+@dataclass
+class IndexedRead:
+    """What a read by the agent index found."""
+
+    records: list[AgentRecord]
+    """The indexed records, then those after the index's end, in log order per partition."""
+    read: int
+    """Records fetched from the broker, every agent's: what the read costs."""
+
+
+async def read_indexed(
+    bootstrap: str,
+    partition: int,
+    agent_id: str,
+    sealer: RecordSealer,
+    wanted: dict[str, set[int]],
+    ends: dict[str, int],
+    *,
+    poll_ms: int = 200,
+) -> IndexedRead:
+    """The agent's records of ``partition`` the index names (``wanted``: per topic, offsets),
+    and every record with its key or none after the index's end of each topic (``ends``; from
+    the beginning for a topic without one). The caller bounds the time; raises
+    :class:`LogUnavailableError` when the broker cannot be read."""
+    key = agent_id.encode("utf-8")
+    kept: list[tuple[TopicPartition, int, bytes, int]] = []
+    read = 0
+
+    def keep_after_end(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> None:
+        nonlocal read
+        read += 1
+        if record.value is not None and (record.key is None or record.key == key):
+            kept.append((tp, record.offset, record.value, record.timestamp))
+
+    consumer = log_reader(bootstrap, fetch_bytes=INDEXED_FETCH_BYTES)
+    try:
+        try:
+            await consumer.start()
+            existing = await consumer.topics()
+            for topic, offsets in wanted.items():
+                if topic not in existing:
+                    continue
+                tp = TopicPartition(topic, partition)
+                tail = ends.get(topic, -1) + 1
+                consumer.assign([tp])
+                for first, last in _merged(sorted(o for o in offsets if o < tail)):
+                    got = await _read_span(consumer, tp, first, last, poll_ms)
+                    read += len(got)
+                    kept.extend(
+                        (tp, r.offset, r.value, r.timestamp)
+                        for r in got
+                        if r.offset in offsets and r.value is not None
+                    )
+                # What was logged after the index's end, to the log's end (read as every
+                # reader of the log does: the end the broker reports may fall short).
+                await read_with(
+                    consumer,
+                    [tp],
+                    keep_after_end,
+                    starts={tp: tail},
+                    timeout=math.inf,
+                    poll_ms=poll_ms,
+                )
+        finally:
+            await consumer.stop()
+        opened = await sealer.open_all([value for _, _, value, _ in kept])
+    except KafkaError as exc:
+        raise LogUnavailableError(f"cannot read the event log at {bootstrap}: {exc}") from exc
+    return IndexedRead(
+        [
+            AgentRecord(
+                SourcePosition(topic=tp.topic, partition=tp.partition, offset=offset), value, ms
+            )
+            for (tp, offset, _, ms), value in zip(kept, opened, strict=True)
+        ],
+        read,
+    )
+
+
+def _merged(offsets: Sequence[int]) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    for offset in offsets:
+        if spans and offset - spans[-1][1] <= MERGED_GAP:
+            spans[-1] = (spans[-1][0], offset)
+        else:
+            spans.append((offset, offset))
+    return spans
+
+
+async def _read_span(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, first: int, last: int, poll_ms: int
+) -> list[ConsumerRecord[Any, Any]]:
+    """The records from ``first`` on, at least up to ``last`` (a fetch may return more)."""
+    consumer.seek(tp, first)
+    got: list[ConsumerRecord[Any, Any]] = []
+    while True:
+        batch = await consumer.getmany(tp, timeout_ms=poll_ms, max_records=10_000)
+        got.extend(batch.get(tp, []))
+        if (got and got[-1].offset >= last) or await consumer.position(tp) > last:
+            return got

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 from aiokafka.partitioner import DefaultPartitioner
 from pydantic import TypeAdapter
@@ -25,11 +26,13 @@ from projections.history import (
     PositionedEvent,
     build_timeline,
 )
+from projections.interfaces import ProjectionError
+from projections.working.agent_index import AgentIndex, IndexedRecords
 from schemas.codec import decode_derived_record, decode_retrieval
 from schemas.envelope import AgentId
 from schemas.memory_events import DerivedUpTo, SourcePosition
 from schemas.topics import Topics
-from streams.eventlog.agent_partition import read_agent_partition
+from streams.eventlog.agent_partition import AgentRecord, read_agent_partition, read_indexed
 from streams.eventlog.derived_log import decode_opened
 from streams.privacy.sealing import RecordSealer
 
@@ -57,6 +60,7 @@ async def read_agent_history(
     limit: int | None = None,
     timeout: float = 30.0,
     sealer: RecordSealer | None = None,
+    index: AgentIndex | None = None,
 ) -> AgentHistory:
     """The agent's timeline, read from its partition of the three topics within ``timeout``.
 
@@ -64,43 +68,95 @@ async def read_agent_history(
     not finish in time, :class:`LogUnavailableError` when the broker cannot be read or the
     topics do not have ``partitions`` partitions (the agent's records would then be looked for
     on the wrong partition), and pydantic's ``ValidationError`` for an invalid agent id.
+    With ``index``, only the agent's own records are read where the index can say where they
+    are (:mod:`projections.working.agent_index`); the whole partition otherwise.
     """
     agent_id = _AGENT_ID.validate_python(agent_id)
     partition = partition_for(agent_id, partitions)
     names = (topics.items, topics.lifecycle, topics.access)
     try:
         async with asyncio.timeout(timeout):
-            events = await _read_agent(
-                bootstrap, topics, partition, agent_id, partitions, sealer or RecordSealer(None)
+            read = await read_agent_events(
+                bootstrap, topics, agent_id, partitions, sealer or RecordSealer(None), index
             )
     except TimeoutError:
         raise TimeoutError(
             f"reading the history of {agent_id} (partition {partition} of {', '.join(names)}) "
             f"from {bootstrap} took longer than {timeout:g} s"
         ) from None
-    return build_timeline(agent_id, events, limit=limit)
+    log.info(
+        "history read",
+        extra={"agent_id": agent_id, "records_read": read.read, "indexed": read.indexed},
+    )
+    return build_timeline(agent_id, read.events, limit=limit)
 
 
-async def _read_agent(
+@dataclass(frozen=True)
+class AgentEvents:
+    """One agent's events read back from the log, and what reading them cost."""
+
+    events: list[PositionedEvent]
+    read: int
+    """Records fetched, every agent's."""
+    indexed: bool
+    """Whether the agent index said where they were (else the partition was scanned)."""
+
+
+async def read_agent_events(
     bootstrap: str,
     topics: Topics,
-    partition: int,
     agent_id: str,
     partitions: int,
     sealer: RecordSealer,
-) -> list[PositionedEvent]:
-    read = await read_agent_partition(
-        bootstrap,
-        (topics.items, topics.lifecycle, topics.access),
-        partition,
-        partitions,
-        agent_id,
-        sealer,
-        poll_ms=_POLL_MS,
+    index: AgentIndex | None = None,
+) -> AgentEvents:
+    """The agent's events of wholly logged batches and its retrievals, with their positions;
+    the caller bounds the time."""
+    partition = partition_for(agent_id, partitions)
+    names = (topics.items, topics.lifecycle, topics.access)
+    found = None if index is None else await _lookup(index, agent_id, partition, names)
+    if found is None:
+        scan = await read_agent_partition(
+            bootstrap, names, partition, partitions, agent_id, sealer, poll_ms=_POLL_MS
+        )
+        return AgentEvents(_events(topics, agent_id, scan.records, set(), set()), scan.total, False)
+    got = await read_indexed(
+        bootstrap, partition, agent_id, sealer, found.offsets, found.ends, poll_ms=_POLL_MS
     )
+    # Indexed records are of logged batches; what came after the index's end is checked.
+    counted = {
+        (r.where.topic, r.where.offset)
+        for r in got.records
+        if r.where.offset <= found.ends.get(r.where.topic, -1)
+    }
+    return AgentEvents(_events(topics, agent_id, got.records, counted, {partition}), got.read, True)
+
+
+async def _lookup(
+    index: AgentIndex, agent_id: str, partition: int, names: tuple[str, ...]
+) -> IndexedRecords | None:
+    """The index's answer, or None (scan the partition) when it cannot be read: it only
+    makes the read cheaper, the log answers without it."""
+    try:
+        return await index.lookup(agent_id, partition, names)
+    except ProjectionError as exc:
+        log.warning("agent index unavailable, scanning the partition: %s", exc)
+        return None
+
+
+def _events(
+    topics: Topics,
+    agent_id: str,
+    records: list[AgentRecord],
+    indexed: set[tuple[str, int]],
+    marked: set[int],
+) -> list[PositionedEvent]:
+    """The agent's events of ``records``: those at ``indexed`` places count as they are, the
+    rest as the batch markers among them say."""
     events: list[PositionedEvent] = []
     derived: list[Logged] = []
-    for where, value, _ in read.records:
+    known: list[Logged] = []
+    for where, value, _ in records:
         # A forgotten agent's record does not open, and is left out: its erasure shows instead.
         if where.topic == topics.access:
             retrieval = decode_opened(where, value, decode_retrieval)
@@ -109,14 +165,20 @@ async def _read_agent(
             continue
         record = decode_opened(where, value, decode_derived_record)
         if record is not None:
-            derived.append((where, record))
-    counted = {id(e) for e in logged_batches(derived, topics.schedule).events}
-    for where, record in derived:
+            into = known if (where.topic, where.offset) in indexed else derived
+            into.append((where, record))
+    counted = {id(e) for e in logged_batches(derived, topics.schedule, marked).events}
+    counted |= {id(record) for _, record in known}
+    for where, record in sorted(known + derived, key=lambda logged: _place(logged[0])):
         if isinstance(record, DerivedUpTo) or id(record) not in counted:
             continue
         if record.agent_id == agent_id:
             events.append(PositionedEvent(record, _at(where)))
     return events
+
+
+def _place(where: SourcePosition) -> tuple[str, int]:
+    return (where.topic, where.offset)
 
 
 def _at(where: SourcePosition) -> LogPosition:

@@ -46,14 +46,15 @@ def security_options() -> dict[str, Any]:
     return dict(_security)
 
 
-def log_reader(bootstrap: str) -> AIOKafkaConsumer:
-    """A group-less consumer for reading partitions from the start, in large fetches."""
+def log_reader(bootstrap: str, *, fetch_bytes: int = 8 << 20) -> AIOKafkaConsumer:
+    """A group-less consumer for reading partitions from the start, in large fetches (smaller
+    ones for a reader that wants a few records here and there)."""
     return AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        max_partition_fetch_bytes=8 << 20,
-        fetch_max_bytes=64 << 20,
+        max_partition_fetch_bytes=fetch_bytes,
+        fetch_max_bytes=max(fetch_bytes, 64 << 20) if fetch_bytes >= 8 << 20 else fetch_bytes,
         # The read ends with an empty poll, and Tansu holds a fetch for about the whole wait.
         fetch_max_wait_ms=50,
         **_security,

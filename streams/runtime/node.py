@@ -38,6 +38,7 @@ from projections.versions import (
     ProjectionVersions,
     WriteLock,
 )
+from projections.working.agent_index import AgentIndex
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.codec import encode_event
 from schemas.errors import BackendUnavailableError
@@ -175,6 +176,7 @@ class Node:
     left_reason: str | None = field(default=None, init=False)
     _logs: dict[str | None, DerivedLog | None] = field(default_factory=dict, init=False)
     _write_lock: WriteLock = field(default_factory=WriteLock, init=False)
+    _agent_indexes: list[AgentIndex] = field(default_factory=list, init=False)
     """One lock for every writer of this process, so one fence pauses them all."""
     http_port: int | None = field(default=None, init=False)
     metrics: CollectorRegistry = field(init=False)
@@ -390,6 +392,7 @@ class Node:
                 episodic=self.episodic if settings.episodic_writer == "worker" else None,
                 summariser=self.summariser,
                 sealer=RecordSealer(self.keyring),
+                agent_index=self._agent_index(),
                 **shell,
             )
 
@@ -478,6 +481,8 @@ class Node:
             sealer=RecordSealer(self.keyring),
         ).start()
 
+        index = self._agent_index()
+
         async def history(agent_id: str, limit: int) -> AgentHistory:
             # The active version's derived log, read when asked: it follows the pointer.
             return await read_agent_history(
@@ -488,9 +493,17 @@ class Node:
                 limit=limit,
                 timeout=HISTORY_TIMEOUT_S,
                 sealer=RecordSealer(self.keyring),
+                index=index,
             )
 
         return self.recorder, history
+
+    def _agent_index(self) -> AgentIndex:
+        """Where each agent's records lie, beside the active version's projections: a history
+        reads only those (derived data; without it a history scans the agent's partition)."""
+        index = AgentIndex.from_url(self.endpoints.redis_url, self.version.redis_namespace)
+        self._agent_indexes.append(index)
+        return index
 
     def _log_recall(self) -> LogRecaller | None:
         """Retrievals ``as_of`` a point of the log, rebuilt in scratch stores beside this
@@ -574,6 +587,9 @@ class Node:
         for store in [s for s in (self.working, self.episodic) if s is not None]:
             with contextlib.suppress(Exception):
                 await store.close()
+        for index in self._agent_indexes:
+            with contextlib.suppress(Exception):
+                await index.close()
         with contextlib.suppress(Exception):
             await self.versions.close()
         if self.keyring is not None:

@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Protocol, TypeVar, cast
 
 from processors.batch import BatchResult, RawRecord
@@ -46,6 +47,7 @@ from projections.interfaces import (
     latest_positions,
 )
 from projections.versions import WriteLock
+from projections.working.agent_index import AgentIndex, batch_entries
 from schemas.codec import encode_event
 from schemas.errors import BackendUnavailableError
 from schemas.memory_events import AgentForgotten, DerivedEvent, DerivedUpTo, derived_topic_of
@@ -147,6 +149,8 @@ class IngestPipeline:
     """Opens sealed input and seals the derived events with their agent's key (none: plain)."""
     snapshots: Snapshotter | None = None
     """Writes the partitions' state now and then, for a takeover to start from (none: never)."""
+    agent_index: AgentIndex | None = None
+    """Where each agent's records lie, for its history (none: history scans partitions)."""
 
     def __post_init__(self) -> None:
         self.config_version = self.config.version(self.embedder.id, self.summariser.id)
@@ -185,10 +189,25 @@ class IngestPipeline:
         ]
         await self.apply(tail)
         self.stats.caught_up += len(tail)
+        await self._distrust_index(tail, applied)
         if folded.logged_upto:
             # A crash between a batch's marker and its advance: the marks move now.
             logged_upto = dict(folded.logged_upto)
             await self._on_every_store(lambda store: store.advance(logged_upto))
+
+    async def _distrust_index(
+        self, tail: Sequence[DerivedEvent], applied: dict[tuple[str, int], int]
+    ) -> None:
+        """A batch logged but never applied: a crash may have cut between its marker and its
+        index entry, so the index of its partition no longer says where everything is."""
+        index = self.agent_index
+        cut = {
+            p.partition
+            for p in (e.source_position for e in tail)
+            if p is not None and p.offset > applied.get((p.topic, p.partition), -1)
+        }
+        if index is not None and cut:
+            await self._retrying("agent index", lambda: index.set_whole(cut, False))
 
     def release(self, partitions: set[int]) -> None:
         """Forget partitions this worker no longer owns: if they come back, their state is
@@ -246,6 +265,10 @@ class IngestPipeline:
         )
         await self._log_markers(markers)
         folded.marked |= unmarked
+        empty = {p for p in unmarked if not any(k[1] == p for k in folded.log_ends)}
+        if (index := self.agent_index) is not None and empty:
+            # An empty log: every batch of it is indexed from its first.
+            await self._retrying("agent index", lambda: index.set_whole(empty, True))
 
     async def _log_markers(self, markers: Sequence[DerivedUpTo]) -> list[Any]:
         """Send markers to their partition of ``memory.lifecycle`` and wait until logged;
@@ -306,6 +329,9 @@ class IngestPipeline:
         )
         markers = batch.markers(delivered, datetime.now(UTC))
         landed = await self._log_markers(markers)
+        if (index := self.agent_index) is not None:
+            entries = batch_entries(records, result.derived, delivered, landed)
+            await self._retrying("agent index", lambda: index.add_batch(entries))
         await self.apply(result.derived)
         await self.advance_past(records, result.derived)
         carry(self.folded, self._partition_of, batch)
@@ -352,6 +378,8 @@ class IngestPipeline:
                 deleted = await self._with_keyring(keyring.forget, agent, key_ids)
                 log.info("forgot agent", extra={"agent_id": agent, "keys_deleted": deleted})
             self.sealer.forget(agent, key_ids)
+            if (index := self.agent_index) is not None:
+                await self._retrying("agent index", partial(index.forget, agent))
         self.stats.forgotten_records += result.forgotten_records
 
     async def _send(self, events: Sequence[DerivedEvent]) -> list[Sent]:

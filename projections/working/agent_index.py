@@ -1,0 +1,234 @@
+"""Where each agent's records lie in the log, kept beside the projections so that one agent's
+history is read from its own records rather than from its whole partition.
+
+Per agent, a sorted set ``{ns}:idx:{agent}`` holds one member per batch and topic partition
+that took any of its records: ``"memory.items:3:1200-1205,1210"`` (topic, partition, the exact
+offsets as runs), scored by the first offset. Only batches whose markers are logged are
+written, so every indexed record counts (:mod:`processors.batch_markers`); a reader takes the
+records after ``{ns}:idx:end:{topic}:{partition}`` (what was logged since the last indexed
+batch) from the log itself, markers and all.
+
+The index is derived data. It is trusted for a partition number only while
+``{ns}:idx:whole:{partition}`` is set: a worker sets it when it opens an empty log's partition
+and clears it when a takeover finds a batch logged but never applied (a crash may then have cut
+between its marker and its index entry). Without it, or with nothing indexed for the agent (a
+log older than the index, a lost Redis, a forgotten agent), readers scan the whole partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Self
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from processors.batch import RawRecord
+from projections.interfaces import ProjectionError
+from schemas.memory_events import DerivedEvent
+
+__all__ = [
+    "AgentIndex",
+    "BatchEntries",
+    "IndexedRecords",
+    "batch_entries",
+    "format_member",
+    "parse_member",
+    "runs_of",
+]
+
+Span = tuple[int, int]
+"""First and last offset, inclusive."""
+
+
+def runs_of(offsets: Iterable[int]) -> list[Span]:
+    """Sorted, distinct offsets as runs of consecutive ones."""
+    runs: list[Span] = []
+    for offset in sorted(set(offsets)):
+        if runs and runs[-1][1] + 1 == offset:
+            runs[-1] = (runs[-1][0], offset)
+        else:
+            runs.append((offset, offset))
+    return runs
+
+
+def format_member(topic: str, partition: int, offsets: Iterable[int]) -> str:
+    """One index member: where one batch put an agent's records in one topic partition."""
+    runs = ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs_of(offsets))
+    if not runs:
+        raise ValueError("a member names at least one offset")
+    return f"{topic}:{partition}:{runs}"
+
+
+def parse_member(member: str) -> tuple[str, int, list[Span]]:
+    """The topic, partition and offset runs of a member of :func:`format_member`; raises
+    ``ValueError`` for anything else."""
+    topic, partition, runs = member.rsplit(":", 2)
+    spans: list[Span] = []
+    for run in runs.split(","):
+        first, _, last = run.partition("-")
+        spans.append((int(first), int(last or first)))
+    return topic, int(partition), spans
+
+
+Places = dict[tuple[str, int], list[int]]
+"""Per (topic, partition), offsets."""
+
+
+@dataclass(frozen=True)
+class BatchEntries:
+    """What one logged batch adds to the index."""
+
+    records: dict[str, Places]
+    """Per agent, where the batch's records of it lie."""
+    ends: dict[tuple[str, int], int]
+    """Per (topic, partition), the highest offset the batch covers."""
+
+
+def batch_entries(
+    records: Sequence[RawRecord],
+    derived: Sequence[DerivedEvent],
+    delivered: Sequence[object],
+    landed: Sequence[object],
+) -> BatchEntries:
+    """The index entries of a batch whose markers are logged: its derived events where they
+    landed (``delivered[i]`` is the producer's metadata of ``derived[i]``), the retrievals it
+    consumed where they are, and as ends the markers' places (``landed``) too."""
+    entries: dict[str, Places] = {}
+    ends: dict[tuple[str, int], int] = {}
+
+    def note(agent: str | None, topic: str, partition: int, offset: int) -> None:
+        if agent is not None:
+            entries.setdefault(agent, {}).setdefault((topic, partition), []).append(offset)
+        ends[(topic, partition)] = max(ends.get((topic, partition), -1), offset)
+
+    for event, metadata in zip(derived, delivered, strict=False):
+        where = _landed(metadata)
+        if where is not None:
+            note(event.agent_id, *where)
+    for metadata in landed:
+        where = _landed(metadata)
+        if where is not None:
+            note(None, *where)
+    for raw in records:
+        if raw.kind == "retrieval":
+            agent = raw.key.decode("utf-8", "replace") if raw.key is not None else None
+            note(agent, raw.topic, raw.partition, raw.offset)
+    return BatchEntries(entries, ends)
+
+
+def _landed(metadata: object) -> tuple[str, int, int] | None:
+    topic = getattr(metadata, "topic", None)
+    partition = getattr(metadata, "partition", None)
+    offset = getattr(metadata, "offset", None)
+    if isinstance(topic, str) and isinstance(partition, int) and isinstance(offset, int):
+        return (topic, partition, offset) if offset >= 0 else None
+    return None
+
+
+@dataclass(frozen=True)
+class IndexedRecords:
+    """What the index says of one agent on one partition number."""
+
+    offsets: dict[str, set[int]]
+    """Per topic, the offsets of the agent's indexed records."""
+    ends: dict[str, int]
+    """Per topic, the highest offset indexed (any agent's): the log after it is read whole."""
+
+
+class AgentIndex:
+    """The agent index in Redis (``namespace`` as the working memory's)."""
+
+    def __init__(self, client: aioredis.Redis, namespace: str = "engram") -> None:
+        self._client = client
+        self._ns = namespace
+
+    @classmethod
+    def from_url(cls, url: str, namespace: str = "engram", *, timeout: float = 10.0) -> Self:
+        client = aioredis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout
+        )
+        return cls(client, namespace)
+
+    def _agent_key(self, agent_id: str) -> str:
+        return f"{self._ns}:idx:{agent_id}"
+
+    def _end_key(self, topic: str, partition: int) -> str:
+        return f"{self._ns}:idx:end:{topic}:{partition}"
+
+    def _whole_key(self, partition: int) -> str:
+        return f"{self._ns}:idx:whole:{partition}"
+
+    async def add_batch(self, batch: BatchEntries) -> None:
+        """Index one logged batch, in one round trip."""
+        records: Mapping[str, Mapping[tuple[str, int], Iterable[int]]] = batch.records
+        ends = batch.ends
+        if not records and not ends:
+            return
+        pipe = self._client.pipeline(transaction=False)
+        for agent, places in records.items():
+            members: dict[str, int] = {}
+            for (topic, partition), offsets in places.items():
+                kept = sorted(set(offsets))
+                if kept:
+                    members[format_member(topic, partition, kept)] = kept[0]
+            if members:
+                pipe.zadd(self._agent_key(agent), members)
+        for (topic, partition), end in ends.items():
+            pipe.set(self._end_key(topic, partition), end)
+        await self._run(pipe, "indexing a batch")
+
+    async def lookup(
+        self, agent_id: str, partition: int, topics: Sequence[str]
+    ) -> IndexedRecords | None:
+        """The agent's indexed records of ``partition``, or None when the index cannot say
+        (not whole there, or nothing indexed for the agent): the caller then scans."""
+        pipe = self._client.pipeline(transaction=False)
+        pipe.get(self._whole_key(partition))
+        pipe.zrange(self._agent_key(agent_id), 0, -1)
+        for topic in topics:
+            pipe.get(self._end_key(topic, partition))
+        whole, members, *ends = await self._run(pipe, f"reading the index of {agent_id!r}")
+        if whole is None or not members:
+            return None
+        offsets: dict[str, set[int]] = {t: set() for t in topics}
+        for member in members:
+            topic, at, spans = parse_member(member.decode())
+            if at != partition or topic not in offsets:
+                continue
+            for first, last in spans:
+                offsets[topic].update(range(first, last + 1))
+        return IndexedRecords(
+            offsets, {t: int(e) for t, e in zip(topics, ends, strict=True) if e is not None}
+        )
+
+    async def set_whole(self, partitions: Iterable[int], whole: bool) -> None:
+        """Trust the index of these partition numbers, or stop trusting it."""
+        keys = [self._whole_key(p) for p in partitions]
+        if not keys:
+            return
+        pipe = self._client.pipeline(transaction=False)
+        for key in keys:
+            if whole:
+                pipe.set(key, 1)
+            else:
+                pipe.delete(key)
+        await self._run(pipe, "marking the agent index")
+
+    async def forget(self, agent_id: str) -> None:
+        """Delete what the index holds of an agent (forgetting it)."""
+        try:
+            await self._client.delete(self._agent_key(agent_id))
+        except RedisError as exc:
+            raise ProjectionError(f"Redis: forgetting the index of {agent_id!r}: {exc}") from exc
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def _run(self, pipe: Any, action: str) -> list[Any]:
+        try:
+            result: list[Any] = await pipe.execute()
+        except (RedisError, TimeoutError) as exc:
+            raise ProjectionError(f"Redis: {action}: {exc}") from exc
+        return result

@@ -1,0 +1,97 @@
+"""An agent's history read by the agent index: only its own records are fetched, and the
+timeline is the one the whole partition gives."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from projections.history import build_timeline
+from projections.working.agent_index import AgentIndex
+from schemas.agent_events import Observation
+from schemas.memory_events import ForgetAgent
+from schemas.topics import Topics
+from streams.eventlog.history import partition_for, read_agent_events
+from streams.eventlog.publisher import AsyncPublisher
+from streams.privacy.forgetting import request_forget
+from streams.runtime.node import Endpoints, Node
+from tests.integration.streams.isolated import isolated_settings, log_sealer
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+ROUNDS = 3
+BIG_PER_ROUND = 100
+
+
+def observation(agent: str, n: int) -> Observation:
+    return Observation(
+        agent_id=agent,
+        agent_type="household",
+        year=1 + n // 50,
+        kind="flood.major" if n % 7 == 0 else "weather",
+        content=f"{agent} observation {n}: the river is at level {n % 13}",
+    )
+
+
+async def test_a_small_agents_history_reads_its_own_records_and_equals_the_scan(
+    kafka_bootstrap: str, redis_server_url: str, tmp_path: Path
+) -> None:
+    prefix = f"hix{uuid.uuid4().hex[:8]}."
+    settings = isolated_settings(prefix, tmp_path)
+    partitions = settings.partitions
+    on = {}
+    for i in range(200):
+        on.setdefault(partition_for(f"H{i:03d}", partitions), []).append(f"H{i:03d}")
+    big, small = next(agents for agents in on.values() if len(agents) >= 2)[:2]
+    topics = Topics(prefix)
+    async with (
+        Node(settings, Endpoints(kafka_bootstrap, redis_server_url)) as node,
+        AsyncPublisher(kafka_bootstrap, topics=topics) as publisher,
+    ):
+        assert node.pipeline is not None
+        # Each burst is its own batch: the small agent's records sit between the big one's.
+        for r in range(ROUNDS):
+            many = [observation(big, r * BIG_PER_ROUND + n) for n in range(BIG_PER_ROUND)]
+            await node.pipeline.stats.wait_for(await publisher.publish_many(many))
+            few = [observation(small, r)]
+            await node.pipeline.stats.wait_for(await publisher.publish_many(few))
+        index = AgentIndex.from_url(redis_server_url, settings.redis_namespace)
+        try:
+            async with log_sealer(redis_server_url, settings.redis_namespace) as sealer:
+                for agent in (small, big):
+                    scan = await read_agent_events(
+                        kafka_bootstrap, topics, agent, partitions, sealer
+                    )
+                    indexed = await read_agent_events(
+                        kafka_bootstrap, topics, agent, partitions, sealer, index
+                    )
+                    assert (scan.indexed, indexed.indexed) == (False, True)
+                    assert build_timeline(agent, indexed.events) == build_timeline(
+                        agent, scan.events
+                    )
+                    assert build_timeline(agent, scan.events).total > 0
+                    if agent == small:
+                        small_read, total = indexed.read, scan.read
+                # Forgetting the agent deletes its index: its history is the scan's again.
+                request = ForgetAgent(
+                    event_id=str(uuid.uuid4()), agent_id=small, requested_at=datetime.now(UTC)
+                )
+                forgot = await request_forget(kafka_bootstrap, topics, request)
+                await node.pipeline.stats.wait_for([forgot])
+                names = (topics.items, topics.lifecycle, topics.access)
+                partition = partition_for(small, partitions)
+                assert await index.lookup(small, partition, names) is None
+                assert await index.lookup(big, partition, names) is not None
+                after = await read_agent_events(
+                    kafka_bootstrap, topics, small, partitions, sealer, index
+                )
+                assert not after.indexed
+                assert build_timeline(small, after.events).counts["agent_forgotten"] == 1
+        finally:
+            await index.close()
+    # The small agent's few records and their batches' neighbours, not the big agent's 300.
+    assert total >= ROUNDS * BIG_PER_ROUND
+    assert small_read <= total // 10, (small_read, total)
