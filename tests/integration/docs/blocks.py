@@ -21,6 +21,7 @@ README_ORDER = (
     "processors/README.md",
     "deploy/README.md",
     "streams/README.md",
+    "tests/README.md",
     "tests/benchmarks/README.md",
     "tests/benchmarks/data/README.md",
 )
