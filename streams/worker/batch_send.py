@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from schemas.errors import BackendUnavailableError
+from schemas.errors import EngramError
 
 
-class RecordTooLargeError(BackendUnavailableError):
+class RecordTooLargeError(EngramError, ValueError):
     """A derived record that does not fit an empty record batch: the producer's
     ``max_batch_size`` is below the record, which a configuration must fix."""
 
