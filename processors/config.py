@@ -127,6 +127,11 @@ class AgentTypeProfile(BaseModel):
 
     ``surprise`` is its surprise strategy (``null`` in YAML: none, no arousal is recorded);
     ``learning`` its rules of learning from feedback (:mod:`processors.learning_config`).
+
+    ``working_capacity``, ``episodic_capacity`` and ``episodic_threshold`` override the global
+    values of :class:`ProcessingConfig` for agents of this type (None: the global value). A
+    type's weights and its capacities go together: a chat assistant records one memory per
+    turn and needs far more room than a simulated household that lives a few events a year.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -140,6 +145,9 @@ class AgentTypeProfile(BaseModel):
     default_source: str = "abstract"
     surprise: SurpriseConfig | None = Field(default_factory=DecisionConsistencySurprise)
     learning: LearningRules = Field(default_factory=LearningRules)
+    working_capacity: int | None = Field(default=None, ge=1)
+    episodic_capacity: int | None = Field(default=None, ge=1)
+    episodic_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
 
     @field_validator("emotional_weights", "source_weights", "event_importance")
     @classmethod
@@ -242,6 +250,21 @@ class ProcessingConfig(BaseModel):
 
     def profile_for(self, agent_type: str) -> AgentTypeProfile:
         return self.agent_types.get(agent_type) or self.agent_types["default"]
+
+    def working_capacity_for(self, agent_type: str) -> int:
+        """The agent type's own working capacity, else the global one."""
+        own = self.profile_for(agent_type).working_capacity
+        return self.working_capacity if own is None else own
+
+    def episodic_capacity_for(self, agent_type: str) -> int:
+        """The agent type's own episodic capacity, else the global one."""
+        own = self.profile_for(agent_type).episodic_capacity
+        return self.episodic_capacity if own is None else own
+
+    def episodic_threshold_for(self, agent_type: str) -> float:
+        """The agent type's own routing threshold, else the global one."""
+        own = self.profile_for(agent_type).episodic_threshold
+        return self.episodic_threshold if own is None else own
 
     def version(self, embedder_id: str, summariser_id: str = "extractive-v1") -> str:
         """A short, stable hash of the rules, the embedder and the summariser."""

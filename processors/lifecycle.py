@@ -276,7 +276,7 @@ def consolidate(
     fresh = [w for w in state.working if not w.considered]
     if not fresh:
         return state
-    episodic = state.episodic
+    episodic, capacity = state.episodic, ctx.config.episodic_capacity_for(state.agent_type)
     outcomes: list[ConsolidationOutcome] = []
     promoted: list[str] = []
     for entry in fresh:
@@ -295,7 +295,7 @@ def consolidate(
         out.append(copy)
         promoted.append(copy.memory_id)
         episodic, evicted = add_episodic(
-            episodic, EpisodicEntry(entry.importance, entry.seq, copy.memory_id), ctx.config
+            episodic, EpisodicEntry(entry.importance, entry.seq, copy.memory_id), capacity
         )
         out.extend(capacity_forgetting(m, "episodic", copy, ctx.config_version) for m in evicted)
     working = tuple(w if w.considered else replace(w, considered=True) for w in state.working)

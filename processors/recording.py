@@ -3,8 +3,9 @@
 ``record`` is ``(event, state) -> (events, new state)``: it scores importance, routes, embeds, reads
 surprise (:mod:`processors.surprise`, carried on the recording) and applies the capacities of seed
 004 (working memory 10 items, FIFO; episodic 50 items, the least important evicted first, as
-``max_longterm`` of seed 003). Every eviction is a :class:`MemoryForgotten` event, so projections
-only apply what the log says.
+``max_longterm`` of seed 003), or the capacities of the event's agent type where its profile
+sets them (the ``assistant`` type keeps more). Every eviction is a :class:`MemoryForgotten`
+event, so projections only apply what the log says.
 """
 
 from __future__ import annotations
@@ -223,7 +224,7 @@ def record(
 ) -> Recorded:
     profile = config.profile_for(event.agent_type)
     importance, inputs = importance_of(event, profile)
-    destination = destination_for(importance, config.episodic_threshold)
+    destination = destination_for(importance, config.episodic_threshold_for(event.agent_type))
     reading = assess(profile.surprise, state.surprise, event)
     memory_id = memory_id_for(event.agent_id, event.event_id)
     memory = MemoryRecorded(
@@ -246,14 +247,17 @@ def record(
     working, episodic = state.working, state.episodic
     if destination == "working":
         working = (*working, WorkingEntry.of(memory))
-        while len(working) > config.working_capacity:
+        capacity = config.working_capacity_for(event.agent_type)
+        while len(working) > capacity:
             forgotten.append(
                 capacity_forgetting(working[0].memory_id, "working", memory, config_version)
             )
             working = working[1:]
     else:
         episodic, evicted = add_episodic(
-            episodic, EpisodicEntry(importance, memory.seq, memory.memory_id), config
+            episodic,
+            EpisodicEntry(importance, memory.seq, memory.memory_id),
+            config.episodic_capacity_for(event.agent_type),
         )
         forgotten.extend(
             capacity_forgetting(m, "episodic", memory, config_version) for m in evicted
@@ -276,15 +280,25 @@ def record(
     return Recorded(memory=memory, forgotten=tuple(forgotten), state=new_state)
 
 
+def _eviction_rank(entry: EpisodicEntry) -> tuple[float, int]:
+    return entry.importance, entry.seq
+
+
 def add_episodic(
-    episodic: tuple[EpisodicEntry, ...], entry: EpisodicEntry, config: ProcessingConfig
+    episodic: tuple[EpisodicEntry, ...], entry: EpisodicEntry, capacity: int
 ) -> tuple[tuple[EpisodicEntry, ...], list[str]]:
-    """Add a memory and evict beyond capacity, the least important (then oldest) first
-    (seed 004: capacity 50; seed 003: ``max_longterm`` evicts the lowest importance)."""
+    """Add a memory and evict beyond ``capacity``, the least important (then oldest) first
+    (seed 004: capacity 50; seed 003: ``max_longterm`` evicts the lowest importance).
+
+    One over capacity, the usual case, evicts the minimum in one pass rather than sorting the
+    pool: an agent type may keep a thousand episodic memories, and this runs per recording."""
     episodic = (*episodic, entry)
-    if len(episodic) <= config.episodic_capacity:
+    if len(episodic) <= capacity:
         return episodic, []
-    ranked = sorted(episodic, key=lambda e: (e.importance, e.seq))
-    excess = [e.memory_id for e in ranked[: len(episodic) - config.episodic_capacity]]
+    if len(episodic) == capacity + 1:
+        excess = [min(episodic, key=_eviction_rank).memory_id]
+    else:
+        ranked = sorted(episodic, key=_eviction_rank)
+        excess = [e.memory_id for e in ranked[: len(episodic) - capacity]]
     gone = set(excess)
     return tuple(e for e in episodic if e.memory_id not in gone), excess
