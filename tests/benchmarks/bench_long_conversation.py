@@ -14,9 +14,11 @@ importance (the processors score it with the default agent type, and capacities 
 defaults, 10 working and 50 episodic), recorded into a real redis-server and Qdrant Edge, and
 each question asked with ``query`` and nothing else (relevance over every memory the agent has
 lived: the archive included). ``engine, active only`` asks the same in ``scope`` ``active``:
-what the seeds' capacities leave. ``semantic`` (the MiniLM extra) is left out, with a note,
-when the extra is not installed. R@k is the share of a question's answering turns among the
-first k, MRR the mean of 1 / rank of the first.
+what the seeds' capacities leave. ``assistant profile, active only`` publishes every turn with
+``agent_type`` ``assistant`` (the built-in chat profile: its importance for conversation, 20
+working and 1,000 episodic) and asks in ``scope`` ``active``. ``semantic`` (the MiniLM extra)
+is left out, with a note, when the extra is not installed. R@k is the share of a question's
+answering turns among the first k, MRR the mean of 1 / rank of the first.
 """
 
 from __future__ import annotations
@@ -101,10 +103,16 @@ def stretched(dataset: Dataset, turns: int, seed: int) -> Dataset:
 
 
 async def engine_rankings(
-    dataset: Dataset, embedder: Embedder, scope: Scope | None, redis_url: str, edge: Path
+    dataset: Dataset,
+    embedder: Embedder,
+    scope: Scope | None,
+    redis_url: str,
+    edge: Path,
+    agent_type: str = "default",
 ) -> dict[str, list[str]]:
-    """Every turn through the processors with the default configuration, then each question as
-    a bare query (``scope`` None) or in ``scope``; the memory ids it returns, best first."""
+    """Every turn through the processors with the default configuration, published with
+    ``agent_type``, then each question as a bare query (``scope`` None) or in ``scope``; the
+    memory ids it returns, best first."""
     from processors.config import load_processing_config
     from processors.recording import AgentMemoryState, record
     from projections.episodic.factory import open_episodic_store
@@ -115,7 +123,7 @@ async def engine_rankings(
     from schemas.memory_events import DerivedEvent, SourcePosition
 
     config = load_processing_config()
-    namespace = f"long-{embedder.id}-{scope}"
+    namespace = f"long-{embedder.id}-{scope}-{agent_type}"
     working = RedisWorkingMemory.from_url(redis_url, namespace=namespace)
     episodic = await open_episodic_store(
         qdrant_url=None, qdrant_path=edge, collection=namespace, dim=embedder.dim
@@ -124,12 +132,16 @@ async def engine_rankings(
     try:
         ids: dict[str, str] = {}
         offset = 0
+        active = 0
         for persona, memories in dataset.memories.items():
             state = AgentMemoryState()
             batch: list[DerivedEvent] = []
             for memory in memories:
                 event = Observation(
-                    agent_id=persona, content=memory.content, occurred_at=memory.occurred_at
+                    agent_id=persona,
+                    agent_type=agent_type,
+                    content=memory.content,
+                    occurred_at=memory.occurred_at,
                 )
                 ids[event.event_id] = memory.memory_id
                 out = record(
@@ -143,8 +155,11 @@ async def engine_rankings(
                 offset += 1
                 state = out.state
                 batch.extend([out.memory, *out.forgotten])
+            active += len(state.working) + len(state.episodic)
             await working.apply(batch)
             await episodic.apply(batch)
+        turns = sum(len(group) for group in dataset.memories.values())
+        print(f"agent type {agent_type}: {active} of {turns} turns active after the conversation")
         engine = RetrievalEngine(working, episodic, embedder)
         for question in dataset.questions:
             body: dict[str, object] = {"query": question.text, "top_k": max(KS)}
@@ -203,8 +218,15 @@ async def run(turns: int, seed: int) -> None:
             print(f"semantic left out: {exc}")
     with RedisServer() as redis, tempfile.TemporaryDirectory(prefix="engram-long-") as edge:
         for name, embedder in embedders:
-            for scope, label in ((None, "Engram"), ("active", "Engram, active only")):
-                got = await engine_rankings(dataset, embedder, scope, redis.url, Path(edge))
+            runs: tuple[tuple[Scope | None, str, str], ...] = (
+                (None, "default", "Engram"),
+                ("active", "default", "Engram, active only"),
+                ("active", "assistant", "Engram, assistant profile, active only"),
+            )
+            for scope, agent_type, label in runs:
+                got = await engine_rankings(
+                    dataset, embedder, scope, redis.url, Path(edge), agent_type
+                )
                 rows.append((f"{label}, {name}", *scores(dataset, got)))
     print("| signal | R@5 | R@10 | R@20 | MRR |\n|---|---|---|---|---|")
     for name, recall, mrr in rows:
