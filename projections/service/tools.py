@@ -328,7 +328,9 @@ class PublishObservationInput(_ToolInput):
     )
     agent_type: Annotated[str, StringConstraints(min_length=1, max_length=64)] = Field(
         default="default",
-        description="Your agent type, which decides how important each kind of event is.",
+        description="Your agent type, which decides how important each kind of event is "
+        "and how much stays in active memory; a chat assistant remembering a conversation "
+        "uses 'assistant'.",
     )
     year: int | None = Field(default=None, description="The simulation year it happened in.")
     step: int | None = Field(default=None, ge=0, description="The simulation step it happened at.")
