@@ -8,6 +8,13 @@ written, so every indexed record counts (:mod:`processors.batch_markers`); a rea
 records after ``{ns}:idx:end:{topic}:{partition}`` (what was logged since the last indexed
 batch) from the log itself, markers and all.
 
+The index is bounded per agent: past ``cap`` members (``ENGRAM_AGENT_INDEX_CAP``) the write
+that adds a batch also drops the agent's oldest members, in the same script call, and records
+in the hash ``{ns}:idx#from:{agent}`` per topic partition the offset from which the index still
+holds every indexed record of the agent (a "covers from" watermark; ``#`` is no character of
+an agent id, so the key is no other agent's). A history needs the whole of it (its counts
+cover everything), so a reader that finds a watermark on the agent's partition scans it.
+
 The index is derived data. It is trusted for a partition number only while
 ``{ns}:idx:whole:{partition}`` is set: a worker sets it when it opens an empty log's partition
 and clears it when a takeover finds a batch logged but never applied (a crash may then have cut
@@ -17,8 +24,8 @@ log older than the index, a lost Redis, a forgotten agent), readers scan the who
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Self
 
 import redis.asyncio as aioredis
@@ -29,6 +36,7 @@ from projections.interfaces import ProjectionError
 from schemas.memory_events import DerivedEvent
 
 __all__ = [
+    "DEFAULT_CAP",
     "AgentIndex",
     "BatchEntries",
     "IndexedRecords",
@@ -127,6 +135,55 @@ def _landed(metadata: object) -> tuple[str, int, int] | None:
     return None
 
 
+DEFAULT_CAP = 10_000
+"""Members per agent (each one batch's records of it on one topic partition, ~60 bytes)."""
+
+_ADD = """
+-- KEYS: per agent its sorted set then its watermark hash, then the ends' keys.
+-- ARGV: cap, members, ends; per member: the KEYS slot of its agent's set, member, score;
+-- per end: its KEYS slot, offset.
+local cap = tonumber(ARGV[1])
+local members = tonumber(ARGV[2])
+local ends = tonumber(ARGV[3])
+local at = 4
+local touched, seen = {}, {}
+for _ = 1, members do
+  local slot = tonumber(ARGV[at])
+  redis.call('ZADD', KEYS[slot], ARGV[at + 2], ARGV[at + 1])
+  if not seen[slot] then
+    seen[slot] = true
+    touched[#touched + 1] = slot
+  end
+  at = at + 3
+end
+for _, slot in ipairs(touched) do
+  local excess = redis.call('ZCARD', KEYS[slot]) - cap
+  if excess > 0 then
+    local from = {}
+    for _, member in ipairs(redis.call('ZRANGE', KEYS[slot], 0, excess - 1)) do
+      local place, runs = string.match(member, '^(.*):([^:]*)$')
+      local after = tonumber(string.match(runs, '(%d+)$')) + 1
+      if (from[place] or -1) < after then from[place] = after end
+    end
+    for place, after in pairs(from) do
+      local held = tonumber(redis.call('HGET', KEYS[slot + 1], place) or '-1')
+      if held < after then redis.call('HSET', KEYS[slot + 1], place, after) end
+    end
+    redis.call('ZREMRANGEBYRANK', KEYS[slot], 0, excess - 1)
+  end
+end
+for _ = 1, ends do
+  local key = KEYS[tonumber(ARGV[at])]
+  local offset = tonumber(ARGV[at + 1])
+  if tonumber(redis.call('GET', key) or '-1') < offset then redis.call('SET', key, offset) end
+  at = at + 2
+end
+return 0
+"""
+"""One call per write, however many agents and batches: the cost of the hot path is its
+round trips (a pipelined command costs the client ~15 us, a script call about as much)."""
+
+
 @dataclass(frozen=True)
 class IndexedRecords:
     """What the index says of one agent on one partition number."""
@@ -135,24 +192,48 @@ class IndexedRecords:
     """Per topic, the offsets of the agent's indexed records."""
     ends: dict[str, int]
     """Per topic, the highest offset indexed (any agent's): the log after it is read whole."""
+    covers_from: dict[str, int] = field(default_factory=dict)
+    """Per topic trimmed by the cap, the offset from which the index holds all the agent's
+    indexed records: below it the index no longer says where they are."""
+
+    @property
+    def trimmed(self) -> bool:
+        """Whether the cap dropped some of the agent's places: the index is not all of it."""
+        return bool(self.covers_from)
 
 
 class AgentIndex:
-    """The agent index in Redis (``namespace`` as the working memory's)."""
+    """The agent index in Redis (``namespace`` as the working memory's), at most ``cap``
+    members per agent."""
 
-    def __init__(self, client: aioredis.Redis, namespace: str = "engram") -> None:
+    def __init__(
+        self, client: aioredis.Redis, namespace: str = "engram", *, cap: int = DEFAULT_CAP
+    ) -> None:
+        if cap < 1:
+            raise ValueError("the agent index's cap must be at least 1")
         self._client = client
         self._ns = namespace
+        self._cap = cap
+        self._add = client.register_script(_ADD)
 
     @classmethod
-    def from_url(cls, url: str, namespace: str = "engram", *, timeout: float = 10.0) -> Self:
+    def from_url(
+        cls, url: str, namespace: str = "engram", *, cap: int = DEFAULT_CAP, timeout: float = 10.0
+    ) -> Self:
         client = aioredis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout
         )
-        return cls(client, namespace)
+        return cls(client, namespace, cap=cap)
+
+    @property
+    def namespace(self) -> str:
+        return self._ns
 
     def _agent_key(self, agent_id: str) -> str:
         return f"{self._ns}:idx:{agent_id}"
+
+    def _from_key(self, agent_id: str) -> str:
+        return f"{self._ns}:idx#from:{agent_id}"
 
     def _end_key(self, topic: str, partition: int) -> str:
         return f"{self._ns}:idx:end:{topic}:{partition}"
@@ -162,22 +243,38 @@ class AgentIndex:
 
     async def add_batch(self, batch: BatchEntries) -> None:
         """Index one logged batch, in one round trip."""
-        records: Mapping[str, Mapping[tuple[str, int], Iterable[int]]] = batch.records
-        ends = batch.ends
-        if not records and not ends:
+        await self.add_batches([batch])
+
+    async def add_batches(self, batches: Sequence[BatchEntries]) -> None:
+        """Index logged batches (one member per batch, agent and topic partition) and trim
+        each agent to the cap, in one script call."""
+        keys: list[str] = []
+        slots: dict[str, int] = {}
+        members: list[str | int] = []
+        ends: dict[tuple[str, int], int] = {}
+        for batch in batches:
+            for agent, places in batch.records.items():
+                for (topic, partition), offsets in places.items():
+                    kept = sorted(set(offsets))
+                    if not kept:
+                        continue
+                    if agent not in slots:
+                        keys += [self._agent_key(agent), self._from_key(agent)]
+                        slots[agent] = len(keys) - 1  # Lua counts from 1: the set's slot
+                    members += [slots[agent], format_member(topic, partition, kept), kept[0]]
+            for place, end in batch.ends.items():
+                ends[place] = max(ends.get(place, -1), end)
+        if not members and not ends:
             return
-        pipe = self._client.pipeline(transaction=False)
-        for agent, places in records.items():
-            members: dict[str, int] = {}
-            for (topic, partition), offsets in places.items():
-                kept = sorted(set(offsets))
-                if kept:
-                    members[format_member(topic, partition, kept)] = kept[0]
-            if members:
-                pipe.zadd(self._agent_key(agent), members)
+        end_args: list[str | int] = []
         for (topic, partition), end in ends.items():
-            pipe.set(self._end_key(topic, partition), end)
-        await self._run(pipe, "indexing a batch")
+            keys.append(self._end_key(topic, partition))
+            end_args += [len(keys), end]
+        args = [self._cap, len(members) // 3, len(ends), *members, *end_args]
+        try:
+            await self._add(keys=keys, args=args)
+        except (RedisError, TimeoutError) as exc:
+            raise ProjectionError(f"Redis: indexing {len(batches)} batches: {exc}") from exc
 
     async def lookup(
         self, agent_id: str, partition: int, topics: Sequence[str]
@@ -187,11 +284,17 @@ class AgentIndex:
         pipe = self._client.pipeline(transaction=False)
         pipe.get(self._whole_key(partition))
         pipe.zrange(self._agent_key(agent_id), 0, -1)
+        pipe.hgetall(self._from_key(agent_id))
         for topic in topics:
             pipe.get(self._end_key(topic, partition))
-        whole, members, *ends = await self._run(pipe, f"reading the index of {agent_id!r}")
+        whole, members, trimmed, *ends = await self._run(pipe, f"reading the index of {agent_id!r}")
         if whole is None or not members:
             return None
+        covers_from: dict[str, int] = {}
+        for place, offset in trimmed.items():
+            topic, _, at = place.decode().rpartition(":")
+            if int(at) == partition and topic in topics:
+                covers_from[topic] = int(offset)
         offsets: dict[str, set[int]] = {t: set() for t in topics}
         for member in members:
             topic, at, spans = parse_member(member.decode())
@@ -200,7 +303,9 @@ class AgentIndex:
             for first, last in spans:
                 offsets[topic].update(range(first, last + 1))
         return IndexedRecords(
-            offsets, {t: int(e) for t, e in zip(topics, ends, strict=True) if e is not None}
+            offsets,
+            {t: int(e) for t, e in zip(topics, ends, strict=True) if e is not None},
+            covers_from,
         )
 
     async def set_whole(self, partitions: Iterable[int], whole: bool) -> None:
@@ -219,7 +324,7 @@ class AgentIndex:
     async def forget(self, agent_id: str) -> None:
         """Delete what the index holds of an agent (forgetting it)."""
         try:
-            await self._client.delete(self._agent_key(agent_id))
+            await self._client.delete(self._agent_key(agent_id), self._from_key(agent_id))
         except RedisError as exc:
             raise ProjectionError(f"Redis: forgetting the index of {agent_id!r}: {exc}") from exc
 

@@ -69,7 +69,8 @@ async def read_agent_history(
     topics do not have ``partitions`` partitions (the agent's records would then be looked for
     on the wrong partition), and pydantic's ``ValidationError`` for an invalid agent id.
     With ``index``, only the agent's own records are read where the index can say where they
-    are (:mod:`projections.working.agent_index`); the whole partition otherwise.
+    are (:mod:`projections.working.agent_index`); the whole partition otherwise, and for an
+    agent whose index the cap trimmed (its counts cover the whole history).
     """
     agent_id = _AGENT_ID.validate_python(agent_id)
     partition = partition_for(agent_id, partitions)
@@ -115,6 +116,14 @@ async def read_agent_events(
     partition = partition_for(agent_id, partitions)
     names = (topics.items, topics.lifecycle, topics.access)
     found = None if index is None else await _lookup(index, agent_id, partition, names)
+    if found is not None and found.trimmed:
+        # The cap dropped the agent's oldest places, and a history counts everything: only
+        # the partition holds all of it.
+        log.info(
+            "agent index trimmed, scanning the partition",
+            extra={"agent_id": agent_id, "covers_from": found.covers_from},
+        )
+        found = None
     if found is None:
         scan = await read_agent_partition(
             bootstrap, names, partition, partitions, agent_id, sealer, poll_ms=_POLL_MS
