@@ -66,7 +66,8 @@ async def test_the_cap_holds_and_the_watermark_says_what_was_dropped(
     assert len(big) == CAP
     # The lowest-scored members went; what is left is what the watermark says it covers.
     looked = await index.lookup("BIG", 0, TOPICS)
-    assert looked is not None and looked.trimmed
+    assert looked is not None
+    assert looked.trimmed
     kept_items = sorted(looked.offsets[ITEMS])
     kept_lifecycle = sorted(looked.offsets[LIFECYCLE])
     assert set(looked.covers_from) <= {ITEMS, LIFECYCLE}
@@ -84,9 +85,13 @@ async def test_the_cap_holds_and_the_watermark_says_what_was_dropped(
 
     # Agents under the cap are not trimmed.
     other = await index.lookup("OTHER", 1, TOPICS)
-    assert other is not None and not other.trimmed and other.offsets[ITEMS] == {1, 11, 21}
+    assert other is not None
+    assert not other.trimmed
+    assert other.offsets[ITEMS] == {1, 11, 21}
     small = await index.lookup("SMALL", 0, TOPICS)
-    assert small is not None and not small.trimmed and small.offsets[ITEMS] == {120}
+    assert small is not None
+    assert not small.trimmed
+    assert small.offsets[ITEMS] == {120}
 
     # Forgetting deletes the watermark with the members.
     await index.forget("BIG")
@@ -103,7 +108,8 @@ async def test_an_end_never_moves_back(index: AgentIndex) -> None:
     await index.add_batch(batch(5, {"A": 0}))
     await index.add_batch(batch(1, {"A": 0}))
     looked = await index.lookup("A", 0, TOPICS)
-    assert looked is not None and looked.ends == {ITEMS: 51, LIFECYCLE: 11}
+    assert looked is not None
+    assert looked.ends == {ITEMS: 51, LIFECYCLE: 11}
 
 
 def test_a_cap_below_one_is_refused() -> None:
