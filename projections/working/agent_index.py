@@ -3,7 +3,8 @@ history is read from its own records rather than from its whole partition.
 
 Per agent, a sorted set ``{ns}:idx:{agent}`` holds one member per batch and topic partition
 that took any of its records: ``"memory.items:3:1200-1205,1210"`` (topic, partition, the exact
-offsets as runs), scored by the first offset. Only batches whose markers are logged are
+offsets as runs), scored by where the batch's marker landed (the batches' order, whatever the
+topic). Only batches whose markers are logged are
 written, so every indexed record counts (:mod:`processors.batch_markers`); a reader takes the
 records after ``{ns}:idx:end:{topic}:{partition}`` (what was logged since the last indexed
 batch) from the log itself, markers and all.
@@ -92,6 +93,10 @@ class BatchEntries:
     """Per agent, where the batch's records of it lie."""
     ends: dict[tuple[str, int], int]
     """Per (topic, partition), the highest offset the batch covers."""
+    markers: dict[int, int] = field(default_factory=dict)
+    """Per partition number, where the batch's marker landed on ``memory.lifecycle``: the
+    score of its members, one clock for all of an agent's topics (an agent is on one partition
+    number), so the cap drops an agent's oldest batches whatever their topics."""
 
 
 def batch_entries(
@@ -105,6 +110,7 @@ def batch_entries(
     consumed where they are, and as ends the markers' places (``landed``) too."""
     entries: dict[str, Places] = {}
     ends: dict[tuple[str, int], int] = {}
+    markers: dict[int, int] = {}
 
     def note(agent: str | None, topic: str, partition: int, offset: int) -> None:
         if agent is not None:
@@ -119,11 +125,12 @@ def batch_entries(
         where = _landed(metadata)
         if where is not None:
             note(None, *where)
+            markers[where[1]] = max(markers.get(where[1], -1), where[2])
     for raw in records:
         if raw.kind == "retrieval":
             agent = raw.key.decode("utf-8", "replace") if raw.key is not None else None
             note(agent, raw.topic, raw.partition, raw.offset)
-    return BatchEntries(entries, ends)
+    return BatchEntries(entries, ends, markers)
 
 
 def _landed(metadata: object) -> tuple[str, int, int] | None:
@@ -261,7 +268,8 @@ class AgentIndex:
                     if agent not in slots:
                         keys += [self._agent_key(agent), self._from_key(agent)]
                         slots[agent] = len(keys) - 1  # Lua counts from 1: the set's slot
-                    members += [slots[agent], format_member(topic, partition, kept), kept[0]]
+                    score = batch.markers.get(partition, kept[0])
+                    members += [slots[agent], format_member(topic, partition, kept), score]
             for place, end in batch.ends.items():
                 ends[place] = max(ends.get(place, -1), end)
         if not members and not ends:

@@ -21,7 +21,7 @@ entries that help nobody until then, and harm nobody.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiokafka import ConsumerRecord, TopicPartition
@@ -123,9 +123,12 @@ class ReplayIndexer:
         p = marker.partition
         delivered = [Landed(w.topic, w.partition, w.offset) for w, _ in events]
         landed = [Landed(self.topics.lifecycle, p, offset)]
-        if marker.items is not None:
-            landed.append(Landed(self.topics.items, p, marker.items.last))
-        return batch_entries(retrievals, [e for _, e in events], delivered, landed)
+        entries = batch_entries(retrievals, [e for _, e in events], delivered, landed)
+        if marker.items is None:
+            return entries
+        items = (self.topics.items, p)
+        ends = entries.ends | {items: max(entries.ends.get(items, -1), marker.items.last)}
+        return replace(entries, ends=ends)
 
     def _opened_empty(self, partition: int, first: tuple[int, DerivedUpTo]) -> bool:
         offset, marker = first
