@@ -14,7 +14,9 @@ that adds a batch also drops the agent's oldest members, in the same script call
 in the hash ``{ns}:idx#from:{agent}`` per topic partition the offset from which the index still
 holds every indexed record of the agent (a "covers from" watermark; ``#`` is no character of
 an agent id, so the key is no other agent's). A history needs the whole of it (its counts
-cover everything), so a reader that finds a watermark on the agent's partition scans it.
+cover everything), so a reader that finds a watermark on the agent's partition reads the log
+before the watermarks (and the markers up to the oldest batch kept), and the rest by the
+index.
 
 The index is derived data. It is trusted for a partition number only while
 ``{ns}:idx:whole:{partition}`` is set: a worker sets it when it opens an empty log's partition
@@ -202,6 +204,10 @@ class IndexedRecords:
     covers_from: dict[str, int] = field(default_factory=dict)
     """Per topic trimmed by the cap, the offset from which the index holds all the agent's
     indexed records: below it the index no longer says where they are."""
+    oldest_batch: int = -1
+    """Where the marker of the oldest batch the index still holds of the agent landed on
+    ``memory.lifecycle`` (its members' score): the markers of every batch the cap dropped lie
+    at or before it."""
 
     @property
     def trimmed(self) -> bool:
@@ -291,7 +297,7 @@ class AgentIndex:
         (not whole there, or nothing indexed for the agent): the caller then scans."""
         pipe = self._client.pipeline(transaction=False)
         pipe.get(self._whole_key(partition))
-        pipe.zrange(self._agent_key(agent_id), 0, -1)
+        pipe.zrange(self._agent_key(agent_id), 0, -1, withscores=True)
         pipe.hgetall(self._from_key(agent_id))
         for topic in topics:
             pipe.get(self._end_key(topic, partition))
@@ -304,7 +310,7 @@ class AgentIndex:
             if int(at) == partition and topic in topics:
                 covers_from[topic] = int(offset)
         offsets: dict[str, set[int]] = {t: set() for t in topics}
-        for member in members:
+        for member, _ in members:
             topic, at, spans = parse_member(member.decode())
             if at != partition or topic not in offsets:
                 continue
@@ -314,6 +320,7 @@ class AgentIndex:
             offsets,
             {t: int(e) for t, e in zip(topics, ends, strict=True) if e is not None},
             covers_from,
+            int(min(score for _, score in members)),
         )
 
     async def set_whole(self, partitions: Iterable[int], whole: bool) -> None:
