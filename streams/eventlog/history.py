@@ -140,7 +140,9 @@ async def read_agent_events(
     records, read = got.records, got.read
     if found.trimmed:
         before = await _before_index(bootstrap, topics, agent_id, partition, sealer, found)
-        records, read = before.records + records, before.read + read
+        # Below a watermark only dropped places lie; a record read both ways counts once.
+        earlier = [r for r in before.records if (r.where.topic, r.where.offset) not in counted]
+        records, read = earlier + records, before.read + read
     return AgentEvents(_events(topics, agent_id, records, counted, {partition}), read, True)
 
 
