@@ -4,10 +4,10 @@ history is read from its own records rather than from its whole partition.
 Per agent, a sorted set ``{ns}:idx:{agent}`` holds one member per batch and topic partition
 that took any of its records: ``"memory.items:3:1200-1205,1210"`` (topic, partition, the exact
 offsets as runs), scored by where the batch's marker landed (the batches' order, whatever the
-topic). Only batches whose markers are logged are
-written, so every indexed record counts (:mod:`processors.batch_markers`); a reader takes the
-records after ``{ns}:idx:end:{topic}:{partition}`` (what was logged since the last indexed
-batch) from the log itself, markers and all.
+topic). Only batches whose markers are logged are written, so every indexed record counts
+(:mod:`processors.batch_markers`); a reader takes the records after
+``{ns}:idx:end:{topic}:{partition}`` (what was logged since the last indexed batch) from the
+log itself, markers and all.
 
 The index is bounded per agent: past ``cap`` members (``ENGRAM_AGENT_INDEX_CAP``) the write
 that adds a batch also drops the agent's oldest members, in the same script call, and records

@@ -8,14 +8,16 @@ and its source marks name the last ``memory.access`` record the batch consumed, 
 retrievals between the previous marker's mark and its own are the batch's. Each batch is
 indexed when its marker is first read: the markers' rule has then every event of it in hand
 (``memory.lifecycle`` is read before ``memory.items``, and what waited for the marker in an
-earlier pass is read again). The first marker read of a partition number is passed over: it
-is the opening marker, which indexed nothing live, or (a replay from a later point) one whose
-batch may have begun before it.
+earlier pass is read again). Read from the log's start, a partition number's first marker is
+its opening marker, which indexed nothing live, and is passed over; read from a later point
+(``--since``), the first marker's batch may have begun before it: what of it was read is
+indexed (a member of the events read, beside the whole one the live worker wrote while the
+version was active), its retrievals are not.
 
 The index is trusted for a partition number (``whole``) only where the replay read the log
 from its first record and that record is the opening marker of an empty log, as a live worker
-trusts it only for a log it opened empty. A replay from a later point (``--since``) writes
-entries that help nobody until then, and harm nobody.
+trusts it only for a log it opened empty; a replay from a later point into a version leaves
+the version's mark as it was.
 """
 
 from __future__ import annotations
@@ -78,13 +80,16 @@ class ReplayIndexer:
         if not fresh:
             return
         whole = last < 0 and self._opened_empty(partition, fresh[0])
-        if self._opening(partition):
-            offset, opening = fresh[0]
-            self.marker_upto[partition] = offset
-            consumed = marker_upto(opening).get((self.topics.access, partition))
+        if partition not in self.marker_upto:
+            offset, first = fresh[0]
+            # Its retrievals are not read: the opening marker names what the log held before
+            # any batch was indexed, and from a later point its batch may have begun before.
+            consumed = marker_upto(first).get((self.topics.access, partition))
             if consumed is not None:
                 self.access_upto[partition] = consumed
-            fresh = fresh[1:]
+            if self._from_start(partition):
+                self.marker_upto[partition] = offset
+                fresh = fresh[1:]
         events = _batches_of(records, markers)
         retrievals = await self._retrievals(partition, [m for _, m in fresh])
         pending: list[BatchEntries] = []
@@ -103,12 +108,11 @@ class ReplayIndexer:
         if whole:
             await self.index.set_whole([partition], True)
 
-    def _opening(self, partition: int) -> bool:
-        """Whether the first marker of ``records`` is passed over: the first one read of the
-        partition number is its opening marker, which no live batch wrote (one per partition
-        number in the life of a log, before any batch's), or, read from a later point, one
-        whose batch may have begun before it."""
-        return self.marker_upto.get(partition) is None
+    def _from_start(self, partition: int) -> bool:
+        """Whether the replay reads the partition number's ``memory.lifecycle`` from its first
+        record: its first marker is then the opening one, which no live batch wrote (one per
+        partition number in the life of a log, before any batch's)."""
+        return self.starts.get(TopicPartition(self.topics.lifecycle, partition), -1) == 0
 
     def _entries(
         self,

@@ -114,11 +114,11 @@ class Node:
     left_reason: str | None = field(default=None, init=False)
     _logs: dict[str | None, DerivedLog | None] = field(default_factory=dict, init=False)
     _write_lock: WriteLock = field(default_factory=WriteLock, init=False)
+    """One lock for every writer of this process, so one fence pauses them all."""
     _agent_indexes: list[AgentIndex] = field(default_factory=list, init=False)
     agent_index: AgentIndex | None = field(default=None, init=False)
     """The active version's agent index, which this process's workers write and its history
     reads (one for all, moved with the version at a switch)."""
-    """One lock for every writer of this process, so one fence pauses them all."""
     http_port: int | None = field(default=None, init=False)
     metrics: CollectorRegistry = field(init=False)
     """Every Prometheus metric of this node (its workers' and its query service's)."""
