@@ -51,6 +51,13 @@ class EngramSettings(BaseSettings):
         "the URL as ssl_ca_certs); unset: the system's.",
     )
     redis_namespace: str = "engram"
+    agent_index_cap: int = Field(
+        default=10_000,
+        ge=1,
+        description="Places the agent index keeps per agent (one per batch and topic partition "
+        "that took its records, ~60 bytes each); beyond it the oldest are dropped and that "
+        "agent's history scans its partition.",
+    )
     qdrant_url: str | None = Field(default=None, description="a Qdrant server; else Qdrant Edge.")
     qdrant_api_key: SecretStr | None = None
     qdrant_path: Path | None = Field(default=None, description="Qdrant Edge shard directory.")

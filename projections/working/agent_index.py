@@ -3,10 +3,20 @@ history is read from its own records rather than from its whole partition.
 
 Per agent, a sorted set ``{ns}:idx:{agent}`` holds one member per batch and topic partition
 that took any of its records: ``"memory.items:3:1200-1205,1210"`` (topic, partition, the exact
-offsets as runs), scored by the first offset. Only batches whose markers are logged are
-written, so every indexed record counts (:mod:`processors.batch_markers`); a reader takes the
-records after ``{ns}:idx:end:{topic}:{partition}`` (what was logged since the last indexed
-batch) from the log itself, markers and all.
+offsets as runs), scored by where the batch's marker landed (the batches' order, whatever the
+topic). Only batches whose markers are logged are written, so every indexed record counts
+(:mod:`processors.batch_markers`); a reader takes the records after
+``{ns}:idx:end:{topic}:{partition}`` (what was logged since the last indexed batch) from the
+log itself, markers and all.
+
+The index is bounded per agent: past ``cap`` members (``ENGRAM_AGENT_INDEX_CAP``) the write
+that adds a batch also drops the agent's oldest members, in the same script call, and records
+in the hash ``{ns}:idx#from:{agent}`` per topic partition the offset from which the index still
+holds every indexed record of the agent (a "covers from" watermark; ``#`` is no character of
+an agent id, so the key is no other agent's). A history needs the whole of it (its counts
+cover everything), so a reader that finds a watermark on the agent's partition reads the log
+before the watermarks (and the markers up to the oldest batch kept), and the rest by the
+index.
 
 The index is derived data. It is trusted for a partition number only while
 ``{ns}:idx:whole:{partition}`` is set: a worker sets it when it opens an empty log's partition
@@ -17,8 +27,8 @@ log older than the index, a lost Redis, a forgotten agent), readers scan the who
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Self
 
 import redis.asyncio as aioredis
@@ -29,6 +39,7 @@ from projections.interfaces import ProjectionError
 from schemas.memory_events import DerivedEvent
 
 __all__ = [
+    "DEFAULT_CAP",
     "AgentIndex",
     "BatchEntries",
     "IndexedRecords",
@@ -84,6 +95,10 @@ class BatchEntries:
     """Per agent, where the batch's records of it lie."""
     ends: dict[tuple[str, int], int]
     """Per (topic, partition), the highest offset the batch covers."""
+    markers: dict[int, int] = field(default_factory=dict)
+    """Per partition number, where the batch's marker landed on ``memory.lifecycle``: the
+    score of its members, one clock for all of an agent's topics (an agent is on one partition
+    number), so the cap drops an agent's oldest batches whatever their topics."""
 
 
 def batch_entries(
@@ -97,6 +112,7 @@ def batch_entries(
     consumed where they are, and as ends the markers' places (``landed``) too."""
     entries: dict[str, Places] = {}
     ends: dict[tuple[str, int], int] = {}
+    markers: dict[int, int] = {}
 
     def note(agent: str | None, topic: str, partition: int, offset: int) -> None:
         if agent is not None:
@@ -111,11 +127,12 @@ def batch_entries(
         where = _landed(metadata)
         if where is not None:
             note(None, *where)
+            markers[where[1]] = max(markers.get(where[1], -1), where[2])
     for raw in records:
         if raw.kind == "retrieval":
             agent = raw.key.decode("utf-8", "replace") if raw.key is not None else None
             note(agent, raw.topic, raw.partition, raw.offset)
-    return BatchEntries(entries, ends)
+    return BatchEntries(entries, ends, markers)
 
 
 def _landed(metadata: object) -> tuple[str, int, int] | None:
@@ -127,6 +144,55 @@ def _landed(metadata: object) -> tuple[str, int, int] | None:
     return None
 
 
+DEFAULT_CAP = 10_000
+"""Members per agent (each one batch's records of it on one topic partition, ~60 bytes)."""
+
+_ADD = """
+-- KEYS: per agent its sorted set then its watermark hash, then the ends' keys.
+-- ARGV: cap, members, ends; per member: the KEYS slot of its agent's set, member, score;
+-- per end: its KEYS slot, offset.
+local cap = tonumber(ARGV[1])
+local members = tonumber(ARGV[2])
+local ends = tonumber(ARGV[3])
+local at = 4
+local touched, seen = {}, {}
+for _ = 1, members do
+  local slot = tonumber(ARGV[at])
+  redis.call('ZADD', KEYS[slot], ARGV[at + 2], ARGV[at + 1])
+  if not seen[slot] then
+    seen[slot] = true
+    touched[#touched + 1] = slot
+  end
+  at = at + 3
+end
+for _, slot in ipairs(touched) do
+  local excess = redis.call('ZCARD', KEYS[slot]) - cap
+  if excess > 0 then
+    local from = {}
+    for _, member in ipairs(redis.call('ZRANGE', KEYS[slot], 0, excess - 1)) do
+      local place, runs = string.match(member, '^(.*):([^:]*)$')
+      local after = tonumber(string.match(runs, '(%d+)$')) + 1
+      if (from[place] or -1) < after then from[place] = after end
+    end
+    for place, after in pairs(from) do
+      local held = tonumber(redis.call('HGET', KEYS[slot + 1], place) or '-1')
+      if held < after then redis.call('HSET', KEYS[slot + 1], place, after) end
+    end
+    redis.call('ZREMRANGEBYRANK', KEYS[slot], 0, excess - 1)
+  end
+end
+for _ = 1, ends do
+  local key = KEYS[tonumber(ARGV[at])]
+  local offset = tonumber(ARGV[at + 1])
+  if tonumber(redis.call('GET', key) or '-1') < offset then redis.call('SET', key, offset) end
+  at = at + 2
+end
+return 0
+"""
+"""One call per write, however many agents and batches: the cost of the hot path is its
+round trips (a pipelined command costs the client ~15 us, a script call about as much)."""
+
+
 @dataclass(frozen=True)
 class IndexedRecords:
     """What the index says of one agent on one partition number."""
@@ -135,24 +201,52 @@ class IndexedRecords:
     """Per topic, the offsets of the agent's indexed records."""
     ends: dict[str, int]
     """Per topic, the highest offset indexed (any agent's): the log after it is read whole."""
+    covers_from: dict[str, int] = field(default_factory=dict)
+    """Per topic trimmed by the cap, the offset from which the index holds all the agent's
+    indexed records: below it the index no longer says where they are."""
+    oldest_batch: int = -1
+    """Where the marker of the oldest batch the index still holds of the agent landed on
+    ``memory.lifecycle`` (its members' score): the markers of every batch the cap dropped lie
+    at or before it."""
+
+    @property
+    def trimmed(self) -> bool:
+        """Whether the cap dropped some of the agent's places: the index is not all of it."""
+        return bool(self.covers_from)
 
 
 class AgentIndex:
-    """The agent index in Redis (``namespace`` as the working memory's)."""
+    """The agent index in Redis (``namespace`` as the working memory's), at most ``cap``
+    members per agent."""
 
-    def __init__(self, client: aioredis.Redis, namespace: str = "engram") -> None:
+    def __init__(
+        self, client: aioredis.Redis, namespace: str = "engram", *, cap: int = DEFAULT_CAP
+    ) -> None:
+        if cap < 1:
+            raise ValueError("the agent index's cap must be at least 1")
         self._client = client
         self._ns = namespace
+        self._cap = cap
+        self._add = client.register_script(_ADD)
 
     @classmethod
-    def from_url(cls, url: str, namespace: str = "engram", *, timeout: float = 10.0) -> Self:
+    def from_url(
+        cls, url: str, namespace: str = "engram", *, cap: int = DEFAULT_CAP, timeout: float = 10.0
+    ) -> Self:
         client = aioredis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout
         )
-        return cls(client, namespace)
+        return cls(client, namespace, cap=cap)
+
+    @property
+    def namespace(self) -> str:
+        return self._ns
 
     def _agent_key(self, agent_id: str) -> str:
         return f"{self._ns}:idx:{agent_id}"
+
+    def _from_key(self, agent_id: str) -> str:
+        return f"{self._ns}:idx#from:{agent_id}"
 
     def _end_key(self, topic: str, partition: int) -> str:
         return f"{self._ns}:idx:end:{topic}:{partition}"
@@ -162,22 +256,39 @@ class AgentIndex:
 
     async def add_batch(self, batch: BatchEntries) -> None:
         """Index one logged batch, in one round trip."""
-        records: Mapping[str, Mapping[tuple[str, int], Iterable[int]]] = batch.records
-        ends = batch.ends
-        if not records and not ends:
+        await self.add_batches([batch])
+
+    async def add_batches(self, batches: Sequence[BatchEntries]) -> None:
+        """Index logged batches (one member per batch, agent and topic partition) and trim
+        each agent to the cap, in one script call."""
+        keys: list[str] = []
+        slots: dict[str, int] = {}
+        members: list[str | int] = []
+        ends: dict[tuple[str, int], int] = {}
+        for batch in batches:
+            for agent, places in batch.records.items():
+                for (topic, partition), offsets in places.items():
+                    kept = sorted(set(offsets))
+                    if not kept:
+                        continue
+                    if agent not in slots:
+                        keys += [self._agent_key(agent), self._from_key(agent)]
+                        slots[agent] = len(keys) - 1  # Lua counts from 1: the set's slot
+                    score = batch.markers.get(partition, kept[0])
+                    members += [slots[agent], format_member(topic, partition, kept), score]
+            for place, end in batch.ends.items():
+                ends[place] = max(ends.get(place, -1), end)
+        if not members and not ends:
             return
-        pipe = self._client.pipeline(transaction=False)
-        for agent, places in records.items():
-            members: dict[str, int] = {}
-            for (topic, partition), offsets in places.items():
-                kept = sorted(set(offsets))
-                if kept:
-                    members[format_member(topic, partition, kept)] = kept[0]
-            if members:
-                pipe.zadd(self._agent_key(agent), members)
+        end_args: list[str | int] = []
         for (topic, partition), end in ends.items():
-            pipe.set(self._end_key(topic, partition), end)
-        await self._run(pipe, "indexing a batch")
+            keys.append(self._end_key(topic, partition))
+            end_args += [len(keys), end]
+        args = [self._cap, len(members) // 3, len(ends), *members, *end_args]
+        try:
+            await self._add(keys=keys, args=args)
+        except (RedisError, TimeoutError) as exc:
+            raise ProjectionError(f"Redis: indexing {len(batches)} batches: {exc}") from exc
 
     async def lookup(
         self, agent_id: str, partition: int, topics: Sequence[str]
@@ -186,21 +297,30 @@ class AgentIndex:
         (not whole there, or nothing indexed for the agent): the caller then scans."""
         pipe = self._client.pipeline(transaction=False)
         pipe.get(self._whole_key(partition))
-        pipe.zrange(self._agent_key(agent_id), 0, -1)
+        pipe.zrange(self._agent_key(agent_id), 0, -1, withscores=True)
+        pipe.hgetall(self._from_key(agent_id))
         for topic in topics:
             pipe.get(self._end_key(topic, partition))
-        whole, members, *ends = await self._run(pipe, f"reading the index of {agent_id!r}")
+        whole, members, trimmed, *ends = await self._run(pipe, f"reading the index of {agent_id!r}")
         if whole is None or not members:
             return None
+        covers_from: dict[str, int] = {}
+        for place, offset in trimmed.items():
+            topic, _, at = place.decode().rpartition(":")
+            if int(at) == partition and topic in topics:
+                covers_from[topic] = int(offset)
         offsets: dict[str, set[int]] = {t: set() for t in topics}
-        for member in members:
+        for member, _ in members:
             topic, at, spans = parse_member(member.decode())
             if at != partition or topic not in offsets:
                 continue
             for first, last in spans:
                 offsets[topic].update(range(first, last + 1))
         return IndexedRecords(
-            offsets, {t: int(e) for t, e in zip(topics, ends, strict=True) if e is not None}
+            offsets,
+            {t: int(e) for t, e in zip(topics, ends, strict=True) if e is not None},
+            covers_from,
+            int(min(score for _, score in members)),
         )
 
     async def set_whole(self, partitions: Iterable[int], whole: bool) -> None:
@@ -219,7 +339,7 @@ class AgentIndex:
     async def forget(self, agent_id: str) -> None:
         """Delete what the index holds of an agent (forgetting it)."""
         try:
-            await self._client.delete(self._agent_key(agent_id))
+            await self._client.delete(self._agent_key(agent_id), self._from_key(agent_id))
         except RedisError as exc:
             raise ProjectionError(f"Redis: forgetting the index of {agent_id!r}: {exc}") from exc
 

@@ -19,6 +19,7 @@ from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
     from projections.versions import ProjectionVersion, ProjectionVersions
+    from projections.working.agent_index import AgentIndex
     from streams.privacy.keyring import Keyring
     from streams.privacy.sealing import RecordSealer
     from streams.rebuild.replay import Replay, ReplayReport
@@ -135,7 +136,21 @@ def _replay_job(
         batch_size=batch_size,
         fence_timeout=fence_timeout,
         sealer=deferred.sealing.RecordSealer(keyring),
+        open_index=_index_opener(settings, stores),
     )
+
+
+def _index_opener(
+    settings: EngramSettings, stores: VersionStores
+) -> Callable[[ProjectionVersion], AgentIndex]:
+    """The agent index of a version a replay or a reprocess builds."""
+
+    def open_index(version: ProjectionVersion) -> AgentIndex:
+        return deferred.agent_index.AgentIndex.from_url(
+            stores.redis_url, version.redis_namespace, cap=settings.agent_index_cap
+        )
+
+    return open_index
 
 
 def _parse_since(value: str | None) -> datetime | None:
@@ -283,6 +298,7 @@ def _reprocess_job(
             app_id=settings.app_id,
             sealer=sealer,
             replication=deferred.topic_admin.TopicReplication.from_settings(settings),
+            open_index=_index_opener(settings, stores),
         )
 
     return job

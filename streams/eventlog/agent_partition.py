@@ -223,6 +223,62 @@ async def read_indexed(
     )
 
 
+async def read_before(
+    bootstrap: str,
+    partition: int,
+    agent_id: str,
+    sealer: RecordSealer,
+    stops: dict[str, int],
+    mine_below: dict[str, int],
+    *,
+    poll_ms: int = 200,
+) -> IndexedRead:
+    """The records of ``partition`` of each topic of ``stops`` from its beginning to before
+    its stop: those without a key (the markers) and the agent's below ``mine_below`` of their
+    topic (none for a topic it does not name). What a history reads of an agent whose index
+    was trimmed: the part of the log the index no longer covers. The caller bounds the time;
+    raises :class:`LogUnavailableError` when the broker cannot be read."""
+    key = agent_id.encode("utf-8")
+    kept: list[tuple[TopicPartition, int, bytes, int]] = []
+    read = 0
+    consumer = log_reader(bootstrap)
+    try:
+        try:
+            await consumer.start()
+            existing = await consumer.topics()
+            for topic, stop in stops.items():
+                if topic not in existing or stop <= 0:
+                    continue
+                tp = TopicPartition(topic, partition)
+                below = mine_below.get(topic, 0)
+                consumer.assign([tp])
+                await consumer.seek_to_beginning(tp)
+                while await consumer.position(tp) < stop:
+                    batch = await consumer.getmany(tp, timeout_ms=poll_ms, max_records=10_000)
+                    for r in batch.get(tp, []):
+                        if r.offset >= stop:
+                            break
+                        read += 1
+                        if r.value is not None and (
+                            r.key is None or (r.key == key and r.offset < below)
+                        ):
+                            kept.append((tp, r.offset, r.value, r.timestamp))
+        finally:
+            await consumer.stop()
+        opened = await sealer.open_all([value for _, _, value, _ in kept])
+    except KafkaError as exc:
+        raise LogUnavailableError(f"cannot read the event log at {bootstrap}: {exc}") from exc
+    return IndexedRead(
+        [
+            AgentRecord(
+                SourcePosition(topic=tp.topic, partition=tp.partition, offset=offset), value, ms
+            )
+            for (tp, offset, _, ms), value in zip(kept, opened, strict=True)
+        ],
+        read,
+    )
+
+
 def _merged(offsets: Sequence[int]) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     for offset in offsets:

@@ -32,7 +32,13 @@ from schemas.codec import decode_derived_record, decode_retrieval
 from schemas.envelope import AgentId
 from schemas.memory_events import DerivedUpTo, SourcePosition
 from schemas.topics import Topics
-from streams.eventlog.agent_partition import AgentRecord, read_agent_partition, read_indexed
+from streams.eventlog.agent_partition import (
+    AgentRecord,
+    IndexedRead,
+    read_agent_partition,
+    read_before,
+    read_indexed,
+)
 from streams.eventlog.derived_log import decode_opened
 from streams.privacy.sealing import RecordSealer
 
@@ -69,7 +75,9 @@ async def read_agent_history(
     topics do not have ``partitions`` partitions (the agent's records would then be looked for
     on the wrong partition), and pydantic's ``ValidationError`` for an invalid agent id.
     With ``index``, only the agent's own records are read where the index can say where they
-    are (:mod:`projections.working.agent_index`); the whole partition otherwise.
+    are (:mod:`projections.working.agent_index`), and for an agent whose index the cap
+    trimmed the log before what it covers too (its counts cover the whole history); the whole
+    partition otherwise.
     """
     agent_id = _AGENT_ID.validate_python(agent_id)
     partition = partition_for(agent_id, partitions)
@@ -129,7 +137,36 @@ async def read_agent_events(
         for r in got.records
         if r.where.offset <= found.ends.get(r.where.topic, -1)
     }
-    return AgentEvents(_events(topics, agent_id, got.records, counted, {partition}), got.read, True)
+    records, read = got.records, got.read
+    if found.trimmed:
+        before = await _before_index(bootstrap, topics, agent_id, partition, sealer, found)
+        # Below a watermark only dropped places lie; a record read both ways counts once.
+        earlier = [r for r in before.records if (r.where.topic, r.where.offset) not in counted]
+        records, read = earlier + records, before.read + read
+    return AgentEvents(_events(topics, agent_id, records, counted, {partition}), read, True)
+
+
+async def _before_index(
+    bootstrap: str,
+    topics: Topics,
+    agent_id: str,
+    partition: int,
+    sealer: RecordSealer,
+    found: IndexedRecords,
+) -> IndexedRead:
+    """What the cap dropped from the agent's index, read from the log: its records below
+    each topic's watermark, and the markers up to its oldest batch kept, which judge them
+    (a history counts everything, so the part the index no longer covers is read too)."""
+    log.info(
+        "agent index trimmed, reading the log before it",
+        extra={"agent_id": agent_id, "covers_from": found.covers_from},
+    )
+    names = (topics.items, topics.lifecycle, topics.access)
+    stops = {topic: found.covers_from.get(topic, 0) for topic in names}
+    stops[topics.lifecycle] = max(stops[topics.lifecycle], found.oldest_batch + 1)
+    return await read_before(
+        bootstrap, partition, agent_id, sealer, stops, found.covers_from, poll_ms=_POLL_MS
+    )
 
 
 async def _lookup(

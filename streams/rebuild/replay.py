@@ -51,12 +51,14 @@ from processors.batch_markers import MarkerIndex, SourceKey, marked_upto
 from processors.emission_order import causal_order
 from projections.interfaces import EpisodicMemoryStore, WorkingMemoryStore
 from projections.versions import OpenStores, ProjectionVersion, ProjectionVersions, fenced
+from projections.working.agent_index import AgentIndex
 from schemas.codec import decode_derived_record
 from schemas.memory_events import DerivedEvent, DerivedRecord, DerivedUpTo, SourcePosition
 from schemas.topics import Topics
 from streams.eventlog.derived_log import decode_opened, read_to_end
 from streams.eventlog.kafka_clients import group_offsets_client, log_reader
 from streams.privacy.sealing import RecordSealer
+from streams.rebuild.replay_index import ReplayIndexer
 
 log = logging.getLogger("engram.replay")
 
@@ -242,6 +244,7 @@ async def replay_pass(
     *,
     batch_size: int,
     advance: Advance | None,
+    indexer: ReplayIndexer | None = None,
 ) -> tuple[int, int]:
     """One pass over the log from the cursor: returns (events applied, events held back).
 
@@ -256,6 +259,8 @@ async def replay_pass(
         records = await reading
         reading = asyncio.ensure_future(cursor.read(parts[i + 1])) if i + 1 < len(parts) else None
         ready, held = split_at_markers(records, cursor, committed)
+        if indexer is not None:
+            await indexer.index_read(parts[i], records, cursor.markers)
         for tp, offset in held.items():
             cursor.next_offset[tp] = min(cursor.next_offset[tp], offset)
         events = sum(1 for _, _, record in records if not isinstance(record, DerivedUpTo))
@@ -303,6 +308,9 @@ class Replay:
     tail_small: int = 2_000
     sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
     """Opens the sealed records of the log."""
+    open_index: Callable[[ProjectionVersion], AgentIndex] | None = None
+    """The agent index of a version, which the replay writes as the live workers do (none:
+    the version's histories scan partitions until its workers index anew)."""
 
     async def run(
         self,
@@ -322,13 +330,22 @@ class Replay:
         if total is not None:
             total(expected)
         stores = HeldStores(store for store in await self.open_stores(target) if store is not None)
+        index = None if self.open_index is None else self.open_index(target)
+        indexer = None
+        if index is not None:
+            indexer = ReplayIndexer(index, self.bootstrap, self.topics, dict(cursor.next_offset))
         try:
             for _ in range(1 + self.tail_passes):
                 committed = await committed_offsets(
                     self.bootstrap, self.group_id, self._source_partitions()
                 )
                 applied, held = await replay_pass(
-                    cursor, stores, committed, batch_size=self.batch_size, advance=advance
+                    cursor,
+                    stores,
+                    committed,
+                    batch_size=self.batch_size,
+                    advance=advance,
+                    indexer=indexer,
                 )
                 report.events += applied
                 report.passes += 1
@@ -338,9 +355,11 @@ class Replay:
             if target.name is not None and into is None:
                 await self.versions.set_state(target.name, "ready")
             if switch:
-                await self._switch(cursor, stores, report, advance)
+                await self._switch(cursor, stores, report, advance, indexer)
         finally:
             await stores.let_go()
+            if index is not None:
+                await index.close()
         report.seconds = time.perf_counter() - started
         return report
 
@@ -354,13 +373,19 @@ class Replay:
         stores: HeldStores,
         report: ReplayReport,
         advance: Advance | None,
+        indexer: ReplayIndexer | None,
     ) -> None:
         target = report.version
         paused_at = time.perf_counter()
         try:
             async with fenced(self.versions, target, self.fence_timeout):
                 applied, _ = await replay_pass(
-                    cursor, stores, None, batch_size=self.batch_size, advance=advance
+                    cursor,
+                    stores,
+                    None,
+                    batch_size=self.batch_size,
+                    advance=advance,
+                    indexer=indexer,
                 )
                 report.events += applied
                 report.fenced_events = applied

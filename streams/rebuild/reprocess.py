@@ -62,6 +62,7 @@ from processors.config import ProcessingConfig
 from processors.embedding import Embedder
 from processors.summarising import Summariser
 from projections.versions import DerivedLog, OpenStores, ProjectionVersion, ProjectionVersions
+from projections.working.agent_index import AgentIndex
 from schemas.errors import EngramError
 from schemas.topics import Topics
 from streams.eventlog.derived_log import read_markers, read_to_end
@@ -243,6 +244,9 @@ class Reprocess:
     """The live workers' app id (``ENGRAM_APP_ID``): the version's group is named after it."""
     replication: TopicReplication = field(default_factory=TopicReplication)
     """Of the version's derived topics (and of raw topics still missing)."""
+    open_index: Callable[[ProjectionVersion], AgentIndex] | None = None
+    """The agent index of the version, written as the live workers write it (none: its
+    histories scan partitions)."""
 
     @property
     def config_version(self) -> str:
@@ -311,6 +315,7 @@ class Reprocess:
         """Derive every raw partition; returns the next offset of each raw partition read."""
         derived_upto: dict[TopicPartition, int] = {}
         working, episodic = await self.open_stores(report.version)
+        index = None if self.open_index is None else self.open_index(report.version)
         producer = record_producer(self.bootstrap, linger=self.producer_linger)
         try:
             await producer.start()
@@ -332,6 +337,9 @@ class Reprocess:
                 # A batch job: a store that is down ends the run instead of retrying forever.
                 should_stop=lambda: True,
                 sealer=self.sealer,
+                # The version's derived log is new: the pipeline trusts its index from the
+                # opening markers on, as a live worker does a log it opens empty.
+                agent_index=index,
             )
             parts = list(range(self.partitions))
             reading = asyncio.ensure_future(self._read(parts[0]))
@@ -373,6 +381,8 @@ class Reprocess:
             await working.close()
             if episodic is not None:
                 await episodic.close()
+            if index is not None:
+                await index.close()
         return derived_upto
 
     async def _read(self, partition: int) -> LiveBatches:

@@ -114,8 +114,11 @@ class Node:
     left_reason: str | None = field(default=None, init=False)
     _logs: dict[str | None, DerivedLog | None] = field(default_factory=dict, init=False)
     _write_lock: WriteLock = field(default_factory=WriteLock, init=False)
-    _agent_indexes: list[AgentIndex] = field(default_factory=list, init=False)
     """One lock for every writer of this process, so one fence pauses them all."""
+    _agent_indexes: list[AgentIndex] = field(default_factory=list, init=False)
+    agent_index: AgentIndex | None = field(default=None, init=False)
+    """The active version's agent index, which this process's workers write and its history
+    reads (one for all, moved with the version at a switch)."""
     http_port: int | None = field(default=None, init=False)
     metrics: CollectorRegistry = field(init=False)
     """Every Prometheus metric of this node (its workers' and its query service's)."""
@@ -300,7 +303,12 @@ class Node:
         if version.name in self._logs:
             # Only a process that writes no derived log switches between two of them.
             self.topics = self._topics_of(self._logs.pop(version.name))
+        if self.agent_index is not None:
+            # A replay wrote the new version's index up to the switch: the batches after it
+            # go on from there, and a history reads it.
+            self.agent_index = self._agent_index_of(version)
         if self.pipeline is not None:
+            self.pipeline.agent_index = self.agent_index
             self.pipeline.working = working
             if self.settings.episodic_writer == "worker":
                 self.pipeline.episodic = episodic
@@ -330,7 +338,7 @@ class Node:
                 episodic=self.episodic if settings.episodic_writer == "worker" else None,
                 summariser=self.summariser,
                 sealer=RecordSealer(self.keyring),
-                agent_index=self._agent_index(),
+                agent_index=self._current_agent_index(),
                 **shell,
             )
 
@@ -419,7 +427,7 @@ class Node:
             sealer=RecordSealer(self.keyring),
         ).start()
 
-        index = self._agent_index()
+        self._current_agent_index()
 
         async def history(agent_id: str, limit: int) -> AgentHistory:
             # The active version's derived log, read when asked: it follows the pointer.
@@ -431,15 +439,22 @@ class Node:
                 limit=limit,
                 timeout=HISTORY_TIMEOUT_S,
                 sealer=RecordSealer(self.keyring),
-                index=index,
+                index=self.agent_index,
             )
 
         return self.recorder, history
 
-    def _agent_index(self) -> AgentIndex:
+    def _current_agent_index(self) -> AgentIndex:
         """Where each agent's records lie, beside the active version's projections: a history
         reads only those (derived data; without it a history scans the agent's partition)."""
-        index = AgentIndex.from_url(self.endpoints.redis_url, self.version.redis_namespace)
+        if self.agent_index is None:
+            self.agent_index = self._agent_index_of(self.version)
+        return self.agent_index
+
+    def _agent_index_of(self, version: ProjectionVersion) -> AgentIndex:
+        index = AgentIndex.from_url(
+            self.endpoints.redis_url, version.redis_namespace, cap=self.settings.agent_index_cap
+        )
         self._agent_indexes.append(index)
         return index
 

@@ -5,7 +5,9 @@
 One in-process worker applies the workload to the dev stack's redis-server and a Qdrant Edge
 shard; then Redis's ``MEMORY USAGE`` of every key of the namespace is summed by kind (working
 memory, agent index) and the episodic points are counted. The capacity plan in
-deploy/README.md is worked from these figures.
+deploy/README.md is worked from these figures. At 60 events an agent is far below the agent
+index's cap (``ENGRAM_AGENT_INDEX_CAP``, 10,000 places): the figures are its growth per event,
+which the plan scales up to the cap.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ async def key_sizes(client: aioredis.Redis, namespace: str) -> dict[str, int]:
         if ":idx:" in name and ":idx:end:" not in name and ":idx:whole:" not in name:
             sizes["index"] += size
             sizes["index_members"] += await client.zcard(key)
+        elif ":idx#from:" in name:
+            sizes["index"] += size  # the watermark of an agent the cap trimmed
         elif ":wm:" in name:
             sizes["working"] += size
     return sizes

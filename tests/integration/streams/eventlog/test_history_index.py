@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
 
 from projections.history import build_timeline
 from projections.working.agent_index import AgentIndex
@@ -95,3 +96,70 @@ async def test_a_small_agents_history_reads_its_own_records_and_equals_the_scan(
     # The small agent's few records and their batches' neighbours, not the big agent's 300.
     assert total >= ROUNDS * BIG_PER_ROUND
     assert small_read <= total // 10, (small_read, total)
+
+
+async def test_a_trimmed_agents_history_reads_the_log_before_its_index_and_equals_the_scan(
+    kafka_bootstrap: str, redis_server_url: str, tmp_path: Path
+) -> None:
+    prefix = f"hcap{uuid.uuid4().hex[:8]}."
+    cap = 4
+    settings = isolated_settings(prefix, tmp_path, agent_index_cap=cap)
+    partitions = settings.partitions
+    on: dict[int, list[str]] = {}
+    for i in range(200):
+        on.setdefault(partition_for(f"C{i:03d}", partitions), []).append(f"C{i:03d}")
+    big, small, other = next(agents for agents in on.values() if len(agents) >= 3)[:3]
+    topics = Topics(prefix)
+    names = (topics.items, topics.lifecycle, topics.access)
+    async with (
+        Node(settings, Endpoints(kafka_bootstrap, redis_server_url)) as node,
+        AsyncPublisher(kafka_bootstrap, topics=topics) as publisher,
+    ):
+        assert node.pipeline is not None
+        # Each burst its own batch: the big agent gets a member per burst, past the cap.
+        for r in range(2 * cap):
+            many = [observation(big, r * 20 + n) for n in range(20)]
+            await node.pipeline.stats.wait_for(await publisher.publish_many(many))
+        # Then another agent, on the same partition: what the index spares a read of.
+        for r in range(4):
+            many = [observation(other, r * 100 + n) for n in range(100)]
+            await node.pipeline.stats.wait_for(await publisher.publish_many(many))
+        await node.pipeline.stats.wait_for(await publisher.publish_many([observation(small, 0)]))
+        index = AgentIndex.from_url(redis_server_url, settings.redis_namespace)
+        client = aioredis.Redis.from_url(redis_server_url)
+        try:
+            assert await client.zcard(f"{settings.redis_namespace}:idx:{big}") == cap
+            partition = partition_for(big, partitions)
+            trimmed = await index.lookup(big, partition, names)
+            assert trimmed is not None
+            assert trimmed.trimmed
+            untrimmed = await index.lookup(small, partition, names)
+            assert untrimmed is not None
+            assert not untrimmed.trimmed
+            async with log_sealer(redis_server_url, settings.redis_namespace) as sealer:
+                scan = await read_agent_events(kafka_bootstrap, topics, big, partitions, sealer)
+                capped = await read_agent_events(
+                    kafka_bootstrap, topics, big, partitions, sealer, index
+                )
+                # Every record, none silently left out: the log before the watermarks, and
+                # by the index the rest, but not the other agent's records after them.
+                assert capped.indexed
+                assert build_timeline(big, capped.events) == build_timeline(big, scan.events)
+                assert build_timeline(big, scan.events).counts["recorded"] == 2 * cap * 20
+                assert capped.read <= scan.read // 2, (capped.read, scan.read)
+                small_scan = await read_agent_events(
+                    kafka_bootstrap, topics, small, partitions, sealer
+                )
+                small_indexed = await read_agent_events(
+                    kafka_bootstrap, topics, small, partitions, sealer, index
+                )
+                assert small_indexed.indexed
+                assert build_timeline(small, small_indexed.events) == build_timeline(
+                    small, small_scan.events
+                )
+        finally:
+            await index.close()
+            await client.aclose()
+    # The untrimmed agent's few records and their neighbours, not the other agents' 560.
+    assert small_scan.read >= 2 * cap * 20 + 400
+    assert small_indexed.read <= small_scan.read // 10, (small_indexed.read, small_scan.read)

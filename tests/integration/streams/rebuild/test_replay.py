@@ -104,6 +104,10 @@ async def test_replay_switches_a_running_node_to_a_new_version_and_drops_the_old
 
             assert node.version.name == "v1"
             assert node.working.namespace == f"{settings.redis_namespace}.v1"
+            # The workers and the history follow to the index the replay wrote.
+            assert node.agent_index is not None
+            assert node.agent_index.namespace == f"{settings.redis_namespace}.v1"
+            assert node.pipeline.agent_index is node.agent_index
             await node.pipeline.stats.wait_for(sent_during)
             await node.pipeline.stats.wait_for(await publisher.publish_many(events(600, 60)))
 

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from projections.episodic.edge import EdgeEpisodicMemory
+from projections.history import build_timeline
 from projections.interfaces import ProjectionError
 from projections.memory import StoredMemory
 from projections.versions import ProjectionVersions
+from projections.working.agent_index import AgentIndex
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import Observation
 from schemas.memory_events import (
@@ -25,6 +27,7 @@ from schemas.memory_events import (
 )
 from schemas.topics import Topics
 from streams.eventlog.derived_log import read_partitions
+from streams.eventlog.history import read_agent_events
 from streams.eventlog.publisher import AsyncPublisher
 from streams.privacy.keyring import RedisKeyring
 from streams.privacy.sealing import RecordSealer
@@ -218,6 +221,23 @@ async def test_reprocess_derives_a_new_version_with_the_new_rules_and_embedder(
     again = await read_partitions(
         kafka_bootstrap, (topics.items, topics.lifecycle), parts, sealer=sealer
     )
+    # The reprocess indexed the version's derived log as a worker does: a history of the new
+    # version reads the agent's own records by the index, and equals the scan.
+    served = Topics(prefix, f"{prefix}v1.")
+    index = AgentIndex.from_url(redis_server_url, f"{settings.redis_namespace}.v1")
+    try:
+        for agent in AGENTS[:2]:
+            scan = await read_agent_events(
+                kafka_bootstrap, served, agent, settings.partitions, sealer
+            )
+            indexed = await read_agent_events(
+                kafka_bootstrap, served, agent, settings.partitions, sealer, index
+            )
+            assert indexed.indexed, agent
+            assert build_timeline(agent, indexed.events) == build_timeline(agent, scan.events)
+            assert build_timeline(agent, scan.events).counts["recorded"] == COUNT // len(AGENTS)
+    finally:
+        await index.close()
     await keyring.close()
     # (partitions are read together, so compare in one order)
     assert sorted(again, key=by_id) == sorted(old_log, key=by_id)

@@ -42,6 +42,8 @@ def test_a_batch_indexes_each_agents_records_and_the_markers_move_the_ends() -> 
         "H002": {("items", 1): [41], ("access", 1): [7]},
     }
     assert entries.ends == {("items", 1): 41, ("lifecycle", 1): 90, ("access", 1): 7}
+    # Scored by the marker: an agent's members of one batch sort together, whatever the topic.
+    assert entries.markers == {1: 90}
 
 
 def test_an_event_without_a_place_is_not_indexed() -> None:
