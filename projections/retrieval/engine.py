@@ -70,6 +70,7 @@ from projections.retrieval.basic import (
     constrained,
 )
 from projections.retrieval.by_relevance import by_relevance
+from projections.retrieval.conversation_context import with_conversation_context
 from projections.retrieval.filters import levels_for
 from projections.retrieval.generative import GenerativeWeights, generative
 from projections.retrieval.log_end import KnownLogEnds, LogEnds, Partition
@@ -555,7 +556,9 @@ def relevance_parts(
     dense_share: float = DENSE_SHARE_MODEL_FREE,
 ) -> dict[str, dict[str, float]]:
     """Per memory id, its hybrid relevance to ``query`` and the signals it was blended from
-    (:func:`~projections.retrieval.relevance.blended_relevance`): ``relevance`` in [0, 1];
+    (:func:`~projections.retrieval.relevance.blended_relevance`): ``relevance`` in [0, 1], its
+    own relevance (``own``) lifted by the most relevant neighbouring turn of its conversation
+    (``context``, when one is relevant; :mod:`~projections.retrieval.conversation_context`);
     ``similarity``, the cosine with the query embedding, when the memory has one; ``lexical``,
     its BM25 over the pool, and ``lexical_norm``, that divided by the pool's best, when it
     shares a word stem with the query. Without a query every memory has relevance 0."""
@@ -563,9 +566,13 @@ def relevance_parts(
         return {m.memory_id: {"relevance": 0.0} for m in memories}
     blended = blended_relevance(query, memories, dense_share=dense_share)
     best = max((p.lexical for p in blended.values() if p.lexical is not None), default=0.0)
+    own = {key: signals.fused for key, signals in blended.items()}
+    lifted, context = with_conversation_context(own, memories)
     parts: dict[str, dict[str, float]] = {}
     for key, signals in blended.items():
-        shown = {"relevance": signals.fused}
+        shown = {"relevance": lifted[key], "own": signals.fused}
+        if key in context:
+            shown["context"] = context[key]
         if signals.dense is not None:
             shown["similarity"] = signals.dense
         if signals.lexical is not None:
