@@ -70,7 +70,6 @@ from projections.retrieval.basic import (
     constrained,
 )
 from projections.retrieval.by_relevance import by_relevance
-from projections.retrieval.conversation_context import with_conversation_context
 from projections.retrieval.filters import levels_for
 from projections.retrieval.generative import GenerativeWeights, generative
 from projections.retrieval.log_end import KnownLogEnds, LogEnds, Partition
@@ -83,11 +82,8 @@ from projections.retrieval.models import (
     RetrievedMemory,
 )
 from projections.retrieval.pool_reads import read_pools, without_copies_of
-from projections.retrieval.relevance import (
-    DENSE_SHARE_MODEL_FREE,
-    blended_relevance,
-    dense_share_for,
-)
+from projections.retrieval.query_relevance import relevance_of, relevance_parts
+from projections.retrieval.relevance import DENSE_SHARE_MODEL_FREE, dense_share_for
 from projections.retrieval.saliency import saliency
 from projections.retrieval.scoring import (
     Moment,
@@ -515,14 +511,18 @@ def rank(
         return generative(
             everything,
             top_k=request.top_k,
-            relevance=relevance_of(request.query, everything, dense_share=dense_share),
+            relevance=relevance_of(
+                request.query, everything, dense_share=dense_share, now=request.current_time
+            ),
             weights=request.generative,
             **now,
         )
     if mode == "relevance":
         if request.query is None:
             raise ValueError("mode 'relevance' ranks by relevance to a query: give a query")
-        parts = relevance_parts(request.query, everything, dense_share=dense_share)
+        parts = relevance_parts(
+            request.query, everything, dense_share=dense_share, now=request.current_time
+        )
         return by_relevance(
             everything,
             top_k=request.top_k,
@@ -547,47 +547,3 @@ def weights_of(request: RetrievalRequest) -> Weights:
     if request.query and "relevance" not in weights.model_fields_set:
         return weights.model_copy(update={"relevance": QUERY_RELEVANCE_WEIGHT})
     return weights
-
-
-def relevance_parts(
-    query: str | None,
-    memories: Sequence[StoredMemory],
-    *,
-    dense_share: float = DENSE_SHARE_MODEL_FREE,
-) -> dict[str, dict[str, float]]:
-    """Per memory id, its hybrid relevance to ``query`` and the signals it was blended from
-    (:func:`~projections.retrieval.relevance.blended_relevance`): ``relevance`` in [0, 1], its
-    own relevance (``own``) lifted by the most relevant neighbouring turn of its conversation
-    (``context``, when one is relevant; :mod:`~projections.retrieval.conversation_context`);
-    ``similarity``, the cosine with the query embedding, when the memory has one; ``lexical``,
-    its BM25 over the pool, and ``lexical_norm``, that divided by the pool's best, when it
-    shares a word stem with the query. Without a query every memory has relevance 0."""
-    if not query:
-        return {m.memory_id: {"relevance": 0.0} for m in memories}
-    blended = blended_relevance(query, memories, dense_share=dense_share)
-    best = max((p.lexical for p in blended.values() if p.lexical is not None), default=0.0)
-    own = {key: signals.fused for key, signals in blended.items()}
-    lifted, context = with_conversation_context(own, memories)
-    parts: dict[str, dict[str, float]] = {}
-    for key, signals in blended.items():
-        shown = {"relevance": lifted[key], "own": signals.fused}
-        if key in context:
-            shown["context"] = context[key]
-        if signals.dense is not None:
-            shown["similarity"] = signals.dense
-        if signals.lexical is not None:
-            shown["lexical"] = signals.lexical
-            shown["lexical_norm"] = signals.lexical / best
-        parts[key] = shown
-    return parts
-
-
-def relevance_of(
-    query: str | None,
-    memories: Sequence[StoredMemory],
-    *,
-    dense_share: float = DENSE_SHARE_MODEL_FREE,
-) -> dict[str, float]:
-    """Hybrid relevance to ``query`` by memory id (see :func:`relevance_parts`)."""
-    parts = relevance_parts(query, memories, dense_share=dense_share)
-    return {key: signals["relevance"] for key, signals in parts.items()}
