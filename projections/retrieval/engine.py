@@ -70,6 +70,11 @@ from projections.retrieval.basic import (
     constrained,
 )
 from projections.retrieval.by_relevance import by_relevance
+from projections.retrieval.conversation_context import (
+    TURNS_READ_BESIDE,
+    best_of_each_signal,
+    seqs_beside,
+)
 from projections.retrieval.filters import levels_for
 from projections.retrieval.generative import GenerativeWeights, generative
 from projections.retrieval.log_end import KnownLogEnds, LogEnds, Partition
@@ -81,7 +86,7 @@ from projections.retrieval.models import (
     RetrievalResponse,
     RetrievedMemory,
 )
-from projections.retrieval.pool_reads import read_pools, without_copies_of
+from projections.retrieval.pool_reads import read_beside, read_pools, without_copies_of
 from projections.retrieval.query_relevance import relevance_of, relevance_parts
 from projections.retrieval.relevance import DENSE_SHARE_MODEL_FREE, dense_share_for
 from projections.retrieval.saliency import saliency
@@ -276,6 +281,10 @@ class RetrievalEngine:
             episodic = [m for m in episodic if admits(m)]
         if vector is not None and request.mode in RELEVANCE_MODES and working:
             working = await self._with_similarity(working, vector)
+        if request.query and request.mode in RELEVANCE_MODES and request.scope != "archive":
+            episodic += await self._turns_beside(
+                agent_id, request, vector, levels, working, episodic
+            )
         stored: StoredArousal | None = None
         if request.mode == "constrained" and request.arousal is None:
             stored = await self._arousal(agent_id)
@@ -391,6 +400,35 @@ class RetrievalEngine:
                     for key, end in sorted(missing.items())
                 ]
             )
+
+    async def _turns_beside(
+        self,
+        agent_id: str,
+        request: RetrievalRequest,
+        vector: np.ndarray | None,
+        levels: Sequence[int],
+        working: list[StoredMemory],
+        episodic: list[StoredMemory],
+    ) -> list[StoredMemory]:
+        """The episodic memories beside the pool's most relevant ones that the candidates
+        left out (:func:`~projections.retrieval.conversation_context.seqs_beside`), so that a
+        turn answering the one that matched is ranked with it. None when the whole pool was
+        read: fewer candidates than the bound are the whole pool
+        (:class:`~projections.episodic.candidates.CandidateSignals`). Of each signal, the
+        turns beside the ``min(TURNS_READ_BESIDE, bound)`` best are read. Not for scope
+        ``archive``, whose pool holds no working memory to leave the promoted copies out by."""
+        limit = self._candidate_limit
+        if limit is None or len(episodic) < limit or not request.query:
+            return []
+        pool = [*working, *episodic]
+        best = best_of_each_signal(request.query, pool, min(TURNS_READ_BESIDE, limit))
+        seqs = seqs_beside(best, pool)
+        extra = await read_beside(self._episodic, agent_id, vector, request, levels, seqs)
+        held = {m.memory_id for m in pool}
+        fresh = [m for m in without_copies_of(working, extra) if m.memory_id not in held]
+        if request.filter is not None:
+            fresh = [m for m in fresh if request.filter.admits(m)]
+        return fresh
 
     async def _arousal(self, agent_id: str) -> StoredArousal | None:
         """The agent's stored arousal and its agent type's threshold; None when none is known."""

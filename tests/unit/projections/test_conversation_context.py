@@ -9,7 +9,9 @@ import pytest
 from projections.memory import StoredMemory
 from projections.retrieval.conversation_context import (
     NEIGHBOUR_SHARE,
+    best_of_each_signal,
     neighbours,
+    seqs_beside,
     with_conversation_context,
 )
 
@@ -91,3 +93,36 @@ def test_a_share_outside_zero_and_one_is_refused() -> None:
         with_conversation_context({}, [turn(1)], share=1.5)
     unchanged, _ = with_conversation_context({"a1-1-0": 0.3}, [turn(1), turn(2)], share=0.0)
     assert unchanged == {"a1-1-0": 0.3, "a1-2-0": 0.0}
+
+
+def test_the_turns_beside_the_best_that_the_pool_lacks_are_asked_for() -> None:
+    pool = [turn(1), turn(2), turn(10), turn(20), turn(0, key="first")]
+
+    assert seqs_beside(["a1-2-0", "a1-10-0"], pool) == (3, 9, 11)
+    assert seqs_beside(["first"], pool) == (), "seq 1 is held, and no seq is negative"
+    assert seqs_beside(["unknown"], pool) == ()
+    assert seqs_beside([], pool) == ()
+
+
+def worded(seq: int, content: str, similarity: float | None) -> StoredMemory:
+    return turn(seq).model_copy(update={"content": content, "similarity": similarity})
+
+
+def test_the_best_of_each_signal_are_the_nearest_and_the_best_keyword_matches() -> None:
+    pool = [
+        worded(1, "the river flooded the basement", 0.9),
+        worded(2, "flood insurance claim", 0.1),
+        worded(3, "a quiet garden", 0.5),
+        worded(4, "a flood", None),
+        worded(5, "nothing shared", -0.2),
+    ]
+
+    best = best_of_each_signal("flood claim", pool, top=1)
+    two = best_of_each_signal("flood claim", pool, top=2)
+
+    assert best == ["a1-1-0", "a1-2-0"], "the nearest, then the best BM25 match"
+    assert set(two) == {"a1-1-0", "a1-3-0", "a1-2-0", "a1-4-0"}
+    assert "a1-5-0" not in best_of_each_signal("flood claim", pool, top=10), "nothing in common"
+    assert best_of_each_signal("flood", pool, top=0) == []
+    with pytest.raises(ValueError, match="negative"):
+        best_of_each_signal("flood", pool, top=-1)
