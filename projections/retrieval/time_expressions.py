@@ -20,7 +20,8 @@ What is read, and only this (anything else is words, left to the lexical signal)
   year.
 
 A window with years and months holds a date when both match: "summer of 2023" is June-August
-2023; a month without a year matches that month of any year.
+2023; a month without a year matches that month of any year. Prepositions are not read:
+"after the spring" is read as the spring, "since 2021" as 2021.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ each question asked with ``query`` and nothing else (relevance over every memory
 lived: the archive included). ``engine, active only`` asks the same in ``scope`` ``active``:
 what the seeds' capacities leave. ``semantic`` (the MiniLM extra) is left out, with a note,
 when the extra is not installed. R@k is the share of a question's answering turns among the
-first k, MRR the mean of 1 / rank of the first.
+first k, MRR the mean of 1 / rank of the first; R@10 is also printed per question category
+(single-hop, paraphrase, knowledge-update, multi-hop, temporal, preference).
 """
 
 from __future__ import annotations
