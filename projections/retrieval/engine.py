@@ -18,7 +18,10 @@ type's).
 Relevance. The weighted mode keeps seed 003's keyword overlap. The generative and relevance
 modes rank by hybrid relevance (:func:`relevance_parts`): the cosine of the query embedding
 with each memory's, blended with the memory's BM25 over the pool
-(:func:`~projections.retrieval.relevance.blended_relevance`). Episodic memories come back from
+(:func:`~projections.retrieval.relevance.blended_relevance`), then weighed by the period the
+query names and lifted by each memory's neighbouring turns
+(:mod:`~projections.retrieval.query_relevance`); the turns beside the best matches that the
+candidates lack are read in a second, bounded query. Episodic memories come back from
 the store's vector search with their cosine; working memories, which Redis keeps without
 embeddings, are embedded when a query first needs them (at most the working capacity, 10), and
 their vectors kept by text. A semantic
@@ -412,8 +415,8 @@ class RetrievalEngine:
     ) -> list[StoredMemory]:
         """The episodic memories beside the pool's most relevant ones that the candidates
         left out (:func:`~projections.retrieval.conversation_context.seqs_beside`), so that a
-        turn answering the one that matched is ranked with it. None when the whole pool was
-        read: fewer candidates than the bound are the whole pool
+        turn answering the one that matched is ranked with it. Nothing when the whole pool
+        was read: fewer candidates than the bound are the whole pool
         (:class:`~projections.episodic.candidates.CandidateSignals`). Of each signal, the
         turns beside the ``min(TURNS_READ_BESIDE, bound)`` best are read. Not for scope
         ``archive``, whose pool holds no working memory to leave the promoted copies out by."""
