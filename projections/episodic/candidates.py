@@ -13,7 +13,10 @@ query (Qdrant prefetches, one per signal, united by the outer query):
   signal brought it, carries its cosine with the query (the outer query scores them all);
 * ``lexical``: the ``limit`` best BM25 matches of the query's stems (the IDF over the agent's
   memories, as a hybrid search counts it);
-* ``tags``: the ``limit`` newest carrying any of these tags (the context of the weighted mode).
+* ``tags``: the ``limit`` newest carrying any of these tags (the context of the weighted mode);
+* ``at_seqs``: instead of all the above, the memories at these ``seq`` (the turns beside a
+  first ranking's best, :mod:`projections.retrieval.conversation_context`), each carrying
+  its cosine when there is a query vector; ``limit`` does not apply.
 
 **Exact within the bound.** A pool of at most ``limit`` memories (after the request's levels
 and filter) is returned whole by any one of ``recency``, ``importance`` and ``vector``, so the
@@ -46,11 +49,12 @@ class CandidateSignals:
     vector: np.ndarray | None = None
     lexical: SparseQuery | None = None
     tags: tuple[str, ...] = ()
+    at_seqs: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.limit < 1:
             raise ValueError(f"limit must be at least 1, got {self.limit}")
-        if not self.whole_within_limit:
+        if not self.whole_within_limit and not self.at_seqs:
             raise ValueError(
                 "candidates need recency, importance or a query vector that is not all zeros: "
                 "the lexical and tag signals alone would leave out a pool's other memories"
@@ -67,6 +71,12 @@ class CandidateSignals:
         """Whether a pool of at most ``limit`` memories comes back whole: some signal reads
         every memory it admits, which the lexical and tag signals do not."""
         return self.recency or self.importance or self.nearest
+
+    @property
+    def at_seqs_limit(self) -> int:
+        """How many points the memories at ``at_seqs`` may be: a promoted copy shares its
+        original's ``seq``, so two per ``seq``."""
+        return 2 * len(set(self.at_seqs))
 
     @property
     def casefolded_tags(self) -> tuple[str, ...]:

@@ -27,6 +27,13 @@ def candidate_request(
     limit = signals.limit
     newest = qe.OrderBy("seq", qe.Direction.Desc)
     prefetches: list[qe.Prefetch] = []
+    if signals.at_seqs:
+        at: list[qe.ConditionType] = [
+            qe.FieldCondition(key="seq", range=qe.RangeFloat(gte=s, lte=s)) for s in signals.at_seqs
+        ]
+        beside = qe.Filter(must=[flt, qe.Filter(should=at)])
+        prefetches.append(qe.Prefetch(limit=signals.at_seqs_limit, query=newest, filter=beside))
+        return _united(prefetches, signals)
     if signals.recency:
         prefetches.append(qe.Prefetch(limit=limit, query=newest, filter=flt))
         oldest = qe.OrderBy("seq", qe.Direction.Asc)
@@ -35,7 +42,6 @@ def candidate_request(
         for direction, depth in ((qe.Direction.Desc, limit), (qe.Direction.Asc, 1)):
             by_importance = qe.OrderBy("importance", direction)
             prefetches.append(qe.Prefetch(limit=depth, query=by_importance, filter=flt))
-    nearest = None
     if signals.vector is not None and signals.nearest:
         nearest = qe.Query.Nearest(signals.vector.tolist())
         prefetches.append(qe.Prefetch(limit=limit, query=nearest, filter=flt))
@@ -49,10 +55,19 @@ def candidate_request(
         tagged = qe.FieldCondition(key=tags_field, match=qe.MatchAny(list(tags)))
         with_tags = qe.Filter(must=[flt, tagged])
         prefetches.append(qe.Prefetch(limit=limit, query=newest, filter=with_tags))
+    return _united(prefetches, signals)
+
+
+def _united(prefetches: list[qe.Prefetch], signals: CandidateSignals) -> qe.QueryRequest:
+    """The outer query over the prefetches: scored by the cosine with the query vector when
+    there is one, else newest first."""
+    outer: qe.Query | qe.OrderBy = qe.OrderBy("seq", qe.Direction.Desc)
+    if signals.vector is not None and signals.nearest:
+        outer = qe.Query.Nearest(signals.vector.tolist())
     return qe.QueryRequest(
         limit=sum(p.limit for p in prefetches),
         prefetches=prefetches,
-        query=newest if nearest is None else nearest,
+        query=outer,
         with_payload=["memory"],
         with_vector=False,
     )

@@ -38,6 +38,17 @@ def candidate_query(
     desc, asc = models.Direction.DESC, models.Direction.ASC
     newest = _order_by("seq", desc)
     prefetch: list[models.Prefetch] = []
+    nearest = None if signals.vector is None or not signals.nearest else signals.vector.tolist()
+    if signals.at_seqs:
+        at = [
+            models.FieldCondition(key="seq", range=models.Range(gte=s, lte=s))
+            for s in signals.at_seqs
+        ]
+        beside = models.Filter(must=[flt, models.Filter(should=at)])
+        prefetch.append(models.Prefetch(query=newest, filter=beside, limit=signals.at_seqs_limit))
+        return CandidateQuery(
+            prefetch, newest if nearest is None else nearest, signals.at_seqs_limit
+        )
     if signals.recency:
         prefetch.append(models.Prefetch(query=newest, filter=flt, limit=limit))
         prefetch.append(models.Prefetch(query=_order_by("seq", asc), filter=flt, limit=1))
@@ -45,9 +56,7 @@ def candidate_query(
         for direction, depth in ((desc, limit), (asc, 1)):
             by_importance = _order_by("importance", direction)
             prefetch.append(models.Prefetch(query=by_importance, filter=flt, limit=depth))
-    nearest = None
-    if signals.vector is not None and signals.nearest:
-        nearest = signals.vector.tolist()
+    if nearest is not None:
         prefetch.append(models.Prefetch(query=nearest, filter=flt, limit=limit))
     if signals.lexical and lexical:
         sparse = models.SparseVector(

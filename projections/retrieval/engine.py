@@ -18,7 +18,10 @@ type's).
 Relevance. The weighted mode keeps seed 003's keyword overlap. The generative and relevance
 modes rank by hybrid relevance (:func:`relevance_parts`): the cosine of the query embedding
 with each memory's, blended with the memory's BM25 over the pool
-(:func:`~projections.retrieval.relevance.blended_relevance`). Episodic memories come back from
+(:func:`~projections.retrieval.relevance.blended_relevance`), then weighed by the period the
+query names and lifted by each memory's neighbouring turns
+(:mod:`~projections.retrieval.query_relevance`); the turns beside the best matches that the
+candidates lack are read in a second, bounded query. Episodic memories come back from
 the store's vector search with their cosine; working memories, which Redis keeps without
 embeddings, are embedded when a query first needs them (at most the working capacity, 10), and
 their vectors kept by text. A semantic
@@ -70,6 +73,11 @@ from projections.retrieval.basic import (
     constrained,
 )
 from projections.retrieval.by_relevance import by_relevance
+from projections.retrieval.conversation_context import (
+    TURNS_READ_BESIDE,
+    best_of_each_signal,
+    seqs_beside,
+)
 from projections.retrieval.filters import levels_for
 from projections.retrieval.generative import GenerativeWeights, generative
 from projections.retrieval.log_end import KnownLogEnds, LogEnds, Partition
@@ -81,12 +89,9 @@ from projections.retrieval.models import (
     RetrievalResponse,
     RetrievedMemory,
 )
-from projections.retrieval.pool_reads import read_pools, without_copies_of
-from projections.retrieval.relevance import (
-    DENSE_SHARE_MODEL_FREE,
-    blended_relevance,
-    dense_share_for,
-)
+from projections.retrieval.pool_reads import read_beside, read_pools, without_copies_of
+from projections.retrieval.query_relevance import relevance_of, relevance_parts
+from projections.retrieval.relevance import DENSE_SHARE_MODEL_FREE, dense_share_for
 from projections.retrieval.saliency import saliency
 from projections.retrieval.scoring import (
     Moment,
@@ -279,6 +284,10 @@ class RetrievalEngine:
             episodic = [m for m in episodic if admits(m)]
         if vector is not None and request.mode in RELEVANCE_MODES and working:
             working = await self._with_similarity(working, vector)
+        if request.query and request.mode in RELEVANCE_MODES and request.scope != "archive":
+            episodic += await self._turns_beside(
+                agent_id, request, vector, levels, working, episodic
+            )
         stored: StoredArousal | None = None
         if request.mode == "constrained" and request.arousal is None:
             stored = await self._arousal(agent_id)
@@ -394,6 +403,35 @@ class RetrievalEngine:
                     for key, end in sorted(missing.items())
                 ]
             )
+
+    async def _turns_beside(
+        self,
+        agent_id: str,
+        request: RetrievalRequest,
+        vector: np.ndarray | None,
+        levels: Sequence[int],
+        working: list[StoredMemory],
+        episodic: list[StoredMemory],
+    ) -> list[StoredMemory]:
+        """The episodic memories beside the pool's most relevant ones that the candidates
+        left out (:func:`~projections.retrieval.conversation_context.seqs_beside`), so that a
+        turn answering the one that matched is ranked with it. Nothing when the whole pool
+        was read: fewer candidates than the bound are the whole pool
+        (:class:`~projections.episodic.candidates.CandidateSignals`). Of each signal, the
+        turns beside the ``min(TURNS_READ_BESIDE, bound)`` best are read. Not for scope
+        ``archive``, whose pool holds no working memory to leave the promoted copies out by."""
+        limit = self._candidate_limit
+        if limit is None or len(episodic) < limit or not request.query:
+            return []
+        pool = [*working, *episodic]
+        best = best_of_each_signal(request.query, pool, min(TURNS_READ_BESIDE, limit))
+        seqs = seqs_beside(best, pool)
+        extra = await read_beside(self._episodic, agent_id, vector, request, levels, seqs)
+        held = {m.memory_id for m in pool}
+        fresh = [m for m in without_copies_of(working, extra) if m.memory_id not in held]
+        if request.filter is not None:
+            fresh = [m for m in fresh if request.filter.admits(m)]
+        return fresh
 
     async def _arousal(self, agent_id: str) -> StoredArousal | None:
         """The agent's stored arousal and its agent type's threshold; None when none is known."""
@@ -514,14 +552,18 @@ def rank(
         return generative(
             everything,
             top_k=request.top_k,
-            relevance=relevance_of(request.query, everything, dense_share=dense_share),
+            relevance=relevance_of(
+                request.query, everything, dense_share=dense_share, now=request.current_time
+            ),
             weights=request.generative,
             **now,
         )
     if mode == "relevance":
         if request.query is None:
             raise ValueError("mode 'relevance' ranks by relevance to a query: give a query")
-        parts = relevance_parts(request.query, everything, dense_share=dense_share)
+        parts = relevance_parts(
+            request.query, everything, dense_share=dense_share, now=request.current_time
+        )
         return by_relevance(
             everything,
             top_k=request.top_k,
@@ -546,41 +588,3 @@ def weights_of(request: RetrievalRequest) -> Weights:
     if request.query and "relevance" not in weights.model_fields_set:
         return weights.model_copy(update={"relevance": QUERY_RELEVANCE_WEIGHT})
     return weights
-
-
-def relevance_parts(
-    query: str | None,
-    memories: Sequence[StoredMemory],
-    *,
-    dense_share: float = DENSE_SHARE_MODEL_FREE,
-) -> dict[str, dict[str, float]]:
-    """Per memory id, its hybrid relevance to ``query`` and the signals it was blended from
-    (:func:`~projections.retrieval.relevance.blended_relevance`): ``relevance`` in [0, 1];
-    ``similarity``, the cosine with the query embedding, when the memory has one; ``lexical``,
-    its BM25 over the pool, and ``lexical_norm``, that divided by the pool's best, when it
-    shares a word stem with the query. Without a query every memory has relevance 0."""
-    if not query:
-        return {m.memory_id: {"relevance": 0.0} for m in memories}
-    blended = blended_relevance(query, memories, dense_share=dense_share)
-    best = max((p.lexical for p in blended.values() if p.lexical is not None), default=0.0)
-    parts: dict[str, dict[str, float]] = {}
-    for key, signals in blended.items():
-        shown = {"relevance": signals.fused}
-        if signals.dense is not None:
-            shown["similarity"] = signals.dense
-        if signals.lexical is not None:
-            shown["lexical"] = signals.lexical
-            shown["lexical_norm"] = signals.lexical / best
-        parts[key] = shown
-    return parts
-
-
-def relevance_of(
-    query: str | None,
-    memories: Sequence[StoredMemory],
-    *,
-    dense_share: float = DENSE_SHARE_MODEL_FREE,
-) -> dict[str, float]:
-    """Hybrid relevance to ``query`` by memory id (see :func:`relevance_parts`)."""
-    parts = relevance_parts(query, memories, dense_share=dense_share)
-    return {key: signals["relevance"] for key, signals in parts.items()}

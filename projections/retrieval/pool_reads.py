@@ -124,6 +124,25 @@ async def _read_episodic(
     return await store.memories(agent_id, episodic_limit, levels=levels, filter=memory_filter)
 
 
+async def read_beside(
+    store: EpisodicMemoryStore,
+    agent_id: str,
+    vector: np.ndarray | None,
+    request: RetrievalRequest,
+    levels: Sequence[int],
+    seqs: Sequence[int],
+) -> list[StoredMemory]:
+    """The agent's memories at ``seqs`` in the request's scope, levels and filter, each with
+    its cosine when ``vector`` has a direction (the turns beside a first ranking's best:
+    :mod:`projections.retrieval.conversation_context`)."""
+    if not seqs or not levels:
+        return []
+    signals = CandidateSignals(vector=vector, at_seqs=tuple(seqs))
+    return await store.candidates(
+        agent_id, signals, levels=levels, filter=request.filter, scope=request.scope
+    )
+
+
 def without_copies_of(
     working: Sequence[StoredMemory], episodic: Sequence[StoredMemory]
 ) -> list[StoredMemory]:

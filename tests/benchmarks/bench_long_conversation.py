@@ -18,7 +18,9 @@ what the seeds' capacities leave. ``assistant profile, active only`` publishes e
 ``agent_type`` ``assistant`` (the built-in chat profile: its importance for conversation, 20
 working and 1,000 episodic) and asks in ``scope`` ``active``. ``semantic`` (the MiniLM extra)
 is left out, with a note, when the extra is not installed. R@k is the share of a question's
-answering turns among the first k, MRR the mean of 1 / rank of the first.
+answering turns among the first k, MRR the mean of 1 / rank of the first; R@10 is also printed
+per question category (single-hop, paraphrase, knowledge-update, multi-hop, temporal,
+preference).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import argparse
 import asyncio
 import random
 import tempfile
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -176,12 +179,16 @@ async def engine_rankings(
     return rankings
 
 
-def scores(
-    dataset: Dataset, rankings: Mapping[str, Sequence[str]] | None
-) -> tuple[dict[int, float], float]:
-    """R@k and MRR of a ranking per question (None: BM25 over the person's turns)."""
+Scores = tuple[dict[int, float], float, dict[str, float]]
+"""R@k by k, MRR, and R@10 by question category."""
+
+
+def scores(dataset: Dataset, rankings: Mapping[str, Sequence[str]] | None) -> Scores:
+    """R@k and MRR of a ranking per question (None: BM25 over the person's turns), and R@10
+    per category."""
     recall = dict.fromkeys(KS, 0.0)
     reciprocal = 0.0
+    by_category: dict[str, list[float]] = {}
     for question in dataset.questions:
         ids = (
             list(rankings[question.question_id])
@@ -190,10 +197,13 @@ def scores(
         )
         for k in KS:
             recall[k] += len(question.answers & set(ids[:k])) / len(question.answers)
+        found = len(question.answers & set(ids[:10])) / len(question.answers)
+        by_category.setdefault(question.category, []).append(found)
         first = next((rank for rank, key in enumerate(ids, 1) if key in question.answers), None)
         reciprocal += 1.0 / first if first else 0.0
     n = len(dataset.questions)
-    return {k: total / n for k, total in recall.items()}, reciprocal / n
+    categories = {name: sum(found) / len(found) for name, found in by_category.items()}
+    return {k: total / n for k, total in recall.items()}, reciprocal / n, categories
 
 
 def bm25_ranking(question: Question, memories: Sequence[StoredMemory]) -> list[str]:
@@ -206,7 +216,9 @@ async def run(turns: int, seed: int) -> None:
     dataset = stretched(load(), turns, seed)
     total = sum(len(group) for group in dataset.memories.values())
     print(f"{len(dataset.memories)} people, {total} turns, {len(dataset.questions)} questions")
-    rows: list[tuple[str, dict[int, float], float]] = [("BM25 alone", *scores(dataset, None))]
+    rows: list[tuple[str, dict[int, float], float, dict[str, float]]] = [
+        ("BM25 alone", *scores(dataset, None))
+    ]
     embedders: list[tuple[str, Embedder]] = [("default (hashing)", HashingEmbedder())]
     missing = semantic_extra_missing()
     if missing:
@@ -229,9 +241,16 @@ async def run(turns: int, seed: int) -> None:
                 )
                 rows.append((f"{label}, {name}", *scores(dataset, got)))
     print("| signal | R@5 | R@10 | R@20 | MRR |\n|---|---|---|---|---|")
-    for name, recall, mrr in rows:
+    for name, recall, mrr, _ in rows:
         cells = " | ".join(f"{recall[k]:.3f}" for k in KS)
         print(f"| {name} | {cells} | {mrr:.3f} |")
+    counts = Counter(question.category for question in dataset.questions)
+    names = sorted(counts, key=lambda name: (-counts[name], name))
+    print("\nR@10 by category:\n")
+    print("| signal | " + " | ".join(f"{name} ({counts[name]})" for name in names) + " |")
+    print("|---|" + "---|" * len(names))
+    for name, _, _, categories in rows:
+        print(f"| {name} | " + " | ".join(f"{categories[c]:.3f}" for c in names) + " |")
 
 
 if __name__ == "__main__":

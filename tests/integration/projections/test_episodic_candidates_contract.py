@@ -187,6 +187,40 @@ async def test_levels_and_filter_hold_for_every_candidate(
     assert ids(found) <= ids(admitted)
 
 
+async def test_at_seqs_reads_the_memories_at_those_seqs_alone(
+    episodic_store: EpisodicMemoryStore,
+) -> None:
+    await episodic_store.apply(random_log("alice", 60, seed=5))
+    await episodic_store.apply(random_log("bob", 60, seed=6))
+    pool = {m.seq: m for m in await episodic_store.memories("alice")}
+    wanted = (3, 4, 30, 59, 500)  # 500: no memory there
+    vector = EMBEDDER.embed(QUERY)
+
+    scored = await episodic_store.candidates(
+        "alice", CandidateSignals(1, vector=vector, at_seqs=wanted)
+    )
+    listed = await episodic_store.candidates(
+        "alice", CandidateSignals(1, recency=True, at_seqs=wanted)
+    )
+    filtered = await episodic_store.candidates(
+        "alice",
+        CandidateSignals(vector=vector, at_seqs=wanted),
+        filter=MemoryFilter(step_from=10),
+    )
+
+    assert ids(scored) == ids(listed) == {pool[s].memory_id for s in (3, 4, 30, 59)}
+    assert {m.agent_id for m in scored} == {"alice"}
+    searched = {
+        m.memory_id: m.similarity for m in await episodic_store.search("alice", vector, 1000)
+    }
+    assert {m.memory_id: m.similarity for m in scored} == pytest.approx(
+        {key: searched[key] for key in ids(scored)}, abs=1e-6
+    ), "each carries its cosine"
+    assert all(m.similarity is None for m in listed)
+    assert ids(filtered) == {pool[s].memory_id for s in (30, 59) if pool[s].step >= 10}
+    assert CandidateSignals(at_seqs=(1, 1, 2)).at_seqs_limit == 4, "two per seq: a copy too"
+
+
 def test_signals_that_could_leave_out_a_small_pool_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         CandidateSignals(0, recency=True)

@@ -385,7 +385,9 @@ async def test_relevance_mode_ranks_by_the_query_and_shows_its_parts() -> None:
     for result in response.results:
         parts = result.breakdown.parts  # type: ignore[union-attr]
         blended = 0.75 * max(parts["similarity"], 0.0) + 0.25 * parts.get("lexical_norm", 0.0)
-        assert result.score == pytest.approx(blended)
+        assert parts["own"] == pytest.approx(blended)
+        lifted = (blended + 0.5 * parts.get("context", 0.0)) / 1.5
+        assert result.score == pytest.approx(lifted), "lifted by its conversation's best turn"
     working = [r for r in response.results if r.store == "working"]
     assert working, "top_k 10 reaches working memory"
     assert all("similarity" in r.breakdown.parts for r in working), (  # type: ignore[union-attr]
@@ -399,8 +401,8 @@ async def test_a_dense_share_of_one_ranks_by_the_cosine_alone() -> None:
 
     response = await engine.retrieve(AGENT, request(mode="relevance", query="flood", top_k=10))
 
-    scores = [(r.score, r.breakdown.parts["similarity"]) for r in response.results]  # type: ignore[union-attr]
-    assert all(score == pytest.approx(max(cosine, 0.0)) for score, cosine in scores)
+    parts = [r.breakdown.parts for r in response.results]  # type: ignore[union-attr]
+    assert all(p["own"] == pytest.approx(max(p["similarity"], 0.0)) for p in parts)
     with pytest.raises(ValueError, match="dense_share"):
         RetrievalEngine(working, episodic, EMBEDDER, dense_share=1.5)
 
@@ -512,12 +514,18 @@ def test_relevance_blends_the_cosine_with_the_pools_best_keyword_match() -> None
     relevance = relevance_of("flood", [words, searched, unembedded], dense_share=0.5)
     parts = relevance_parts("flood", [words, searched, unembedded], dense_share=0.5)
 
-    assert parts["m2"] == {"relevance": pytest.approx(0.2), "similarity": 0.4}
+    own = {key: shown["own"] for key, shown in parts.items()}
+    assert parts["m2"]["similarity"] == 0.4
+    assert own["m2"] == pytest.approx(0.2), "no stem shared: half the cosine"
     assert parts["m3"]["lexical_norm"] == 1.0, "the shorter text has the higher BM25"
     assert "similarity" not in parts["m3"]
     assert parts["m1"]["lexical_norm"] < 1.0
-    assert relevance["m1"] == pytest.approx(0.5 * 0.2 + 0.5 * parts["m1"]["lexical_norm"])
-    assert relevance["m3"] == pytest.approx(0.5)
+    assert own["m1"] == pytest.approx(0.5 * 0.2 + 0.5 * parts["m1"]["lexical_norm"])
+    assert own["m3"] == pytest.approx(0.5)
+    # The three are consecutive turns of one moment: m2 sits between m1 and m3.
+    assert parts["m2"]["context"] == pytest.approx(max(own["m1"], own["m3"]))
+    assert relevance["m2"] == pytest.approx((own["m2"] + 0.5 * parts["m2"]["context"]) / 1.5)
+    assert relevance == {key: shown["relevance"] for key, shown in parts.items()}
 
 
 def test_rank_without_a_mode_is_two_phase() -> None:
