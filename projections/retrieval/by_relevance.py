@@ -38,10 +38,15 @@ def by_relevance(
     )
     times = memory_times(candidates, clock)
     parts = parts or {}
-    ranked: list[tuple[tuple[float, int, int], ScoredMemory]] = []
-    for memory in candidates:
-        time, imputed = times[memory.memory_id]
-        score = relevance.get(memory.memory_id, 0.0)
+    keyed = [
+        ((relevance.get(m.memory_id, 0.0), times[m.memory_id][0], m.seq), m) for m in candidates
+    ]
+    # Sorted on the keys alone, and only the shown memories get a breakdown: a relevance
+    # ranking reads a few hundred candidates to show a handful.
+    keyed.sort(key=lambda pair: pair[0], reverse=True)
+    shown: list[ScoredMemory] = []
+    for (score, time, _), memory in keyed[:top_k]:
+        imputed = times[memory.memory_id][1]
         breakdown = RelevanceBreakdown(
             time=time,
             time_imputed=imputed,
@@ -49,6 +54,5 @@ def by_relevance(
             relevance=score,
             parts=dict(parts.get(memory.memory_id, {})),
         )
-        ranked.append(((score, time, memory.seq), ScoredMemory(memory, score, breakdown)))
-    ranked.sort(key=lambda pair: pair[0], reverse=True)
-    return Ranking(clock, tuple(scored for _, scored in ranked[:top_k]))
+        shown.append(ScoredMemory(memory, score, breakdown))
+    return Ranking(clock, tuple(shown))

@@ -52,7 +52,7 @@ def relevance_parts(
     Without a query every memory has relevance 0."""
     if not query:
         return {m.memory_id: {"relevance": 0.0} for m in memories}
-    blended = blended_relevance(query, memories, dense_share=dense_share)
+    blended = blended_relevance(query, memories, dense_share=dense_share, ranks=False)
     best = max((p.lexical for p in blended.values() if p.lexical is not None), default=0.0)
     window = window_of(query, now)
     period = {m.memory_id: window is None or in_period(m, window) for m in memories}
