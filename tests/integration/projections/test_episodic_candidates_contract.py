@@ -193,7 +193,8 @@ async def test_at_seqs_reads_the_memories_at_those_seqs_alone(
     await episodic_store.apply(random_log("alice", 60, seed=5))
     await episodic_store.apply(random_log("bob", 60, seed=6))
     pool = {m.seq: m for m in await episodic_store.memories("alice")}
-    wanted = (3, 4, 30, 59, 500)  # 500: no memory there
+    # 28 and 30 are read through one range (29 between them is not wanted); 500: no memory.
+    wanted = (3, 4, 28, 30, 59, 500)
     vector = EMBEDDER.embed(QUERY)
 
     scored = await episodic_store.candidates(
@@ -208,7 +209,7 @@ async def test_at_seqs_reads_the_memories_at_those_seqs_alone(
         filter=MemoryFilter(step_from=10),
     )
 
-    assert ids(scored) == ids(listed) == {pool[s].memory_id for s in (3, 4, 30, 59)}
+    assert ids(scored) == ids(listed) == {pool[s].memory_id for s in (3, 4, 28, 30, 59)}
     assert {m.agent_id for m in scored} == {"alice"}
     searched = {
         m.memory_id: m.similarity for m in await episodic_store.search("alice", vector, 1000)
@@ -217,8 +218,16 @@ async def test_at_seqs_reads_the_memories_at_those_seqs_alone(
         {key: searched[key] for key in ids(scored)}, abs=1e-6
     ), "each carries its cosine"
     assert all(m.similarity is None for m in listed)
-    assert ids(filtered) == {pool[s].memory_id for s in (30, 59) if pool[s].step >= 10}
+    assert ids(filtered) == {pool[s].memory_id for s in (28, 30, 59) if pool[s].step >= 10}
     assert CandidateSignals(at_seqs=(1, 1, 2)).at_seqs_limit == 4, "two per seq: a copy too"
+
+
+def test_at_seqs_close_together_are_read_as_one_range() -> None:
+    signals = CandidateSignals(at_seqs=(20, 9, 3, 5, 10, 9))
+    assert signals.at_seq_ranges == ((3, 5), (9, 10), (20, 20))
+    assert signals.at_seqs_limit == 2 * (3 + 2 + 1), "two per seq a range covers"
+    assert [seq for seq in range(25) if signals.wanted(seq)] == [3, 5, 9, 10, 20]
+    assert CandidateSignals(recency=True).wanted(4), "without at_seqs every memory is wanted"
 
 
 def test_signals_that_could_leave_out_a_small_pool_are_refused() -> None:
