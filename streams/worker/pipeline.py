@@ -235,9 +235,14 @@ class IngestPipeline:
         """The group revoked ``partitions``: once the batch in flight is done (its marker
         logged, within ``within`` seconds, else :class:`RebalanceTimeoutError`), forget them, and
         derive none of their records until the group assigns them again."""
+        began = time.monotonic()
         await self.ownership.between_batches(within)
         self.release(partitions)
         self.ownership.revoke(partitions)
+        log.info(
+            "released revoked partitions",
+            extra={"partitions": sorted(partitions), "waited": round(time.monotonic() - began, 3)},
+        )
 
     def assign(self, partitions: set[int]) -> None:
         self.ownership.assign(partitions)
