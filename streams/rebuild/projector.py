@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -58,6 +59,9 @@ from streams.eventlog.kafka_clients import projector_consumer
 from streams.privacy.sealing import RecordSealer
 
 log = logging.getLogger("engram.episodic_projector")
+
+REPORT_EVERY = 10.0
+"""Seconds between two reports of what holds the commit back (only while something does)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,7 @@ class EpisodicProjector:
     (:func:`projections.versions.obey_fence`)."""
     sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
     """Opens sealed records; a forgotten agent's are skipped."""
+    _reported: float = 0.0
     _consumer: AIOKafkaConsumer | None = None
     _task: asyncio.Task[None] | None = None
 
@@ -146,6 +151,7 @@ class EpisodicProjector:
                 if batch:
                     async with self.write_lock.batch():
                         await self.project(batch)
+                self._maybe_report()
                 delay = 0.1
             except asyncio.CancelledError:
                 raise
@@ -294,3 +300,37 @@ class EpisodicProjector:
             await self._consumer.commit(offsets)
         if len(self.held) > self.max_held:
             log.warning("%d lifecycle events wait for their recordings", len(self.held))
+
+    def _maybe_report(self) -> None:
+        if time.monotonic() - self._reported >= REPORT_EVERY and (self.held or self.waiting):
+            self._reported = time.monotonic()
+            self._report_holding()
+
+    def _report_holding(self) -> None:
+        """What holds the commit back, per partition: the oldest marker held and the oldest
+        event waiting for a marker."""
+        oldest: dict[tuple[TopicPartition, bool], HeldEvent | WaitingEvent] = {}
+        pending: list[HeldEvent | WaitingEvent] = [*self.held, *self.waiting]
+        for h in pending:
+            key = (h.record, isinstance(h, HeldEvent))
+            if key not in oldest or h.offset < oldest[key].offset:
+                oldest[key] = h
+        for (tp, _), h in sorted(oldest.items()):
+            event = h.event
+            log.info(
+                "holding",
+                extra={
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "offset": h.offset,
+                    "event_type": event.event_type,
+                    "waits_for_items": event.items.last
+                    if isinstance(event, DerivedUpTo) and event.items is not None
+                    else None,
+                    "items_read": self.items_read.get(tp.partition),
+                    "source": str(getattr(event, "source_position", None)),
+                    "state": "held" if isinstance(h, HeldEvent) else "waiting",
+                    "held": len(self.held),
+                    "waiting": len(self.waiting),
+                },
+            )

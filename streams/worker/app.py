@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, cast
 
 import faust
@@ -167,10 +168,10 @@ def _add_ingest_agent(
     type_of = topics.event_type_of
     kind_of: dict[str, RecordKind] = {topics.schedule: "tick", topics.access: "retrieval"}
 
-    async def handle(records: list[RawRecord]) -> None:
+    async def handle(records: list[RawRecord], events: list[EventT[bytes]]) -> None:
         try:
             started = time.perf_counter()
-            await holder["pipeline"].handle(records)
+            await holder["pipeline"].handle(records, leave=partial(uncommitted, events))
             timings.batch(time.perf_counter() - started)
         except Exception:
             # Crash-only: the batch is not acknowledged, and a restarted worker folds its
@@ -199,6 +200,7 @@ def _add_ingest_agent(
                 for event in events:
                     message = event.message
                     if message.tp not in owned:
+                        uncommitted([event], {message.partition})
                         continue
                     records.append(
                         RawRecord(
@@ -213,12 +215,23 @@ def _add_ingest_agent(
                         )
                     )
                 if trace_batch is None:
-                    await drain_on_stop(handle(records), len(records))
+                    await drain_on_stop(handle(records, events), len(records))
                     continue
                 with trace_batch(e.message.headers for e in events if e.message.tp in owned):
-                    await drain_on_stop(handle(records), len(records))
+                    await drain_on_stop(handle(records, events), len(records))
 
     app.agent(source, name=f"{settings.topic_prefix}ingest")(ingest)
+
+
+def uncommitted(events: Sequence[EventT[bytes]], partitions: set[int]) -> None:
+    """Keep the records of ``partitions`` out of the offsets Faust commits: the batch left them
+    to the partitions' new owner, and ``take_events`` acks every event it yielded, so Faust
+    would otherwise commit past them while it still counts the partitions as its own (until the
+    new assignment, or at its final commit when it stops). A message already marked acked is
+    never added to the consumer's acked offsets (Faust's ``Message.ack``)."""
+    for event in events:
+        if event.message.partition in partitions:
+            event.message.acked = True
 
 
 def _sender(app: faust.App) -> SendFn:

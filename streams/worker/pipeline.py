@@ -312,9 +312,13 @@ class IngestPipeline:
             opener=self.sealer,
         )
 
-    async def handle(self, records: Sequence[RawRecord]) -> BatchResult:
+    async def handle(
+        self, records: Sequence[RawRecord], leave: Callable[[set[int]], None] | None = None
+    ) -> BatchResult:
         """One batch, under the write lock, so a projection switch (which takes the lock to
-        pause this worker) never falls in the middle of a batch."""
+        pause this worker) never falls in the middle of a batch. Records of partitions the
+        group revoked and did not assign again are left to their new owner, and ``leave`` is
+        told which, so that their offsets are not committed."""
         async with self.write_lock.batch():
             partitions = {r.partition for r in records}
             owned = await self.ownership.owned(partitions, self.settle_within, self.should_stop)
@@ -324,6 +328,8 @@ class IngestPipeline:
                     extra={"partitions": sorted(partitions - owned)},
                 )
                 records = [r for r in records if r.partition in owned]
+                if leave is not None:
+                    leave(partitions - owned)
             with self.ownership.in_flight():
                 return await self._handle(records)
 

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from processors.batch_markers import MarkerIndex
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import AgentEvent
 from schemas.codec import decode_derived_record
@@ -182,11 +183,55 @@ async def wait_for_projector(bootstrap: str, stream: Stream, projector: WorkerPr
             committed = {tp: await consumer.committed(tp) or 0 for tp in tps}
             if all(committed[tp] >= ends[tp] for tp in tps):
                 break
+            if time.monotonic() > deadline:
+                print(await stuck_report(bootstrap, stream, committed))
             assert time.monotonic() < deadline, f"the projector is behind: {committed}, {ends}"
             await asyncio.sleep(0.2)
     finally:
         await consumer.stop()
     assert await asyncio.to_thread(projector.terminate, 60) == 0, projector.tail()
+
+
+async def stuck_report(bootstrap: str, stream: Stream, committed: dict[TopicPartition, int]) -> str:
+    """The records the projector's commit stopped at, and the markers that judge them."""
+    async with log_sealer(stream.redis_url, stream.settings.redis_namespace) as sealer:
+        records = await read_records(
+            bootstrap,
+            [stream.topics.items, stream.topics.lifecycle],
+            range(PARTITIONS),
+            decode_derived_record,
+            sealer=sealer,
+        )
+    index = MarkerIndex()
+    for where, record in records:
+        if isinstance(record, DerivedUpTo):
+            index.add(record, where.offset)
+    last = Counter[tuple[str, int]]()
+    for where, _ in records:
+        last[(where.topic, where.partition)] = max(
+            last[(where.topic, where.partition)], where.offset
+        )
+    lines = [f"last offsets: {dict(last)}"]
+    for where, record in records:
+        at = committed.get(TopicPartition(where.topic, where.partition), 0)
+        if not at <= where.offset < at + 4:
+            continue
+        if isinstance(record, DerivedUpTo):
+            what = f"marker items={record.items} lifecycle={record.lifecycle} upto={record.upto}"
+        else:
+            covering = index.covering(where, record)
+            what = (
+                f"{record.event_type} source={record.source_position} "
+                f"verdict={index.verdict(where, record)} covering="
+                + (
+                    "none"
+                    if covering is None
+                    else f"items={covering.items} lifecycle={covering.lifecycle} "
+                    f"upto={covering.upto}"
+                )
+            )
+        lines.append(f"{where.topic}[{where.partition}]@{where.offset} {what}")
+    return "\n".join(lines)
 
 
 async def assert_log_and_redis_once(bootstrap: str, stream: Stream) -> None:

@@ -87,7 +87,10 @@ async def test_a_batch_started_during_a_rebalance_derives_only_what_is_assigned_
         await pipeline.handle([observation(0, 0), observation(1, 1)])
         await pipeline.revoke({0, 1}, within=5.0)
         # Records fetched before the revocation still make a batch; the assignment comes later.
-        batch = asyncio.create_task(pipeline.handle([observation(2, 0), observation(3, 1)]))
+        left: list[set[int]] = []
+        batch = asyncio.create_task(
+            pipeline.handle([observation(2, 0), observation(3, 1)], leave=left.append)
+        )
         await settle()
         assert not batch.done(), "the batch waits for the assignment"
         pipeline.assign({1})
@@ -95,6 +98,7 @@ async def test_a_batch_started_during_a_rebalance_derives_only_what_is_assigned_
     finally:
         answering.cancel()
 
+    assert left == [{0}], "told which records it left, so that they are not committed"
     assert {e.source_position.partition for e in result.derived if e.source_position} == {1}
     logged = marked_events(derived_log(broker, {0, 1}))  # type: ignore[arg-type]
     recorded = sorted(e.source_event_id for e in logged if isinstance(e, MemoryRecorded))
