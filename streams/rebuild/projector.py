@@ -111,6 +111,10 @@ class EpisodicProjector:
     sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
     """Opens sealed records; a forgotten agent's are skipped."""
     _reported: float = 0.0
+    read_to: dict[TopicPartition, int] = field(default_factory=dict)
+    """Per partition, the offset after the last record read."""
+    committed_to: dict[TopicPartition, int] = field(default_factory=dict)
+    """Per partition, the offset this process last committed."""
     _consumer: AIOKafkaConsumer | None = None
     _task: asyncio.Task[None] | None = None
 
@@ -165,6 +169,8 @@ class EpisodicProjector:
                 self.items_read = {}
                 self.markers = MarkerIndex()
                 self.waiting = []
+                self.read_to = {}
+                self.committed_to = {}
                 with contextlib.suppress(Exception):
                     await self._consumer.seek_to_committed()
 
@@ -286,7 +292,12 @@ class EpisodicProjector:
         return await self._applied_offset(position.topic, position.partition) >= position.offset
 
     async def _commit(self, ends: dict[TopicPartition, int]) -> None:
+        """Commit every partition read up to its oldest event held or waiting: not only those
+        of this fetch, since a marker fetched now may release events of another partition
+        (its recordings), and nothing may ever be fetched from that one again."""
         assert self._consumer is not None
+        self.read_to.update(ends)
+        assigned = self._consumer.assignment()
         oldest: dict[TopicPartition, int] = {}
         for tp, offset in [
             *((h.record, h.offset) for h in self.held),
@@ -294,10 +305,13 @@ class EpisodicProjector:
         ]:
             oldest[tp] = min(oldest.get(tp, offset), offset)
         offsets = {
-            tp: OffsetAndMetadata(min(end, oldest.get(tp, end)), "") for tp, end in ends.items()
+            tp: OffsetAndMetadata(at, "")
+            for tp, end in self.read_to.items()
+            if (at := min(end, oldest.get(tp, end))) != self.committed_to.get(tp) and tp in assigned
         }
         if offsets:
             await self._consumer.commit(offsets)
+            self.committed_to.update({tp: o.offset for tp, o in offsets.items()})
         if len(self.held) > self.max_held:
             log.warning("%d lifecycle events wait for their recordings", len(self.held))
 
