@@ -47,14 +47,9 @@ pytestmark = [
     pytest.mark.timeout(400),
     pytest.mark.skipif(
         os.environ.get("ENGRAM_SCALE_OUT_TEST") != "1",
-        reason="1.5-3 minutes on two cores and a known failure (below): run it with "
-        "ENGRAM_SCALE_OUT_TEST=1 pytest tests/integration/streams/worker/test_scale_out.py",
-    ),
-    pytest.mark.xfail(
-        strict=True,
-        reason="the episodic projector stops committing memory.lifecycle after this scale-out "
-        "(events held for good on some partitions; also without snapshots): until it is "
-        "fixed, the Edge half of the check fails. Strict: a fix makes this fail as XPASS.",
+        reason="1-2 minutes on two cores: run it with ENGRAM_SCALE_OUT_TEST=1 pytest "
+        "tests/integration/streams/worker/test_scale_out.py (ENGRAM_SCALE_OUT_SNAPSHOT_EVERY=1 "
+        "for a snapshot after every batch)",
     ),
 ]
 
