@@ -152,11 +152,9 @@ class EngramSettings(BaseSettings):
     )
 
     snapshots: bool = Field(
-        default=False,
+        default=True,
         description="Write per-partition state snapshots, so a takeover reads the latest one and "
-        "the log after it instead of the whole log. Off by default: in a scale-out test that "
-        "wrote a snapshot after every batch, 2 of 3 runs logged some events twice (cause not "
-        "found); off, every takeover folds the whole log.",
+        "the log after it instead of the whole log; off, every takeover folds the whole log.",
     )
     snapshot_every_batches: int = Field(
         default=100,
