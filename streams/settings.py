@@ -148,7 +148,11 @@ class EngramSettings(BaseSettings):
         default=0.05, gt=0.0, description="Longest a consumer fetch may wait for data (seconds)."
     )
     session_timeout: float = Field(
-        default=6.0, gt=0.0, description="Short: Tansu's group join waits half of it."
+        default=6.0,
+        gt=0.0,
+        description="Short: Tansu's group join waits half of it. Also how long a revoked worker "
+        "waits for its batch in flight before it exits instead of handing its partitions over "
+        "mid-batch: raise it where batches take longer.",
     )
 
     snapshots: bool = Field(
