@@ -13,7 +13,8 @@ unless closed here:
 - **A batch started during the rebalance.** Between the revocation and the new assignment the
   consumer still reports the old assignment, and records fetched before the revocation may
   still make a batch. Such a batch waits (bounded) for the assignment, and derives only the
-  records of partitions assigned again.
+  records of partitions assigned again; the others are kept out of the commit (the Faust
+  shell's ``uncommitted``), so their new owner reads them.
 
 Releasing between batches also keeps a batch's own bookkeeping (its state carried forward,
 its snapshot) from touching a partition released under it.
