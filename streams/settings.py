@@ -148,15 +148,17 @@ class EngramSettings(BaseSettings):
         default=0.05, gt=0.0, description="Longest a consumer fetch may wait for data (seconds)."
     )
     session_timeout: float = Field(
-        default=6.0, gt=0.0, description="Short: Tansu's group join waits half of it."
+        default=6.0,
+        gt=0.0,
+        description="Short: Tansu's group join waits half of it. Also how long a revoked worker "
+        "waits for its batch in flight before it exits instead of handing its partitions over "
+        "mid-batch: raise it where batches take longer.",
     )
 
     snapshots: bool = Field(
-        default=False,
+        default=True,
         description="Write per-partition state snapshots, so a takeover reads the latest one and "
-        "the log after it instead of the whole log. Off by default: in a scale-out test that "
-        "wrote a snapshot after every batch, 2 of 3 runs logged some events twice (cause not "
-        "found); off, every takeover folds the whole log.",
+        "the log after it instead of the whole log; off, every takeover folds the whole log.",
     )
     snapshot_every_batches: int = Field(
         default=100,

@@ -44,6 +44,10 @@ from streams.privacy.sealing import RecordSealer
 
 log = logging.getLogger("engram.takeover")
 
+LOOK_BACK = 32
+"""Records a takeover reads back past a snapshot cut short for the whole one before it."""
+
+
 AppliedOffset = Callable[[str, int], Awaitable[int]]
 """The lowest applied offset of a source partition over the projections (-1: none)."""
 
@@ -74,10 +78,28 @@ async def read_snapshots(
             )
         read = len(last)
         manifests: dict[int, tuple[int, SnapshotManifest]] = {}
+
+        def note(partition: int, offset: int, value: bytes | None) -> None:
+            decoded = decode_snapshot_record(value)
+            if isinstance(decoded, SnapshotManifest) and decoded.partition == partition:
+                manifests[partition] = (offset, decoded)
+
+        def keep_manifest(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> None:
+            nonlocal read
+            read += 1
+            note(tp.partition, record.offset, record.value)
+
         for partition, (offset, value) in last.items():
-            record = decode_snapshot_record(value)
-            if isinstance(record, SnapshotManifest) and record.partition == partition:
-                manifests[partition] = (offset, record)
+            note(partition, offset, value)
+        # A worker killed while it wrote a snapshot leaves chunks after the last manifest: the
+        # one before them still holds (the log after it is read on), a few records back.
+        back = {
+            TopicPartition(topic, p): max(0, offset - LOOK_BACK)
+            for p, (offset, _) in last.items()
+            if p not in manifests and offset > 0
+        }
+        if back:
+            await read_with(consumer, list(back), keep_manifest, starts=back, timeout=timeout)
         chunks: dict[int, list[SnapshotChunk | SnapshotManifest | None]] = {}
 
         def keep_chunk(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> None:

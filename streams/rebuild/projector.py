@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -58,6 +59,9 @@ from streams.eventlog.kafka_clients import projector_consumer
 from streams.privacy.sealing import RecordSealer
 
 log = logging.getLogger("engram.episodic_projector")
+
+REPORT_EVERY = 10.0
+"""Seconds between two reports of what holds the commit back (only while something does)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,11 @@ class EpisodicProjector:
     (:func:`projections.versions.obey_fence`)."""
     sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
     """Opens sealed records; a forgotten agent's are skipped."""
+    _reported: float = 0.0
+    read_to: dict[TopicPartition, int] = field(default_factory=dict)
+    """Per partition, the offset after the last record read."""
+    committed_to: dict[TopicPartition, int] = field(default_factory=dict)
+    """Per partition, the offset this process last committed."""
     _consumer: AIOKafkaConsumer | None = None
     _task: asyncio.Task[None] | None = None
 
@@ -146,6 +155,7 @@ class EpisodicProjector:
                 if batch:
                     async with self.write_lock.batch():
                         await self.project(batch)
+                self._maybe_report()
                 delay = 0.1
             except asyncio.CancelledError:
                 raise
@@ -159,6 +169,8 @@ class EpisodicProjector:
                 self.items_read = {}
                 self.markers = MarkerIndex()
                 self.waiting = []
+                self.read_to = {}
+                self.committed_to = {}
                 with contextlib.suppress(Exception):
                     await self._consumer.seek_to_committed()
 
@@ -280,7 +292,12 @@ class EpisodicProjector:
         return await self._applied_offset(position.topic, position.partition) >= position.offset
 
     async def _commit(self, ends: dict[TopicPartition, int]) -> None:
+        """Commit every partition read up to its oldest event held or waiting: not only those
+        of this fetch, since a marker fetched now may release events of another partition
+        (its recordings), and nothing may ever be fetched from that one again."""
         assert self._consumer is not None
+        self.read_to.update(ends)
+        assigned = self._consumer.assignment()
         oldest: dict[TopicPartition, int] = {}
         for tp, offset in [
             *((h.record, h.offset) for h in self.held),
@@ -288,9 +305,46 @@ class EpisodicProjector:
         ]:
             oldest[tp] = min(oldest.get(tp, offset), offset)
         offsets = {
-            tp: OffsetAndMetadata(min(end, oldest.get(tp, end)), "") for tp, end in ends.items()
+            tp: OffsetAndMetadata(at, "")
+            for tp, end in self.read_to.items()
+            if (at := min(end, oldest.get(tp, end))) != self.committed_to.get(tp) and tp in assigned
         }
         if offsets:
             await self._consumer.commit(offsets)
+            self.committed_to.update({tp: o.offset for tp, o in offsets.items()})
         if len(self.held) > self.max_held:
             log.warning("%d lifecycle events wait for their recordings", len(self.held))
+
+    def _maybe_report(self) -> None:
+        if time.monotonic() - self._reported >= REPORT_EVERY and (self.held or self.waiting):
+            self._reported = time.monotonic()
+            self._report_holding()
+
+    def _report_holding(self) -> None:
+        """What holds the commit back, per partition: the oldest marker held and the oldest
+        event waiting for a marker."""
+        oldest: dict[tuple[TopicPartition, bool], HeldEvent | WaitingEvent] = {}
+        pending: list[HeldEvent | WaitingEvent] = [*self.held, *self.waiting]
+        for h in pending:
+            key = (h.record, isinstance(h, HeldEvent))
+            if key not in oldest or h.offset < oldest[key].offset:
+                oldest[key] = h
+        for (tp, _), h in sorted(oldest.items()):
+            event = h.event
+            log.info(
+                "holding",
+                extra={
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "offset": h.offset,
+                    "event_type": event.event_type,
+                    "waits_for_items": event.items.last
+                    if isinstance(event, DerivedUpTo) and event.items is not None
+                    else None,
+                    "items_read": self.items_read.get(tp.partition),
+                    "source": str(getattr(event, "source_position", None)),
+                    "state": "held" if isinstance(h, HeldEvent) else "waiting",
+                    "held": len(self.held),
+                    "waiting": len(self.waiting),
+                },
+            )

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, cast
 
 import faust
@@ -34,6 +35,7 @@ from streams.eventlog.topic_admin import TopicReplication
 from streams.settings import EngramSettings
 from streams.worker.batch_send import aiokafka_batch_sender
 from streams.worker.faust_tuning import TunedFaustApp
+from streams.worker.ownership import RebalanceTimeoutError
 from streams.worker.pipeline import IngestPipeline, SendFn
 from streams.worker.scheduler import publish_ticks, ticks_for
 from streams.worker.snapshotting import Snapshotter
@@ -77,7 +79,7 @@ def create_processor_app(
     send = _sender(app)
     if settings.schedule_interval > 0:
         _add_schedule_timer(app, settings, topics, send)
-    _release_on_revocation(app, topics, holder)
+    _release_on_revocation(app, settings, topics, holder)
 
     def bind(make_pipeline: PipelineFactory) -> IngestPipeline:
 
@@ -109,6 +111,9 @@ def create_processor_app(
             recover=recover,
             should_stop=lambda: app.should_stop,
             snapshots=snapshots,
+            # A rebalance: every member's revocation (each waits for its batch in flight, at
+            # most a session timeout), the join (Tansu waits half a session), the sync.
+            settle_within=4 * settings.session_timeout,
         )
         holder["pipeline"] = pipeline
         return pipeline
@@ -163,10 +168,10 @@ def _add_ingest_agent(
     type_of = topics.event_type_of
     kind_of: dict[str, RecordKind] = {topics.schedule: "tick", topics.access: "retrieval"}
 
-    async def handle(records: list[RawRecord]) -> None:
+    async def handle(records: list[RawRecord], events: list[EventT[bytes]]) -> None:
         try:
             started = time.perf_counter()
-            await holder["pipeline"].handle(records)
+            await holder["pipeline"].handle(records, leave=partial(uncommitted, events))
             timings.batch(time.perf_counter() - started)
         except Exception:
             # Crash-only: the batch is not acknowledged, and a restarted worker folds its
@@ -195,6 +200,7 @@ def _add_ingest_agent(
                 for event in events:
                     message = event.message
                     if message.tp not in owned:
+                        uncommitted([event], {message.partition})
                         continue
                     records.append(
                         RawRecord(
@@ -209,12 +215,23 @@ def _add_ingest_agent(
                         )
                     )
                 if trace_batch is None:
-                    await drain_on_stop(handle(records), len(records))
+                    await drain_on_stop(handle(records, events), len(records))
                     continue
                 with trace_batch(e.message.headers for e in events if e.message.tp in owned):
-                    await drain_on_stop(handle(records), len(records))
+                    await drain_on_stop(handle(records, events), len(records))
 
     app.agent(source, name=f"{settings.topic_prefix}ingest")(ingest)
+
+
+def uncommitted(events: Sequence[EventT[bytes]], partitions: set[int]) -> None:
+    """Keep the records of ``partitions`` out of the offsets Faust commits: the batch left them
+    to the partitions' new owner, and ``take_events`` acks every event it yielded, so Faust
+    would otherwise commit past them while it still counts the partitions as its own (until the
+    new assignment, or at its final commit when it stops). A message already marked acked is
+    never added to the consumer's acked offsets (Faust's ``Message.ack``)."""
+    for event in events:
+        if event.message.partition in partitions:
+            event.message.acked = True
 
 
 def _sender(app: faust.App) -> SendFn:
@@ -251,18 +268,39 @@ def _add_schedule_timer(
 
 
 def _release_on_revocation(
-    app: faust.App, topics: Topics, holder: dict[str, IngestPipeline]
+    app: faust.App, settings: EngramSettings, topics: Topics, holder: dict[str, IngestPipeline]
 ) -> None:
-    """Partitions revoked are forgotten by the pipeline: if they come back, it folds them
-    from the log again."""
+    """Partitions revoked are forgotten by the pipeline once its batch in flight is done (the
+    consumer rejoins the group only after this handler returns, so no new owner reads the log
+    before that batch's marker); if they come back, it folds them from the log again. A batch
+    that does not end in time makes the worker exit (crash-only) instead of rejoining while it
+    still writes (:mod:`streams.worker.ownership`)."""
     inputs = set(_inputs(topics))
 
     @app.on_partitions_revoked.connect
     async def release(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
         revoked: set[TP] = args[0]
         pipeline = holder.get("pipeline")
+        if pipeline is None:
+            return
+        partitions = {tp.partition for tp in revoked if tp.topic in inputs}
+        try:
+            await pipeline.revoke(partitions, within=settings.session_timeout)
+        except RebalanceTimeoutError:
+            log.critical(
+                "partitions were revoked during a batch that did not end in time; exiting "
+                "without committing it",
+                extra={"partitions": sorted(partitions)},
+            )
+            logging.shutdown()
+            os._exit(70)
+
+    @app.on_partitions_assigned.connect
+    async def assign(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
+        assigned: set[TP] = args[0]
+        pipeline = holder.get("pipeline")
         if pipeline is not None:
-            pipeline.release({tp.partition for tp in revoked if tp.topic in inputs})
+            pipeline.assign({tp.partition for tp in assigned if tp.topic in inputs})
 
 
 def timestamp_ms(seconds: float | None) -> int | None:

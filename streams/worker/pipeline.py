@@ -56,6 +56,7 @@ from streams.eventlog.publisher import Position
 from streams.privacy.keyring import KeyringError
 from streams.privacy.sealing import RecordSealer
 from streams.worker.batch_send import BatchSendFn
+from streams.worker.ownership import Ownership
 from streams.worker.snapshotting import Snapshotter
 
 log = logging.getLogger("engram.ingest")
@@ -151,6 +152,10 @@ class IngestPipeline:
     """Writes the partitions' state now and then, for a takeover to start from (none: never)."""
     agent_index: AgentIndex | None = None
     """Where each agent's records lie, for its history (none: history scans partitions)."""
+    ownership: Ownership = field(default_factory=Ownership)
+    """Which partitions a batch may derive while the group rebalances."""
+    settle_within: float = 30.0
+    """Longest a batch waits for the group's assignment after a revocation."""
 
     def __post_init__(self) -> None:
         self.config_version = self.config.version(self.embedder.id, self.summariser.id)
@@ -226,6 +231,22 @@ class IngestPipeline:
         if self.snapshots is not None:
             self.snapshots.release(partitions)
 
+    async def revoke(self, partitions: set[int], within: float) -> None:
+        """The group revoked ``partitions``: once the batch in flight is done (its marker
+        logged, within ``within`` seconds, else :class:`RebalanceTimeoutError`), forget them, and
+        derive none of their records until the group assigns them again."""
+        began = time.monotonic()
+        await self.ownership.between_batches(within)
+        self.release(partitions)
+        self.ownership.revoke(partitions)
+        log.info(
+            "released revoked partitions",
+            extra={"partitions": sorted(partitions), "waited": round(time.monotonic() - began, 3)},
+        )
+
+    def assign(self, partitions: set[int]) -> None:
+        self.ownership.assign(partitions)
+
     async def _ensure_recovered(self, records: Sequence[RawRecord]) -> None:
         """Fold the state of partitions seen for the first time before deriving from them.
 
@@ -291,11 +312,26 @@ class IngestPipeline:
             opener=self.sealer,
         )
 
-    async def handle(self, records: Sequence[RawRecord]) -> BatchResult:
+    async def handle(
+        self, records: Sequence[RawRecord], leave: Callable[[set[int]], None] | None = None
+    ) -> BatchResult:
         """One batch, under the write lock, so a projection switch (which takes the lock to
-        pause this worker) never falls in the middle of a batch."""
+        pause this worker) never falls in the middle of a batch. Records of partitions the
+        group revoked and did not assign again are left to their new owner, and ``leave`` is
+        told which, so that their offsets are not committed."""
         async with self.write_lock.batch():
-            return await self._handle(records)
+            partitions = {r.partition for r in records}
+            owned = await self.ownership.owned(partitions, self.settle_within, self.should_stop)
+            if owned != partitions:
+                log.info(
+                    "left records of revoked partitions to their new owner",
+                    extra={"partitions": sorted(partitions - owned)},
+                )
+                records = [r for r in records if r.partition in owned]
+                if leave is not None:
+                    leave(partitions - owned)
+            with self.ownership.in_flight():
+                return await self._handle(records)
 
     async def _handle(self, records: Sequence[RawRecord]) -> BatchResult:
         await self._ensure_recovered(records)

@@ -52,6 +52,7 @@ class Snapshotter:
         self.covered.took_over(folded, partitions)
 
     def release(self, partitions: set[int]) -> None:
+        """Between batches only, so no batch in flight notes or writes them afterwards."""
         self.covered.release(partitions)
         self.moved -= partitions
 
@@ -71,7 +72,12 @@ class Snapshotter:
         if self.batches < self.every_batches and time.monotonic() - self.last < self.every_seconds:
             return
         self.batches, self.last = 0, time.monotonic()
-        for partition in sorted(self.moved & owned):
+        for partition in sorted(self.moved):
+            if partition not in owned:
+                # Released (between batches only: :mod:`streams.worker.ownership`); its new
+                # owner writes its snapshots.
+                self.moved.discard(partition)
+                continue
             try:
                 await self._write(folded, partition_of, partition)
             except Exception as exc:

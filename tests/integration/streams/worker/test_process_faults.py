@@ -173,7 +173,7 @@ async def committed_offsets(bootstrap: str, stream: Stream) -> dict[tuple[str, i
         return {
             (topic, partition): await consumer.committed(TopicPartition(topic, partition))
             for topic in stream.topics.agent_inputs
-            for partition in range(PARTITIONS)
+            for partition in range(stream.settings.partitions)
         }
     finally:
         await consumer.stop()
@@ -188,7 +188,7 @@ async def applied_offsets(
             await episodic.applied_offset(topic, partition),
         )
         for topic in stream.topics.agent_inputs
-        for partition in range(PARTITIONS)
+        for partition in range(stream.settings.partitions)
     }
 
 
@@ -260,7 +260,7 @@ async def assert_exactly_once(bootstrap: str, stream: Stream) -> Counter[str]:
         logged = await read_partitions(
             bootstrap,
             [stream.topics.items, stream.topics.lifecycle],
-            range(PARTITIONS),
+            range(stream.settings.partitions),
             sealer=sealer,
         )
     doubled = {i: n for i, n in Counter(e.event_id for e in logged).items() if n > 1}

@@ -23,11 +23,13 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from processors.batch_markers import MarkerIndex
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import AgentEvent
-from schemas.memory_events import MemoryRecorded
+from schemas.codec import decode_derived_record
+from schemas.memory_events import DerivedUpTo, MemoryRecorded
 from schemas.topics import Topics
-from streams.eventlog.derived_log import read_partitions
+from streams.eventlog.derived_log import read_partitions, read_records
 from streams.eventlog.publisher import AsyncPublisher
 from streams.eventlog.topic_admin import ensure_topics
 from tests.benchmarks.workload import make_events
@@ -45,14 +47,9 @@ pytestmark = [
     pytest.mark.timeout(400),
     pytest.mark.skipif(
         os.environ.get("ENGRAM_SCALE_OUT_TEST") != "1",
-        reason="1.5-3 minutes on two cores and a known failure (below): run it with "
-        "ENGRAM_SCALE_OUT_TEST=1 pytest tests/integration/streams/worker/test_scale_out.py",
-    ),
-    pytest.mark.xfail(
-        strict=True,
-        reason="the episodic projector stops committing memory.lifecycle after this scale-out "
-        "(events held for good on some partitions; also without snapshots): until it is "
-        "fixed, the Edge half of the check fails. Strict: a fix makes this fail as XPASS.",
+        reason="1-2 minutes on two cores: run it with ENGRAM_SCALE_OUT_TEST=1 pytest "
+        "tests/integration/streams/worker/test_scale_out.py (ENGRAM_SCALE_OUT_SNAPSHOT_EVERY=1 "
+        "for a snapshot after every batch)",
     ),
 ]
 
@@ -60,8 +57,8 @@ PARTITIONS = 8
 EVENTS = 30_000
 AGENTS = 600
 BATCH_SIZE = 500
-SNAPSHOT_EVERY = 4
-"""Batches between a worker's snapshots."""
+SNAPSHOT_EVERY = int(os.environ.get("ENGRAM_SCALE_OUT_SNAPSHOT_EVERY", "4"))
+"""Batches between a worker's snapshots (1: after every batch, the most snapshot writes)."""
 TAIL_BATCHES = SNAPSHOT_EVERY + 2
 """A takeover's tail: the batches since the partition's last snapshot, one cut short by a
 kill, and what a worker that lost its partitions logged meanwhile; generous bound."""
@@ -181,11 +178,55 @@ async def wait_for_projector(bootstrap: str, stream: Stream, projector: WorkerPr
             committed = {tp: await consumer.committed(tp) or 0 for tp in tps}
             if all(committed[tp] >= ends[tp] for tp in tps):
                 break
+            if time.monotonic() > deadline:
+                print(await stuck_report(bootstrap, stream, committed))
             assert time.monotonic() < deadline, f"the projector is behind: {committed}, {ends}"
             await asyncio.sleep(0.2)
     finally:
         await consumer.stop()
     assert await asyncio.to_thread(projector.terminate, 60) == 0, projector.tail()
+
+
+async def stuck_report(bootstrap: str, stream: Stream, committed: dict[TopicPartition, int]) -> str:
+    """The records the projector's commit stopped at, and the markers that judge them."""
+    async with log_sealer(stream.redis_url, stream.settings.redis_namespace) as sealer:
+        records = await read_records(
+            bootstrap,
+            [stream.topics.items, stream.topics.lifecycle],
+            range(PARTITIONS),
+            decode_derived_record,
+            sealer=sealer,
+        )
+    index = MarkerIndex()
+    for where, record in records:
+        if isinstance(record, DerivedUpTo):
+            index.add(record, where.offset)
+    last = Counter[tuple[str, int]]()
+    for where, _ in records:
+        last[(where.topic, where.partition)] = max(
+            last[(where.topic, where.partition)], where.offset
+        )
+    lines = [f"last offsets: {dict(last)}"]
+    for where, record in records:
+        at = committed.get(TopicPartition(where.topic, where.partition), 0)
+        if not at <= where.offset < at + 4:
+            continue
+        if isinstance(record, DerivedUpTo):
+            what = f"marker items={record.items} lifecycle={record.lifecycle} upto={record.upto}"
+        else:
+            covering = index.covering(where, record)
+            what = (
+                f"{record.event_type} source={record.source_position} "
+                f"verdict={index.verdict(where, record)} covering="
+                + (
+                    "none"
+                    if covering is None
+                    else f"items={covering.items} lifecycle={covering.lifecycle} "
+                    f"upto={covering.upto}"
+                )
+            )
+        lines.append(f"{where.topic}[{where.partition}]@{where.offset} {what}")
+    return "\n".join(lines)
 
 
 async def assert_log_and_redis_once(bootstrap: str, stream: Stream) -> None:
@@ -198,7 +239,10 @@ async def assert_log_and_redis_once(bootstrap: str, stream: Stream) -> None:
             range(PARTITIONS),
             sealer=sealer,
         )
-    assert max(Counter(e.event_id for e in logged).values()) == 1, "a derived event twice"
+    twice = [i for i, n in Counter(e.event_id for e in logged).items() if n > 1]
+    if twice:
+        print(await copies_of(bootstrap, stream, set(twice[:10])))
+    assert not twice, f"{len(twice)} derived events twice"
     sources = Counter(e.source_event_id for e in logged if isinstance(e, MemoryRecorded))
     assert set(sources) == {e.event_id for e in stream.events}, "memories lost or made up"
     assert max(sources.values()) == 1, "an agent event was recorded twice"
@@ -207,6 +251,39 @@ async def assert_log_and_redis_once(bootstrap: str, stream: Stream) -> None:
     implied = memories_implied(list(expected.values()))["working"]
     for agent in sorted({e.agent_id for e in stream.events}):
         assert await stream.working.memories(agent) == implied.get(agent, []), agent
+
+
+async def copies_of(bootstrap: str, stream: Stream, event_ids: set[str]) -> str:
+    """Where each copy of ``event_ids`` lies and which marker covers it (its offset, time and
+    sources), to set against the workers' logs."""
+    async with log_sealer(stream.redis_url, stream.settings.redis_namespace) as sealer:
+        records = await read_records(
+            bootstrap,
+            [stream.topics.items, stream.topics.lifecycle],
+            range(PARTITIONS),
+            decode_derived_record,
+            sealer=sealer,
+        )
+    markers = [(w, r) for w, r in records if isinstance(r, DerivedUpTo)]
+    lines = []
+    for where, record in records:
+        if isinstance(record, DerivedUpTo) or record.event_id not in event_ids:
+            continue
+        ranges = {stream.topics.items: "items", stream.topics.lifecycle: "lifecycle"}
+        covering = [
+            f"marker@{w.offset} {m.occurred_at.isoformat()} "
+            + ",".join(f"{u.topic.rsplit('.', 1)[-1]}:{u.offset}" for u in m.upto)
+            for w, m in markers
+            if w.partition == where.partition
+            and (rng := getattr(m, ranges[where.topic])) is not None
+            and where.offset in rng
+        ]
+        source = record.source_position
+        lines.append(
+            f"{record.event_id} {type(record).__name__} {where.topic}[{where.partition}]"
+            f"@{where.offset} source={source} covered_by={covering}"
+        )
+    return "\n".join(sorted(lines))
 
 
 def assert_bounded_takeovers(workers: list[WorkerProcess]) -> None:

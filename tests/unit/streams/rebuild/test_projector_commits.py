@@ -1,0 +1,127 @@
+"""What the episodic projector commits: every partition up to its oldest event still waiting,
+including partitions the last fetch did not touch. A batch's recordings wait on
+``memory.items`` until its marker comes on ``memory.lifecycle``; when the marker comes in a
+fetch of its own (the end of the stream), the recordings are applied, and their partition's
+commit must move too, or a restart (and anything watching the group) sees them unapplied."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from aiokafka import TopicPartition
+from aiokafka.structs import OffsetAndMetadata
+
+from processors.config import load_processing_config
+from processors.embedding import HashingEmbedder
+from processors.recording import AgentMemoryState, record
+from projections.memory import StoredMemory
+from schemas.agent_events import Observation
+from schemas.codec import encode_event
+from schemas.memory_events import (
+    DerivedEvent,
+    DerivedUpTo,
+    LogRange,
+    MemoryRecorded,
+    SourcePosition,
+)
+from schemas.topics import Topics
+from streams.rebuild.projector import EpisodicProjector
+
+TOPICS = Topics()
+ITEMS = TopicPartition(TOPICS.items, 0)
+LIFECYCLE = TopicPartition(TOPICS.lifecycle, 0)
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass
+class Record:
+    offset: int
+    value: bytes
+
+
+@dataclass
+class Consumer:
+    commits: dict[TopicPartition, int] = field(default_factory=dict)
+
+    def assignment(self) -> set[TopicPartition]:
+        return {ITEMS, LIFECYCLE}
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        return self.commits.get(tp)
+
+    async def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+        self.commits.update({tp: meta.offset for tp, meta in offsets.items()})
+
+
+@dataclass
+class Store:
+    applied: list[str] = field(default_factory=list)
+
+    async def apply(self, events: Sequence[DerivedEvent]) -> None:
+        self.applied.extend(e.event_id for e in events)
+
+    async def advance(self, positions: Mapping[tuple[str, int], int]) -> None:
+        return None
+
+    async def applied_offset(self, topic: str, partition: int) -> int | None:
+        return None
+
+    async def memories(self, agent_id: str) -> list[StoredMemory]:
+        return []
+
+    async def ping(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+def recordings(count: int) -> list[MemoryRecorded]:
+    state, out = AgentMemoryState(), []
+    for i in range(count):
+        event = Observation(agent_id="A", event_id=f"o-{i}", content=f"flood {i}", importance=0.9)
+        position = SourcePosition(topic=TOPICS.observations, partition=0, offset=i)
+        made = record(
+            event,
+            state,
+            config=load_processing_config(),
+            embedder=HashingEmbedder(),
+            config_version="v",
+            position=position,
+        )
+        state = made.state
+        out.append(made.memory)
+    return out
+
+
+def marker(event_id: str, upto: int | None, items: LogRange | None) -> DerivedUpTo:
+    positions = (
+        ()
+        if upto is None
+        else (SourcePosition(topic=TOPICS.observations, partition=0, offset=upto),)
+    )
+    return DerivedUpTo(event_id=event_id, occurred_at=AT, partition=0, upto=positions, items=items)
+
+
+async def test_a_marker_fetched_alone_moves_the_commit_of_the_recordings_it_releases() -> None:
+    store, consumer = Store(), Consumer()
+    projector = EpisodicProjector("unused:9092", TOPICS, store, "group")  # type: ignore[arg-type]
+    projector._consumer = consumer  # type: ignore[assignment]
+    recorded = recordings(2)
+
+    await projector.project(
+        {
+            LIFECYCLE: [Record(0, encode_event(marker("opening", None, None)))],
+            ITEMS: [Record(i, encode_event(e)) for i, e in enumerate(recorded)],
+        }
+    )
+    assert consumer.commits[ITEMS] == 0, "the recordings wait for their batch's marker"
+
+    await projector.project(
+        {LIFECYCLE: [Record(1, encode_event(marker("batch", 1, LogRange(first=0, last=1))))]}
+    )
+
+    assert store.applied == [e.event_id for e in recorded]
+    assert consumer.commits == {ITEMS: 2, LIFECYCLE: 2}
