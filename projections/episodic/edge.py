@@ -105,8 +105,9 @@ PAYLOAD_MEMORY = qe.Memory.Cached
 """Payloads kept in RAM rather than read from disk (Edge's default, ``Cold``): a retrieval reads
 the payload of a few hundred candidates, and from disk that cost grew with the shard, not the
 agent (100 nearest of one agent's 1,000 points with their payload: 1.00 ms in a shard of 20,000
-points, 8.26 ms in one of 200,000; 1.43 ms Cached). The price is the payload storage in RAM,
-~630 bytes a point (126 MB for 200,000 points). An existing shard is switched when loaded."""
+points, 8.26 ms in one of 200,000; 1.43 ms Cached). The price is the payload storage in RAM: on
+disk it took ~630 bytes a point (126 MB for 200,000 points). An existing shard is switched
+when loaded."""
 POSITIONS_FILE = "applied_positions.json"
 
 
