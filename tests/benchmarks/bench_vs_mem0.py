@@ -36,7 +36,7 @@ from typing import Any
 
 from schemas.agent_events import AgentEvent
 from streams.runtime.devstack.stack import DevStack
-from tests.benchmarks.bench_ingest import engram_rate
+from tests.benchmarks.bench_ingest import Rate, engram_rate
 from tests.benchmarks.workload import make_events
 
 ROOT = Path(__file__).parents[2]
@@ -173,7 +173,7 @@ def mem0_rate(python: Path, events: int, agents: int) -> Mem0Result:
     return result
 
 
-async def engram_side(events: int, agents: int) -> float:
+async def engram_side(events: int, agents: int) -> Rate:
     stack = DevStack(Path(tempfile.mkdtemp(prefix="engram-bench-")))
     endpoints = stack.start()
     try:
@@ -197,14 +197,14 @@ def main(events: int, agents: int, venv: Path, requirement: str) -> None:
     )
     print(
         f"engram (1 worker process, publish to applied in Redis + Qdrant Edge): "
-        f"{engram:,.0f} events/s"
+        f"{engram.per_second:,.0f} events/s, {engram.cpu_us_per_event:,.0f} us CPU per event"
     )
     print(
         f"mem0 {mem0.version} (Memory.add infer=False, local Qdrant + SQLite history): "
         f"{mem0.rate:,.0f} adds/s ({mem0.seconds:.1f} s)"
     )
     print("mem0 elapsed: " + ", ".join(f"{a:,} adds {s:.1f} s" for a, s in mem0.splits))
-    print(f"ratio: {engram / mem0.rate:.2f}x")
+    print(f"ratio: {engram.per_second / mem0.rate:.2f}x")
 
 
 if __name__ == "__main__":
