@@ -146,7 +146,7 @@ DOCUMENT_VECTOR_CACHE = 65_536
 whole pool, and stemming the pool again for each query was ~60% of a relevance ranking's
 profiled time (a ranking of 100 memories: 4.64 ms without the cache, 1.15 ms with it). A vector
 depends on the text alone, so a cached one is never stale; 65,536 covers the pools of the ~650
-most recently queried agents of 100 memories, in ~53 MB for 10-word texts (tracemalloc)."""
+most recently queried agents of 100 memories, in ~55 MB for 10-word texts (tracemalloc)."""
 
 
 @lru_cache(maxsize=DOCUMENT_VECTOR_CACHE)
