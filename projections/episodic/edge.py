@@ -48,7 +48,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -124,6 +124,16 @@ def stored_memory(
         raise ProjectionError("a stored point came back without its payload")
     similarity = None if score is None else min(1.0, max(-1.0, float(score)))
     return memory_from_point(payload, similarity, lexical)
+
+
+def candidate_memories(points: Iterable[Any], signals: CandidateSignals) -> list[StoredMemory]:
+    """The memories of a candidates query's points (each with its cosine when the query had a
+    direction), those between the wanted ``at_seqs`` left out: what both adapters return."""
+    if signals.nearest:
+        read = [stored_memory(point.payload, point.score) for point in points]
+    else:
+        read = [stored_memory(point.payload) for point in points]
+    return [memory for memory in read if signals.wanted(memory.seq)]
 
 
 @contextmanager
@@ -359,11 +369,7 @@ class EdgeEpisodicMemory:
         )
         with _edge_errors(f"reading the candidates of {agent_id!r}"):
             points = self._shard.query(request)
-        if not signals.nearest:
-            read = [stored_memory(point.payload) for point in points]
-        else:
-            read = [stored_memory(point.payload, point.score) for point in points]
-        return [memory for memory in read if signals.wanted(memory.seq)]
+        return candidate_memories(points, signals)
 
     async def search(
         self,

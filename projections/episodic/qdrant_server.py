@@ -42,6 +42,7 @@ from processors.lexical import SparseQuery, document_vector
 from projections.episodic.candidates import CandidateSignals, Scope
 from projections.episodic.edge import (
     advance_positions,
+    candidate_memories,
     checked_vector,
     episodic_changes,
     stored_memory,
@@ -395,11 +396,7 @@ class QdrantServerEpisodicMemory:
                 with_payload=["memory"],
                 with_vectors=False,
             )
-        if not signals.nearest:
-            read = [stored_memory(point.payload) for point in response.points]
-        else:
-            read = [stored_memory(point.payload, point.score) for point in response.points]
-        return [memory for memory in read if signals.wanted(memory.seq)]
+        return candidate_memories(response.points, signals)
 
     async def search(
         self,

@@ -209,18 +209,9 @@ async def read_indexed(
                 )
         finally:
             await consumer.stop()
-        opened = await sealer.open_all([value for _, _, value, _ in kept])
+        return await _opened(kept, read, sealer)
     except KafkaError as exc:
         raise LogUnavailableError(f"cannot read the event log at {bootstrap}: {exc}") from exc
-    return IndexedRead(
-        [
-            AgentRecord(
-                SourcePosition(topic=tp.topic, partition=tp.partition, offset=offset), value, ms
-            )
-            for (tp, offset, _, ms), value in zip(kept, opened, strict=True)
-        ],
-        read,
-    )
 
 
 async def read_before(
@@ -265,9 +256,16 @@ async def read_before(
                             kept.append((tp, r.offset, r.value, r.timestamp))
         finally:
             await consumer.stop()
-        opened = await sealer.open_all([value for _, _, value, _ in kept])
+        return await _opened(kept, read, sealer)
     except KafkaError as exc:
         raise LogUnavailableError(f"cannot read the event log at {bootstrap}: {exc}") from exc
+
+
+async def _opened(
+    kept: Sequence[tuple[TopicPartition, int, bytes, int]], read: int, sealer: RecordSealer
+) -> IndexedRead:
+    """The records kept (topic partition, offset, sealed value, timestamp), opened."""
+    opened = await sealer.open_all([value for _, _, value, _ in kept])
     return IndexedRead(
         [
             AgentRecord(
