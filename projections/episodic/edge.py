@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -67,6 +68,12 @@ from projections.episodic.changes import (
 from projections.episodic.edge_candidates import candidate_request
 from projections.episodic.edge_filters import ACTIVE, agent_filter, agents_filter, selection_filter
 from projections.episodic.edge_positions import Positions, read_positions, write_positions
+from projections.episodic.edge_segments import (
+    OPTIMIZE_EVERY,
+    OptimizeCadence,
+    hnsw_config,
+    optimizers_config,
+)
 from projections.episodic.hybrid import (
     LEXICAL_VECTOR,
     Selection,
@@ -214,8 +221,10 @@ class EdgeEpisodicMemory:
         *,
         lexical: bool = True,
         archive: bool = True,
+        optimize_every: int = OPTIMIZE_EVERY,
     ) -> None:
         self._archive = archive
+        self._cadence = OptimizeCadence(optimize_every)
         self._shard = shard
         self._path = path
         self._dim = dim
@@ -226,11 +235,20 @@ class EdgeEpisodicMemory:
         self._closed = False
 
     @classmethod
-    def open(cls, path: Path, dim: int, *, archive: bool = True) -> EdgeEpisodicMemory:
+    def open(
+        cls,
+        path: Path,
+        dim: int,
+        *,
+        archive: bool = True,
+        optimize_every: int = OPTIMIZE_EVERY,
+    ) -> EdgeEpisodicMemory:
         """Create the store at ``path``, or load it; a dimension other than the stored one fails.
 
         A new shard gets the ``lexical`` sparse vector; an existing one is loaded with its own
-        sparse vectors (the config names none, so Edge keeps what the shard has).
+        sparse vectors (the config names none, so Edge keeps what the shard has). Both get the
+        segment layout of :mod:`projections.episodic.edge_segments`, which an existing shard's
+        next optimization adopts.
         """
         shard_path = path / SHARD_DIR
         dense = qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
@@ -238,7 +256,12 @@ class EdgeEpisodicMemory:
         with _edge_errors(f"opening the shard at {shard_path}"):
             if (shard_path / "edge_config.json").exists():
                 lexical = _has_lexical(shard_path)
-                config = qe.EdgeConfig(vectors=dense, payload_memory=PAYLOAD_MEMORY)
+                config = qe.EdgeConfig(
+                    vectors=dense,
+                    payload_memory=PAYLOAD_MEMORY,
+                    hnsw_config=hnsw_config(),
+                    optimizers=optimizers_config(),
+                )
                 shard = qe.EdgeShard.load(str(shard_path), config)
             else:
                 sparse = qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)
@@ -246,6 +269,8 @@ class EdgeEpisodicMemory:
                     vectors=dense,
                     sparse_vectors={LEXICAL_VECTOR: sparse},
                     payload_memory=PAYLOAD_MEMORY,
+                    hnsw_config=hnsw_config(),
+                    optimizers=optimizers_config(),
                 )
                 shard = qe.EdgeShard.create(str(shard_path), config)
             try:
@@ -255,7 +280,15 @@ class EdgeEpisodicMemory:
                 shard.close()
                 raise
         positions = read_positions(path / POSITIONS_FILE)
-        store = cls(shard, path, dim, positions, lexical=lexical, archive=archive)
+        store = cls(
+            shard,
+            path,
+            dim,
+            positions,
+            lexical=lexical,
+            archive=archive,
+            optimize_every=optimize_every,
+        )
         if not lexical:
             store._warn_dense_only()
         return store
@@ -316,6 +349,29 @@ class EdgeEpisodicMemory:
                 self._shard.flush()
         if positions is not None:
             write_positions(self._path / POSITIONS_FILE, positions)
+        written = len(points) + len(changes.retired) + len(changes.deletes)
+        if written and self._cadence.wrote(written):
+            self._optimize_segments()
+
+    def _optimize_segments(self) -> bool:
+        """After the positions: an optimization cut short by a crash loses no data (Edge swaps a
+        segment in once it is whole), and what the batch wrote is durable before it starts."""
+        started = time.perf_counter()
+        with _edge_errors(f"optimizing {self._path}"):
+            changed = bool(self._shard.optimize())
+            info = self._shard.info()
+        self._cadence.optimized()
+        logger.info(
+            "optimized the episodic shard",
+            extra={
+                "path": str(self._path),
+                "changed": changed,
+                "seconds": round(time.perf_counter() - started, 3),
+                "segments": info.segments_count,
+                "points": info.points_count,
+            },
+        )
+        return changed
 
     def _filter(self, chosen: Selection) -> qe.Filter:
         return selection_filter(chosen, tags_field="tags_lc" if self._lexical else "tags")
@@ -481,15 +537,12 @@ class EdgeEpisodicMemory:
             self._shard.info()
 
     async def optimize(self) -> bool:
-        """Build the HNSW and payload indexes of the segments (Edge indexes nothing before).
-
-        Blocks for long (~51 s at 100k points on 2 cores), so it runs in a thread and holds
-        the write lock: applies wait, searches go on.
-        """
+        """Optimize the segments now rather than when the cadence of
+        :mod:`projections.episodic.edge_segments` next falls due (a rebuilt version before it
+        serves, a test); whether anything changed."""
         async with self._write_lock:
             self._check_open()
-            with _edge_errors(f"optimizing {self._path}"):
-                return bool(await asyncio.to_thread(self._shard.optimize))
+            return await asyncio.to_thread(self._optimize_segments)
 
     async def close(self) -> None:
         async with self._write_lock:
