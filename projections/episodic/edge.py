@@ -70,6 +70,7 @@ from projections.episodic.edge_filters import ACTIVE, agent_filter, agents_filte
 from projections.episodic.edge_positions import Positions, read_positions, write_positions
 from projections.episodic.edge_segments import (
     OPTIMIZE_EVERY,
+    SEARCH_THREADS,
     OptimizeCadence,
     hnsw_config,
     optimizers_config,
@@ -261,6 +262,7 @@ class EdgeEpisodicMemory:
                     payload_memory=PAYLOAD_MEMORY,
                     hnsw_config=hnsw_config(),
                     optimizers=optimizers_config(),
+                    max_search_threads=SEARCH_THREADS,
                 )
                 shard = qe.EdgeShard.load(str(shard_path), config)
             else:
@@ -271,6 +273,7 @@ class EdgeEpisodicMemory:
                     payload_memory=PAYLOAD_MEMORY,
                     hnsw_config=hnsw_config(),
                     optimizers=optimizers_config(),
+                    max_search_threads=SEARCH_THREADS,
                 )
                 shard = qe.EdgeShard.create(str(shard_path), config)
             try:
