@@ -88,11 +88,16 @@ class Stores:
     async def snapshot(self) -> dict[str, Any]:
         """Everything a reader can see: every agent's memories (payloads) in both stores and
         arousal, the similarities to a query (so the vectors), the counts and every applied
-        position."""
+        position. A similarity compares within float noise: a store that applied a batch
+        twice may sum a cosine in another order, and rounding would not absorb a difference
+        that straddles the rounding's boundary (0.678685 rounds either way)."""
         working = {a: await self.working.memories(a) for a in AGENTS}
         episodic = {a: sorted_by_seq(await self.episodic.memories(a, 1000)) for a in AGENTS}
         similar = {
-            a: {(m.memory_id, round(m.similarity or 0.0, 5)) for m in await self.search(a)}
+            a: {
+                m.memory_id: pytest.approx(m.similarity or 0.0, abs=1e-5)
+                for m in await self.search(a)
+            }
             for a in AGENTS
         }
         applied = {
