@@ -14,6 +14,7 @@ from pydantic import Field, FilePath, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from processors.config import LifecycleRules
+from projections.episodic.edge_segments import OPTIMIZE_EVERY
 from projections.episodic.scope import CANDIDATE_LIMIT
 
 
@@ -110,6 +111,13 @@ class EngramSettings(BaseSettings):
         "the query's embedding, its keywords, context tags) brings from the episodic store to be "
         "ranked: an agent's pool up to this size is ranked exactly as a whole, a larger one "
         "through its candidates (projections/README.md).",
+    )
+    edge_optimize_every: int = Field(
+        default=OPTIMIZE_EVERY,
+        ge=0,
+        description="Points the embedded Qdrant Edge store writes between two optimizations of "
+        "its shard (0: never). An optimized shard answers reads in time flat in its size; each "
+        "optimization pauses the process that holds the shard (projections/README.md).",
     )
     lifecycle: LifecycleRules = Field(
         default_factory=LifecycleRules,

@@ -58,6 +58,7 @@ import numpy as np
 import qdrant_edge as qe
 
 from processors.lexical import SparseQuery, document_vector
+from projections.episodic import edge_segments
 from projections.episodic.candidates import CandidateSignals, Scope
 from projections.episodic.changes import (
     EpisodicChanges,
@@ -68,13 +69,7 @@ from projections.episodic.changes import (
 from projections.episodic.edge_candidates import candidate_request
 from projections.episodic.edge_filters import ACTIVE, agent_filter, agents_filter, selection_filter
 from projections.episodic.edge_positions import Positions, read_positions, write_positions
-from projections.episodic.edge_segments import (
-    OPTIMIZE_EVERY,
-    SEARCH_THREADS,
-    OptimizeCadence,
-    hnsw_config,
-    optimizers_config,
-)
+from projections.episodic.edge_segments import OPTIMIZE_EVERY, SEARCH_THREADS, OptimizeCadence
 from projections.episodic.hybrid import (
     LEXICAL_VECTOR,
     Selection,
@@ -187,6 +182,18 @@ def _point(memory: MemoryWritten, lexical: bool, *, active: bool = True) -> qe.P
     return qe.Point(memory.memory_id, vectors, payload)
 
 
+def _hnsw_config() -> qe.HnswIndexConfig:
+    """No graph (``m=0``): see :mod:`projections.episodic.edge_segments`."""
+    return qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=edge_segments.FULL_SCAN_KB)
+
+
+def _optimizers_config() -> qe.EdgeOptimizersConfig:
+    return qe.EdgeOptimizersConfig(
+        max_segment_size=edge_segments.SEGMENT_KB,
+        indexing_threshold=edge_segments.INDEXING_KB,
+    )
+
+
 def _ensure_indexes(shard: qe.EdgeShard) -> None:
     """agent_id: every read filters on it (``is_tenant`` lets the optimizer group an agent's
     points). seq: ``order_by`` refuses to sort on a field without a range index. level: reads
@@ -260,8 +267,8 @@ class EdgeEpisodicMemory:
                 config = qe.EdgeConfig(
                     vectors=dense,
                     payload_memory=PAYLOAD_MEMORY,
-                    hnsw_config=hnsw_config(),
-                    optimizers=optimizers_config(),
+                    hnsw_config=_hnsw_config(),
+                    optimizers=_optimizers_config(),
                     max_search_threads=SEARCH_THREADS,
                 )
                 shard = qe.EdgeShard.load(str(shard_path), config)
@@ -271,8 +278,8 @@ class EdgeEpisodicMemory:
                     vectors=dense,
                     sparse_vectors={LEXICAL_VECTOR: sparse},
                     payload_memory=PAYLOAD_MEMORY,
-                    hnsw_config=hnsw_config(),
-                    optimizers=optimizers_config(),
+                    hnsw_config=_hnsw_config(),
+                    optimizers=_optimizers_config(),
                     max_search_threads=SEARCH_THREADS,
                 )
                 shard = qe.EdgeShard.create(str(shard_path), config)

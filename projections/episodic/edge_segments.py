@@ -19,6 +19,9 @@ So the store optimizes after every :data:`OPTIMIZE_EVERY` points it writes (see
   shard each further 10,000 points took 1.5-2.3 s to optimize when merges were unbounded (the
   time grew with the shard) and 0.2-0.7 s with 50 MB segments.
 
+The numbers are policy only (no client library here, so configuration can name them);
+:mod:`projections.episodic.edge` turns them into the shard's configuration.
+
 Edge holds the GIL while it optimizes, so the process pauses for that long; it is the price of
 reads that stay flat as the shard grows, paid once per :data:`OPTIMIZE_EVERY` points.
 """
@@ -27,11 +30,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import qdrant_edge as qe
-
-OPTIMIZE_EVERY = 10_000
-"""Points written (upserted, retired or deleted) between two optimizations: about what fills
-Edge's default indexing threshold (10 MB) with memories of 384 dimensions and their payload."""
+OPTIMIZE_EVERY = 30_000
+"""Points written (upserted, retired or deleted) between two optimizations (``0``: never;
+``ENGRAM_EDGE_OPTIMIZE_EVERY``). Each optimization then indexes a segment larger than
+:data:`SEGMENT_KB`, which no merge rewrites again: the ingest benchmark's worker (60,000 events,
+~74,000 points) spent 646 us of CPU per event without optimizing, 665 at 30,000 and 794 at
+10,000, where each new segment was merged into the last."""
 
 SEGMENT_KB = 65_536
 """The largest segment an optimization builds (Edge counts in kilobytes)."""
@@ -51,30 +55,23 @@ FULL_SCAN_KB = 10_000
 """Below this many kilobytes of candidate vectors a filtered read scans them (Edge's default)."""
 
 
-def hnsw_config() -> qe.HnswIndexConfig:
-    return qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=FULL_SCAN_KB)
-
-
-def optimizers_config() -> qe.EdgeOptimizersConfig:
-    return qe.EdgeOptimizersConfig(max_segment_size=SEGMENT_KB, indexing_threshold=INDEXING_KB)
-
-
 @dataclass
 class OptimizeCadence:
-    """Counts the points written since the last optimization; due after ``every``. A store
-    opened counts from zero: what an earlier process wrote waits for the next due time."""
+    """Counts the points written since the last optimization; due after ``every`` (never
+    when ``every`` is 0). A store opened counts from zero: what an earlier process wrote waits
+    for the next due time."""
 
     every: int = OPTIMIZE_EVERY
     written: int = 0
 
     def __post_init__(self) -> None:
-        if self.every < 1:
-            raise ValueError(f"optimize_every must be at least 1, got {self.every}")
+        if self.every < 0:
+            raise ValueError(f"optimize_every must be 0 (never) or more, got {self.every}")
 
     def wrote(self, points: int) -> bool:
         """Count ``points`` more; whether an optimization is now due."""
         self.written += points
-        return self.written >= self.every
+        return self.every > 0 and self.written >= self.every
 
     def optimized(self) -> None:
         self.written = 0

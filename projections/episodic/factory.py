@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+from functools import partial
 from pathlib import Path
 
 from projections.episodic.edge import SHARD_DIR, EdgeEpisodicMemory
+from projections.episodic.edge_segments import OPTIMIZE_EVERY
 from projections.episodic.qdrant_server import (
     QdrantServerEpisodicMemory,
     drop_collection,
@@ -27,12 +29,15 @@ async def open_episodic_store(
     dim: int,
     api_key: str | None = None,
     archive: bool = True,
+    optimize_every: int = OPTIMIZE_EVERY,
 ) -> EpisodicMemoryStore:
     """Open the episodic store; it must be closed by the caller. ``archive`` False forgets
     what capacity and forgetting take (:mod:`projections.episodic.changes`).
 
     With a path, the Edge store lives in ``qdrant_path / collection``, so several collections
     (episodic, later semantic) can share one configured directory as they share one server.
+    ``optimize_every`` is the Edge store's cadence of optimization
+    (:mod:`projections.episodic.edge_segments`); a server optimizes on its own.
     Async although Edge opens synchronously: the server adapter has to talk to the network,
     and loading a large shard takes long enough to belong in a thread.
     """
@@ -42,7 +47,9 @@ async def open_episodic_store(
         )
     if qdrant_path is not None:
         return await asyncio.to_thread(
-            EdgeEpisodicMemory.open, qdrant_path / collection, dim, archive=archive
+            partial(EdgeEpisodicMemory.open, archive=archive, optimize_every=optimize_every),
+            qdrant_path / collection,
+            dim,
         )
     raise ValueError(
         "no episodic store configured: give a Qdrant server URL (cluster) or a directory for "

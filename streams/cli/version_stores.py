@@ -79,6 +79,7 @@ def version_stores(settings: EngramSettings) -> VersionStores:
             dim=dim,
             api_key=api_key,
             archive=settings.archive,
+            optimize_every=settings.edge_optimize_every,
         )
         return working, episodic
 
@@ -100,6 +101,7 @@ def version_stores(settings: EngramSettings) -> VersionStores:
             dim=stored,
             api_key=api_key,
             archive=settings.archive,
+            optimize_every=settings.edge_optimize_every,
         )
         return working_of(version), episodic
 

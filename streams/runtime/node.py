@@ -282,6 +282,7 @@ class Node:
                     collection=version.qdrant_collection,
                     dim=self.embedder.dim,
                     archive=settings.archive,
+                    optimize_every=settings.edge_optimize_every,
                     api_key=(
                         settings.qdrant_api_key.get_secret_value()
                         if settings.qdrant_api_key

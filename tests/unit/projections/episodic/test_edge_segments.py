@@ -19,6 +19,11 @@ def test_an_optimization_starts_the_count_again() -> None:
     assert cadence.wrote(1)
 
 
-def test_a_cadence_below_one_point_is_refused() -> None:
-    with pytest.raises(ValueError, match="at least 1"):
-        OptimizeCadence(every=0)
+def test_a_cadence_of_zero_never_falls_due() -> None:
+    cadence = OptimizeCadence(every=0)
+    assert not cadence.wrote(10**9)
+
+
+def test_a_negative_cadence_is_refused() -> None:
+    with pytest.raises(ValueError, match="0 \\(never\\) or more"):
+        OptimizeCadence(every=-1)
