@@ -548,8 +548,7 @@ class EdgeEpisodicMemory:
 
     async def optimize(self) -> bool:
         """Optimize the segments now rather than when the cadence of
-        :mod:`projections.episodic.edge_segments` next falls due (a rebuilt version before it
-        serves, a test); whether anything changed."""
+        :mod:`projections.episodic.edge_segments` next falls due; whether anything changed."""
         async with self._write_lock:
             self._check_open()
             return await asyncio.to_thread(self._optimize_segments)

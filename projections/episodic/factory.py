@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-from functools import partial
 from pathlib import Path
 
 from projections.episodic.edge import SHARD_DIR, EdgeEpisodicMemory
@@ -47,9 +46,11 @@ async def open_episodic_store(
         )
     if qdrant_path is not None:
         return await asyncio.to_thread(
-            partial(EdgeEpisodicMemory.open, archive=archive, optimize_every=optimize_every),
+            EdgeEpisodicMemory.open,
             qdrant_path / collection,
             dim,
+            archive=archive,
+            optimize_every=optimize_every,
         )
     raise ValueError(
         "no episodic store configured: give a Qdrant server URL (cluster) or a directory for "
