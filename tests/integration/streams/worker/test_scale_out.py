@@ -27,7 +27,7 @@ from processors.batch_markers import MarkerIndex
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import AgentEvent
 from schemas.codec import decode_derived_record
-from schemas.memory_events import DerivedUpTo, MemoryRecorded
+from schemas.memory_events import DerivedRecord, DerivedUpTo, MemoryRecorded, SourcePosition
 from schemas.topics import Topics
 from streams.eventlog.derived_log import read_partitions, read_records
 from streams.eventlog.publisher import AsyncPublisher
@@ -187,16 +187,23 @@ async def wait_for_projector(bootstrap: str, stream: Stream, projector: WorkerPr
     assert await asyncio.to_thread(projector.terminate, 60) == 0, projector.tail()
 
 
-async def stuck_report(bootstrap: str, stream: Stream, committed: dict[TopicPartition, int]) -> str:
-    """The records the projector's commit stopped at, and the markers that judge them."""
+async def derived_records(
+    bootstrap: str, stream: Stream
+) -> list[tuple[SourcePosition, DerivedRecord]]:
+    """Every record of the derived topics, opened with the stream's keys, for a report."""
     async with log_sealer(stream.redis_url, stream.settings.redis_namespace) as sealer:
-        records = await read_records(
+        return await read_records(
             bootstrap,
             [stream.topics.items, stream.topics.lifecycle],
             range(PARTITIONS),
             decode_derived_record,
             sealer=sealer,
         )
+
+
+async def stuck_report(bootstrap: str, stream: Stream, committed: dict[TopicPartition, int]) -> str:
+    """The records the projector's commit stopped at, and the markers that judge them."""
+    records = await derived_records(bootstrap, stream)
     index = MarkerIndex()
     for where, record in records:
         if isinstance(record, DerivedUpTo):
@@ -256,14 +263,7 @@ async def assert_log_and_redis_once(bootstrap: str, stream: Stream) -> None:
 async def copies_of(bootstrap: str, stream: Stream, event_ids: set[str]) -> str:
     """Where each copy of ``event_ids`` lies and which marker covers it (its offset, time and
     sources), to set against the workers' logs."""
-    async with log_sealer(stream.redis_url, stream.settings.redis_namespace) as sealer:
-        records = await read_records(
-            bootstrap,
-            [stream.topics.items, stream.topics.lifecycle],
-            range(PARTITIONS),
-            decode_derived_record,
-            sealer=sealer,
-        )
+    records = await derived_records(bootstrap, stream)
     markers = [(w, r) for w, r in records if isinstance(r, DerivedUpTo)]
     lines = []
     for where, record in records:
