@@ -14,6 +14,7 @@ from pydantic import Field, FilePath, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from processors.config import LifecycleRules
+from projections.episodic.decoded_memories import DECODED_MEMORIES
 from projections.episodic.edge_segments import OPTIMIZE_EVERY
 from projections.episodic.scope import CANDIDATE_LIMIT
 
@@ -118,6 +119,12 @@ class EngramSettings(BaseSettings):
         description="Points the embedded Qdrant Edge store writes between two optimizations of "
         "its shard (0: never). An optimized shard answers reads in time flat in its size; each "
         "optimization pauses the process that holds the shard (projections/README.md).",
+    )
+    edge_decoded_memories: int = Field(
+        default=DECODED_MEMORIES,
+        ge=0,
+        description="Memories the embedded Qdrant Edge store keeps decoded, so that the next "
+        "reads of them skip their payloads (~1.8 KB each; 0: none; projections/README.md).",
     )
     lifecycle: LifecycleRules = Field(
         default_factory=LifecycleRules,

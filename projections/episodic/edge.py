@@ -49,7 +49,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,7 @@ from projections.episodic.changes import (
     checked_vector,
     episodic_changes,
 )
+from projections.episodic.decoded_memories import DECODED_MEMORIES, DecodedMemories
 from projections.episodic.edge_candidates import candidate_request
 from projections.episodic.edge_filters import ACTIVE, agent_filter, agents_filter, selection_filter
 from projections.episodic.edge_positions import Positions, read_positions, write_positions
@@ -83,8 +84,9 @@ from projections.episodic.hybrid import (
     similarities,
     warn_dense_only,
 )
+from projections.episodic.point_memories import clipped, stored_memory
 from projections.interfaces import ProjectionError
-from projections.memory import StoredMemory, memory_from_point, point_payload
+from projections.memory import StoredMemory, point_payload
 from projections.retrieval.filters import MemoryFilter
 from schemas.memory_events import (
     DerivedEvent,
@@ -98,7 +100,6 @@ __all__ = [
     "checked_levels",
     "checked_vector",
     "episodic_changes",
-    "stored_memory",
 ]
 
 logger = logging.getLogger(__name__)
@@ -112,31 +113,6 @@ points, 8.26 ms in one of 200,000; 1.43 ms Cached). The price is the payload sto
 disk it took ~630 bytes a point (126 MB for 200,000 points). An existing shard is switched
 when loaded."""
 POSITIONS_FILE = "applied_positions.json"
-
-
-def stored_memory(
-    payload: Mapping[str, Any] | None, score: float | None = None, lexical: float | None = None
-) -> StoredMemory:
-    """A memory read back from its payload; a score becomes the similarity, ``lexical`` the
-    keyword score of a hybrid search.
-
-    The score is clipped to [-1, 1]: cosine lies there by definition, and float32 rounding
-    can put the score of a vector against itself a hair above 1.
-    """
-    if payload is None:
-        raise ProjectionError("a stored point came back without its payload")
-    similarity = None if score is None else min(1.0, max(-1.0, float(score)))
-    return memory_from_point(payload, similarity, lexical)
-
-
-def candidate_memories(points: Iterable[Any], signals: CandidateSignals) -> list[StoredMemory]:
-    """The memories of a candidates query's points (each with its cosine when the query had a
-    direction), those between the wanted ``at_seqs`` left out: what both adapters return."""
-    if signals.nearest:
-        read = [stored_memory(point.payload, point.score) for point in points]
-    else:
-        read = [stored_memory(point.payload) for point in points]
-    return [memory for memory in read if signals.wanted(memory.seq)]
 
 
 @contextmanager
@@ -230,6 +206,7 @@ class EdgeEpisodicMemory:
         lexical: bool = True,
         archive: bool = True,
         optimize_every: int = OPTIMIZE_EVERY,
+        decoded_memories: int = DECODED_MEMORIES,
     ) -> None:
         self._archive = archive
         self._cadence = OptimizeCadence(optimize_every)
@@ -241,6 +218,7 @@ class EdgeEpisodicMemory:
         self._warned = False
         self._write_lock = asyncio.Lock()
         self._closed = False
+        self._decoded = DecodedMemories(decoded_memories)
 
     @classmethod
     def open(
@@ -250,6 +228,7 @@ class EdgeEpisodicMemory:
         *,
         archive: bool = True,
         optimize_every: int = OPTIMIZE_EVERY,
+        decoded_memories: int = DECODED_MEMORIES,
     ) -> EdgeEpisodicMemory:
         """Create the store at ``path``, or load it; a dimension other than the stored one fails.
 
@@ -298,6 +277,7 @@ class EdgeEpisodicMemory:
             lexical=lexical,
             archive=archive,
             optimize_every=optimize_every,
+            decoded_memories=decoded_memories,
         )
         if not lexical:
             store._warn_dense_only()
@@ -357,6 +337,11 @@ class EdgeEpisodicMemory:
                 self._shard.update(qe.UpdateOperation.delete_points(sorted(changes.deletes)))
             if changes.touches_data:
                 self._shard.flush()
+        if changes.erased:
+            self._decoded.forget_all()
+        elif changes.touches_data:
+            touched = (changes.upserts, changes.archived, changes.retired, changes.deletes)
+            self._decoded.forget(point_id for ids in touched for point_id in ids)
         if positions is not None:
             write_positions(self._path / POSITIONS_FILE, positions)
         written = len(points) + len(changes.retired) + len(changes.deletes)
@@ -433,9 +418,33 @@ class EdgeEpisodicMemory:
             tags_field="tags_lc" if self._lexical else "tags",
             lexical=self._lexical,
         )
+        generation = self._decoded.generation
         with _edge_errors(f"reading the candidates of {agent_id!r}"):
             points = self._shard.query(request)
-        return candidate_memories(points, signals)
+            ids = [str(point.id) for point in points]
+            decoded = self._decoded_memories(ids, generation)
+        scored = signals.nearest
+        read = []
+        for point_id, point in zip(ids, points, strict=True):
+            # A point deleted between the query and the read of its payload is passed over.
+            memory = decoded.get(point_id)
+            if memory is not None and signals.wanted(memory.seq):
+                if scored:
+                    memory = memory.model_copy(update={"similarity": clipped(point.score)})
+                read.append(memory)
+        return read
+
+    def _decoded_memories(self, ids: list[str], generation: int) -> dict[str, StoredMemory]:
+        """The memories of ``ids``, those not decoded before read from the shard
+        (:mod:`projections.episodic.decoded_memories`)."""
+        decoded = self._decoded.known(ids)
+        missing: list[qe.PointId] = [point_id for point_id in ids if point_id not in decoded]
+        if missing:
+            records = self._shard.retrieve(missing, with_payload=["memory"], with_vector=False)
+            fresh = {str(record.id): stored_memory(record.payload) for record in records}
+            self._decoded.remember(generation, fresh)
+            decoded.update(fresh)
+        return decoded
 
     async def search(
         self,

@@ -19,8 +19,8 @@ def candidate_request(
     """One query: a prefetch per signal, united by the outer query, which scores every
     candidate by its cosine with the query vector when there is one, else orders them newest
     first. ``corpus`` is what the lexical signal's IDF is counted over (the agent's memories
-    in the read's scope). Only the ``memory`` payload field comes back: a memory is read from
-    it alone.
+    in the read's scope). Ids and scores alone come back: the store reads the payloads of the
+    points it has not decoded before (:mod:`projections.episodic.decoded_memories`).
     ``lexical`` says whether the shard holds the sparse vector (a shard from before hybrid
     search does not: its lexical signal is left out, and its tags are matched as stored,
     ``tags_field`` "tags")."""
@@ -69,6 +69,6 @@ def _united(prefetches: list[qe.Prefetch], signals: CandidateSignals) -> qe.Quer
         limit=sum(p.limit for p in prefetches),
         prefetches=prefetches,
         query=outer,
-        with_payload=["memory"],
+        with_payload=False,
         with_vector=False,
     )

@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+from projections.episodic.decoded_memories import DECODED_MEMORIES
 from projections.episodic.edge import SHARD_DIR, EdgeEpisodicMemory
 from projections.episodic.edge_segments import OPTIMIZE_EVERY
 from projections.episodic.qdrant_server import (
@@ -29,6 +30,7 @@ async def open_episodic_store(
     api_key: str | None = None,
     archive: bool = True,
     optimize_every: int = OPTIMIZE_EVERY,
+    decoded_memories: int = DECODED_MEMORIES,
 ) -> EpisodicMemoryStore:
     """Open the episodic store; it must be closed by the caller. ``archive`` False forgets
     what capacity and forgetting take (:mod:`projections.episodic.changes`).
@@ -36,7 +38,8 @@ async def open_episodic_store(
     With a path, the Edge store lives in ``qdrant_path / collection``, so several collections
     (episodic, later semantic) can share one configured directory as they share one server.
     ``optimize_every`` is the Edge store's cadence of optimization
-    (:mod:`projections.episodic.edge_segments`); a server optimizes on its own.
+    (:mod:`projections.episodic.edge_segments`), ``decoded_memories`` how many memories it
+    keeps decoded (:mod:`projections.episodic.decoded_memories`); a server optimizes on its own.
     Async although Edge opens synchronously: the server adapter has to talk to the network,
     and loading a large shard takes long enough to belong in a thread.
     """
@@ -51,6 +54,7 @@ async def open_episodic_store(
             dim,
             archive=archive,
             optimize_every=optimize_every,
+            decoded_memories=decoded_memories,
         )
     raise ValueError(
         "no episodic store configured: give a Qdrant server URL (cluster) or a directory for "

@@ -40,13 +40,7 @@ from qdrant_client import AsyncQdrantClient, models
 
 from processors.lexical import SparseQuery, document_vector
 from projections.episodic.candidates import CandidateSignals, Scope
-from projections.episodic.edge import (
-    advance_positions,
-    candidate_memories,
-    checked_vector,
-    episodic_changes,
-    stored_memory,
-)
+from projections.episodic.edge import advance_positions, checked_vector, episodic_changes
 from projections.episodic.edge_positions import Positions
 from projections.episodic.hybrid import (
     LEXICAL_VECTOR,
@@ -60,6 +54,7 @@ from projections.episodic.hybrid import (
     similarities,
     warn_dense_only,
 )
+from projections.episodic.point_memories import candidate_memories, stored_memory
 from projections.episodic.qdrant_candidates import candidate_query
 from projections.episodic.qdrant_filters import ACTIVE, agent_filter, selection_filter
 from projections.interfaces import ProjectionError

@@ -80,6 +80,7 @@ def version_stores(settings: EngramSettings) -> VersionStores:
             api_key=api_key,
             archive=settings.archive,
             optimize_every=settings.edge_optimize_every,
+            decoded_memories=settings.edge_decoded_memories,
         )
         return working, episodic
 
@@ -102,6 +103,7 @@ def version_stores(settings: EngramSettings) -> VersionStores:
             api_key=api_key,
             archive=settings.archive,
             optimize_every=settings.edge_optimize_every,
+            decoded_memories=settings.edge_decoded_memories,
         )
         return working_of(version), episodic
 

@@ -283,6 +283,7 @@ class Node:
                     dim=self.embedder.dim,
                     archive=settings.archive,
                     optimize_every=settings.edge_optimize_every,
+                    decoded_memories=settings.edge_decoded_memories,
                     api_key=(
                         settings.qdrant_api_key.get_secret_value()
                         if settings.qdrant_api_key
