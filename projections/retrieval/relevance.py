@@ -157,6 +157,16 @@ def _document_weights(text: str) -> dict[int, float]:
     return dict(zip(vector.indices, vector.values, strict=True))
 
 
+@lru_cache(maxsize=DOCUMENT_VECTOR_CACHE)
+def _shared_weights(wanted: tuple[int, ...], text: str) -> tuple[tuple[int, float], ...]:
+    """The BM25 term weights of a text for the stems of a query it holds. Kept because a
+    retrieval scores its pool twice, once to pick the turns to read beside the best
+    (:mod:`projections.retrieval.conversation_context`) and once to rank; the second time
+    costs a lookup instead of a comparison of the query's stems with the text's."""
+    document = _document_weights(text)
+    return tuple((index, document[index]) for index in wanted if index in document)
+
+
 def lexical_scores(query_text: str, memories: Sequence[StoredMemory]) -> dict[str, float]:
     """BM25 of each memory sharing a stem with the query, IDF computed over ``memories``.
 
@@ -167,21 +177,21 @@ def lexical_scores(query_text: str, memories: Sequence[StoredMemory]) -> dict[st
     query = query_vector(query_text)
     if not query or not memories:
         return {}
-    wanted = query.indices
-    weights: dict[str, dict[int, float]] = {}
+    wanted = tuple(query.indices)
+    contents = {m.memory_id: m.content for m in memories}
+    weights: dict[str, tuple[tuple[int, float], ...]] = {}
     containing = dict.fromkeys(wanted, 0)
-    for memory in {m.memory_id: m for m in memories}.values():
-        document = _document_weights(memory.content)
-        shared = {i: document[i] for i in wanted if i in document}
-        weights[memory.memory_id] = shared
-        for index in shared:
-            containing[index] += 1
-    documents = len(weights)
+    for memory_id, content in contents.items():
+        shared = _shared_weights(wanted, content)
+        if shared:
+            weights[memory_id] = shared
+            for index, _ in shared:
+                containing[index] += 1
+    documents = len(contents)
     term_idf = {index: idf(documents, n) for index, n in containing.items() if n}
     return {
-        memory_id: sum(term_idf[index] * value for index, value in shared.items())
+        memory_id: sum(term_idf[index] * value for index, value in shared)
         for memory_id, shared in weights.items()
-        if shared
     }
 
 
