@@ -119,6 +119,24 @@ def point_payload(event: MemoryWritten, *, active: bool = True) -> dict[str, Any
     return payload
 
 
+_SCORED = frozenset({"similarity"})
+
+
+def with_similarity(memory: StoredMemory, similarity: float) -> StoredMemory:
+    """A copy of ``memory`` carrying a search's cosine: what ``model_copy(update=...)`` makes
+    (a shallow copy, no validation), built directly. A retrieval copies a few hundred decoded
+    candidates, and pydantic's generic copy (private attributes, extras, ``copy.copy`` of each
+    part) was ~7% of a query service's CPU on relevance reads: 1.8 us a copy against 0.7."""
+    fields = dict(memory.__dict__)
+    fields["similarity"] = similarity
+    copied = StoredMemory.__new__(StoredMemory)
+    object.__setattr__(copied, "__dict__", fields)
+    object.__setattr__(copied, "__pydantic_fields_set__", memory.model_fields_set | _SCORED)
+    object.__setattr__(copied, "__pydantic_extra__", None)
+    object.__setattr__(copied, "__pydantic_private__", None)
+    return copied
+
+
 def memory_from_point(
     payload: Any, similarity: float | None = None, lexical: float | None = None
 ) -> StoredMemory:

@@ -86,7 +86,7 @@ from projections.episodic.hybrid import (
 )
 from projections.episodic.point_memories import clipped, stored_memory
 from projections.interfaces import ProjectionError
-from projections.memory import StoredMemory, point_payload
+from projections.memory import StoredMemory, point_payload, with_similarity
 from projections.retrieval.filters import MemoryFilter
 from schemas.memory_events import (
     DerivedEvent,
@@ -430,7 +430,7 @@ class EdgeEpisodicMemory:
             memory = decoded.get(point_id)
             if memory is not None and signals.wanted(memory.seq):
                 if scored:
-                    memory = memory.model_copy(update={"similarity": clipped(point.score)})
+                    memory = with_similarity(memory, clipped(point.score))
                 read.append(memory)
         return read
 
