@@ -4,25 +4,14 @@ release changes what a model instance holds, these comparisons fail."""
 from __future__ import annotations
 
 import copy
-from datetime import UTC, datetime
 
 import pydantic
 import pytest
 
 from projections.memory import StoredMemory, with_similarity
+from tests.unit.projections.test_relevance import memory
 
-MEMORY = StoredMemory(
-    memory_id="m-1",
-    agent_id="alice",
-    content="the levee held",
-    importance=0.8,
-    destination="episodic",
-    seq=3,
-    occurred_at=datetime(2026, 1, 1, tzinfo=UTC),
-    tags=("flood",),
-    source_event_id="e-1",
-    source_event_type="observation",
-)
+MEMORY = memory("m-1", "the levee held", similarity=None)
 
 
 @pytest.mark.parametrize("memory", [MEMORY, MEMORY.model_copy(update={"similarity": 0.1})])

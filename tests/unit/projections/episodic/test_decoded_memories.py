@@ -3,26 +3,14 @@ never filled with what a read decoded while a write forgot something."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from functools import partial
 
 import pytest
 
 from projections.episodic.decoded_memories import DecodedMemories
-from projections.memory import StoredMemory
+from tests.unit.projections import test_relevance
 
-
-def memory(memory_id: str, content: str = "the levee held") -> StoredMemory:
-    return StoredMemory(
-        memory_id=memory_id,
-        agent_id="alice",
-        content=content,
-        importance=0.8,
-        destination="episodic",
-        seq=1,
-        occurred_at=datetime(2026, 1, 1, tzinfo=UTC),
-        source_event_id=f"source-{memory_id}",
-        source_event_type="observation",
-    )
+memory = partial(test_relevance.memory, content="the levee held")
 
 
 def test_known_returns_only_what_was_remembered() -> None:
@@ -35,15 +23,15 @@ def test_known_returns_only_what_was_remembered() -> None:
 
 def test_a_read_that_raced_a_write_keeps_nothing() -> None:
     decoded = DecodedMemories()
-    decoded.remember(decoded.generation, {"a": memory("a", "old words")})
+    decoded.remember(decoded.generation, {"a": memory("a", content="old words")})
     began = decoded.generation
 
     decoded.forget(["a"])  # a write touched "a" while the read ran
-    decoded.remember(began, {"a": memory("a", "old words"), "b": memory("b")})
+    decoded.remember(began, {"a": memory("a", content="old words"), "b": memory("b")})
 
     assert decoded.known(["a", "b"]) == {}
-    decoded.remember(decoded.generation, {"a": memory("a", "new words")})
-    assert decoded.known(["a"]) == {"a": memory("a", "new words")}
+    decoded.remember(decoded.generation, {"a": memory("a", content="new words")})
+    assert decoded.known(["a"]) == {"a": memory("a", content="new words")}
 
 
 def test_forget_drops_the_named_and_forget_all_everything() -> None:
