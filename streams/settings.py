@@ -14,8 +14,7 @@ from pydantic import Field, FilePath, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from processors.config import LifecycleRules
-from projections.episodic.decoded_memories import DECODED_MEMORIES
-from projections.episodic.edge_segments import OPTIMIZE_EVERY
+from projections.episodic.edge_segments import DECODED_MEMORIES, OPTIMIZE_EVERY
 from projections.episodic.scope import CANDIDATE_LIMIT
 
 
@@ -124,7 +123,7 @@ class EngramSettings(BaseSettings):
         default=DECODED_MEMORIES,
         ge=0,
         description="Memories the embedded Qdrant Edge store keeps decoded, so that the next "
-        "reads of them skip their payloads (~1.8 KB each; 0: none; projections/README.md).",
+        "reads of them skip their payloads (~0.8 KB each; 0: none; projections/README.md).",
     )
     lifecycle: LifecycleRules = Field(
         default_factory=LifecycleRules,

@@ -3,9 +3,10 @@
 Why: a retrieval reads a few hundred candidates, and turning each point back into a memory
 cost more than finding it. In a shard of 100 agents x 1,000 memories, a relevance read's
 candidates query took ~0.9 ms for ids and scores alone and ~1.7 ms with the payloads; decoding
-those payloads into models took ~3.5 us a point more. An agent asked again (the next turn of a
-conversation) is mostly asked about memories it was asked about before, so the store queries
-ids and scores, and reads and decodes only the points it has not decoded yet.
+those payloads into models took ~3.5 us a point more. So the store queries ids and scores, and
+reads and decodes only the points it has not decoded yet. The bet is that an agent asked again
+(the next turn of a conversation) meets many of the memories it met before; an agent none of
+whose memories are kept gets its payloads with the query, in one call, as before.
 
 Correctness rests on two rules, both kept by :class:`DecodedMemories`:
 
@@ -22,17 +23,21 @@ is written by other processes too, whose writes this one would never hear of.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping
+from typing import Any
 
-from projections.memory import StoredMemory
+from projections.episodic.edge_segments import DECODED_MEMORIES
+from projections.memory import STORED_FIELDS, StoredMemory, field_values, memory_of_values
 
-__all__ = ["DECODED_MEMORIES", "DecodedMemories"]
+__all__ = ["DECODED_MEMORIES", "DecodedMemories", "Kept"]
 
-DECODED_MEMORIES = 50_000
-"""How many decoded memories a store keeps, least recently read dropped first: the candidate
-sets of some 200 agents of 1,000 memories. Measured with tracemalloc, a memory of ten words
-and two tags takes ~1.1 KB, so ~55 MB at this bound."""
+Kept = tuple[tuple[Any, ...], int]
+"""A kept memory: its field values (:func:`~projections.memory.field_values`) and the number
+of its set of given fields. Plain tuples of plain values, so Python's cycle collector stops
+tracking them: kept as models, 20,000 memories made a full collection take ~90 ms."""
+
+_AGENT = STORED_FIELDS.index("agent_id")
 
 
 class DecodedMemories:
@@ -43,7 +48,9 @@ class DecodedMemories:
         if capacity < 0:
             raise ValueError(f"capacity cannot be negative, got {capacity}")
         self._capacity = capacity
-        self._memories: OrderedDict[str, StoredMemory] = OrderedDict()
+        self._memories: OrderedDict[str, Kept] = OrderedDict()
+        self._per_agent: Counter[str] = Counter()
+        self._field_sets: list[frozenset[str]] = []
         self._generation = 0
         self._lock = threading.Lock()
 
@@ -56,17 +63,29 @@ class DecodedMemories:
         :meth:`remember`."""
         return self._generation
 
-    def known(self, ids: Iterable[str]) -> dict[str, StoredMemory]:
-        """The decoded memories of ``ids`` that are kept, now most recently read."""
-        found: dict[str, StoredMemory] = {}
+    def holds_any_of(self, agent_id: str) -> bool:
+        """Whether any memory of the agent is kept. When none is, a read asks the shard for the
+        payloads with the candidates at once: reading ids first and then every payload by id
+        costs two calls where one would do (an agent's first read after the store opened)."""
+        return self._per_agent[agent_id] > 0
+
+    def known(self, ids: Iterable[str]) -> dict[str, Kept]:
+        """The kept memories of ``ids``, now most recently read; :meth:`memory` turns one back
+        into a memory."""
+        found: dict[str, Kept] = {}
         with self._lock:
             memories = self._memories
             for point_id in ids:
-                memory = memories.get(point_id)
-                if memory is not None:
+                kept = memories.get(point_id)
+                if kept is not None:
                     memories.move_to_end(point_id)
-                    found[point_id] = memory
+                    found[point_id] = kept
         return found
+
+    def memory(self, kept: Kept, similarity: float | None = None) -> StoredMemory:
+        """The memory of ``kept``, with a search's cosine when given."""
+        values, fields = kept
+        return memory_of_values(values, self._field_sets[fields], similarity)
 
     def remember(self, generation: int, memories: Mapping[str, StoredMemory]) -> None:
         """Keep ``memories`` (decoded without scores), unless a write forgot anything since
@@ -76,20 +95,42 @@ class DecodedMemories:
                 return
             kept = self._memories
             for point_id, memory in memories.items():
-                kept[point_id] = memory
-                kept.move_to_end(point_id)
+                self._dropped(kept.pop(point_id, None))
+                kept[point_id] = (field_values(memory), self._field_set(memory.model_fields_set))
+                self._per_agent[memory.agent_id] += 1
             while len(kept) > self._capacity:
-                kept.popitem(last=False)
+                self._dropped(kept.popitem(last=False)[1])
 
     def forget(self, ids: Iterable[str]) -> None:
         """Drop the memories of ``ids``: the points a write touched."""
         with self._lock:
             self._generation += 1
             for point_id in ids:
-                self._memories.pop(point_id, None)
+                self._dropped(self._memories.pop(point_id, None))
 
     def forget_all(self) -> None:
         """Drop everything: a write that removed points it cannot name (an agent's erasure)."""
         with self._lock:
             self._generation += 1
             self._memories.clear()
+            self._per_agent.clear()
+
+    def _field_set(self, fields: set[str]) -> int:
+        """The number of a set of given fields (memories share a handful; the lock held)."""
+        frozen = frozenset(fields)
+        try:
+            return self._field_sets.index(frozen)
+        except ValueError:
+            self._field_sets.append(frozen)
+            return len(self._field_sets) - 1
+
+    def _dropped(self, kept: Kept | None) -> None:
+        """Count ``kept`` out of its agent's kept memories (the lock held)."""
+        if kept is None:
+            return
+        agent_id = kept[0][_AGENT]
+        left = self._per_agent[agent_id] - 1
+        if left:
+            self._per_agent[agent_id] = left
+        else:
+            del self._per_agent[agent_id]

@@ -66,11 +66,16 @@ from projections.episodic.changes import (
     checked_vector,
     episodic_changes,
 )
-from projections.episodic.decoded_memories import DECODED_MEMORIES, DecodedMemories
-from projections.episodic.edge_candidates import candidate_request
+from projections.episodic.decoded_memories import DecodedMemories, Kept
+from projections.episodic.edge_candidates import candidate_request, with_payloads
 from projections.episodic.edge_filters import ACTIVE, agent_filter, agents_filter, selection_filter
 from projections.episodic.edge_positions import Positions, read_positions, write_positions
-from projections.episodic.edge_segments import OPTIMIZE_EVERY, SEARCH_THREADS, OptimizeCadence
+from projections.episodic.edge_segments import (
+    DECODED_MEMORIES,
+    OPTIMIZE_EVERY,
+    SEARCH_THREADS,
+    OptimizeCadence,
+)
 from projections.episodic.hybrid import (
     LEXICAL_VECTOR,
     Selection,
@@ -419,32 +424,42 @@ class EdgeEpisodicMemory:
             lexical=self._lexical,
         )
         generation = self._decoded.generation
+        payloads = not self._decoded.holds_any_of(agent_id)
+        if payloads:
+            request = with_payloads(request)
         with _edge_errors(f"reading the candidates of {agent_id!r}"):
             points = self._shard.query(request)
             ids = [str(point.id) for point in points]
-            decoded = self._decoded_memories(ids, generation)
+            kept: dict[str, Kept] = {}
+            if payloads:
+                fresh = {key: stored_memory(p.payload) for key, p in zip(ids, points, strict=True)}
+            else:
+                kept = self._decoded.known(ids)
+                fresh = self._payloads_of([key for key in ids if key not in kept])
+            self._decoded.remember(generation, fresh)
         scored = signals.nearest
         read = []
         for point_id, point in zip(ids, points, strict=True):
-            # A point deleted between the query and the read of its payload is passed over.
-            memory = decoded.get(point_id)
+            similarity = clipped(point.score) if scored else None
+            if point_id in kept:
+                memory: StoredMemory | None = self._decoded.memory(kept[point_id], similarity)
+            else:
+                # None: a point deleted between the query and the read of its payload.
+                memory = fresh.get(point_id)
+                if memory is not None and similarity is not None:
+                    memory = with_similarity(memory, similarity)
             if memory is not None and signals.wanted(memory.seq):
-                if scored:
-                    memory = with_similarity(memory, clipped(point.score))
                 read.append(memory)
         return read
 
-    def _decoded_memories(self, ids: list[str], generation: int) -> dict[str, StoredMemory]:
-        """The memories of ``ids``, those not decoded before read from the shard
-        (:mod:`projections.episodic.decoded_memories`)."""
-        decoded = self._decoded.known(ids)
-        missing: list[qe.PointId] = [point_id for point_id in ids if point_id not in decoded]
-        if missing:
-            records = self._shard.retrieve(missing, with_payload=["memory"], with_vector=False)
-            fresh = {str(record.id): stored_memory(record.payload) for record in records}
-            self._decoded.remember(generation, fresh)
-            decoded.update(fresh)
-        return decoded
+    def _payloads_of(self, ids: list[str]) -> dict[str, StoredMemory]:
+        """The memories of ``ids`` read from the shard, decoded: the candidates not decoded
+        before (:mod:`projections.episodic.decoded_memories`)."""
+        if not ids:
+            return {}
+        missing: list[qe.PointId] = list(ids)
+        records = self._shard.retrieve(missing, with_payload=["memory"], with_vector=False)
+        return {str(record.id): stored_memory(record.payload) for record in records}
 
     async def search(
         self,

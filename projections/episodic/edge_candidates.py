@@ -84,3 +84,17 @@ def _united(prefetches: list[qe.Prefetch], signals: CandidateSignals) -> qe.Quer
         with_payload=False,
         with_vector=False,
     )
+
+
+def with_payloads(request: qe.QueryRequest) -> qe.QueryRequest:
+    """``request`` with the ``memory`` payload field of every point: for a store that has
+    decoded none of the agent's memories yet, one call instead of ids and then payloads."""
+    return qe.QueryRequest(
+        limit=request.limit,
+        prefetches=request.prefetches,
+        query=request.query,
+        filter=request.filter,
+        params=request.params,
+        with_payload=["memory"],
+        with_vector=False,
+    )

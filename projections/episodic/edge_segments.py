@@ -1,4 +1,5 @@
-"""How an Edge shard's segments are built, and when the store optimizes them.
+"""How an Edge shard's segments are built, when the store optimizes them, and how many decoded
+memories it keeps (:mod:`projections.episodic.decoded_memories`).
 
 Edge runs no optimizer of its own: until ``optimize`` is called, every point lands in one
 appendable segment, whose payload indexes are the mutable kind, so every read of every agent
@@ -79,3 +80,9 @@ class OptimizeCadence:
 
     def optimized(self) -> None:
         self.written = 0
+
+
+DECODED_MEMORIES = 50_000
+"""How many decoded memories a store keeps, least recently read dropped first: the candidate
+sets of some 200 agents of 1,000 memories. Measured with tracemalloc, a memory of ten words
+and two tags takes ~0.8 KB kept as its field values, so ~40 MB at this bound."""

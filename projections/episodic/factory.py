@@ -8,9 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
-from projections.episodic.decoded_memories import DECODED_MEMORIES
 from projections.episodic.edge import SHARD_DIR, EdgeEpisodicMemory
-from projections.episodic.edge_segments import OPTIMIZE_EVERY
+from projections.episodic.edge_segments import DECODED_MEMORIES, OPTIMIZE_EVERY
 from projections.episodic.qdrant_server import (
     QdrantServerEpisodicMemory,
     drop_collection,

@@ -13,6 +13,7 @@ from streams.cli.console import fail
 from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
+    from projections.interfaces import EpisodicMemoryStore
     from projections.versions import (
         OpenStores,
         ProjectionStores,
@@ -70,19 +71,21 @@ def version_stores(settings: EngramSettings) -> VersionStores:
     def working_of(version: ProjectionVersion) -> RedisWorkingMemory:
         return deferred.redis_store.RedisWorkingMemory.from_url(redis_url, version.redis_namespace)
 
-    async def open_stores(version: ProjectionVersion) -> ProjectionStores:
-        working = working_of(version)
-        episodic = await deferred.episodic_factory.open_episodic_store(
+    async def episodic_of(path: Path | None, collection: str, size: int) -> EpisodicMemoryStore:
+        return await deferred.episodic_factory.open_episodic_store(
             qdrant_url=settings.qdrant_url,
-            qdrant_path=await edge_dir(),
-            collection=version.qdrant_collection,
-            dim=dim,
+            qdrant_path=path,
+            collection=collection,
+            dim=size,
             api_key=api_key,
             archive=settings.archive,
             optimize_every=settings.edge_optimize_every,
             decoded_memories=settings.edge_decoded_memories,
         )
-        return working, episodic
+
+    async def open_stores(version: ProjectionVersion) -> ProjectionStores:
+        working = working_of(version)
+        return working, await episodic_of(await edge_dir(), version.qdrant_collection, dim)
 
     async def open_existing(version: ProjectionVersion) -> ProjectionStores:
         factory = deferred.episodic_factory
@@ -95,17 +98,7 @@ def version_stores(settings: EngramSettings) -> VersionStores:
         )
         if stored is None:
             return working_of(version), None
-        episodic = await factory.open_episodic_store(
-            qdrant_url=settings.qdrant_url,
-            qdrant_path=qdrant_path,
-            collection=collection,
-            dim=stored,
-            api_key=api_key,
-            archive=settings.archive,
-            optimize_every=settings.edge_optimize_every,
-            decoded_memories=settings.edge_decoded_memories,
-        )
-        return working_of(version), episodic
+        return working_of(version), await episodic_of(qdrant_path, collection, stored)
 
     async def drop(version: ProjectionVersion) -> None:
         working = working_of(version)

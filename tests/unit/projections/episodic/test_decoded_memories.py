@@ -3,22 +3,55 @@ never filled with what a read decoded while a write forgot something."""
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterable
 from functools import partial
 
 import pytest
 
 from projections.episodic.decoded_memories import DecodedMemories
+from projections.memory import StoredMemory, with_similarity
 from tests.unit.projections import test_relevance
 
-memory = partial(test_relevance.memory, content="the levee held")
+memory = partial(test_relevance.memory, content="the levee held", similarity=None)
+
+
+def kept(decoded: DecodedMemories, ids: Iterable[str]) -> dict[str, StoredMemory]:
+    return {key: decoded.memory(values) for key, values in decoded.known(ids).items()}
 
 
 def test_known_returns_only_what_was_remembered() -> None:
     decoded = DecodedMemories()
     decoded.remember(decoded.generation, {"a": memory("a"), "b": memory("b")})
 
-    assert decoded.known(["a", "c"]) == {"a": memory("a")}
+    assert kept(decoded, ["a", "c"]) == {"a": memory("a")}
     assert len(decoded) == 2
+
+
+def test_a_kept_memory_comes_back_as_it_was_and_with_a_similarity() -> None:
+    decoded = DecodedMemories()
+    original = StoredMemory.model_validate_json(memory("a").model_dump_json(exclude_none=True))
+    decoded.remember(decoded.generation, {"a": original})
+
+    again = decoded.memory(decoded.known(["a"])["a"])
+    scored = decoded.memory(decoded.known(["a"])["a"], 0.25)
+
+    assert again == original
+    assert again.model_fields_set == original.model_fields_set
+    assert scored == original.model_copy(update={"similarity": 0.25})
+    assert scored.model_fields_set == with_similarity(original, 0.25).model_fields_set
+    assert scored.model_dump_json() == with_similarity(original, 0.25).model_dump_json()
+
+
+def test_kept_memories_are_not_tracked_by_the_cycle_collector() -> None:
+    decoded = DecodedMemories()
+    decoded.remember(decoded.generation, {"a": memory("a")})
+    # A tuple is untracked at a collection that finds all its items untracked: the values at
+    # the first, the pair holding them at the latest at the next.
+    gc.collect()
+    gc.collect()
+
+    assert not gc.is_tracked(decoded.known(["a"])["a"])
 
 
 def test_a_read_that_raced_a_write_keeps_nothing() -> None:
@@ -29,9 +62,9 @@ def test_a_read_that_raced_a_write_keeps_nothing() -> None:
     decoded.forget(["a"])  # a write touched "a" while the read ran
     decoded.remember(began, {"a": memory("a", content="old words"), "b": memory("b")})
 
-    assert decoded.known(["a", "b"]) == {}
+    assert kept(decoded, ["a", "b"]) == {}
     decoded.remember(decoded.generation, {"a": memory("a", content="new words")})
-    assert decoded.known(["a"]) == {"a": memory("a", content="new words")}
+    assert kept(decoded, ["a"]) == {"a": memory("a", content="new words")}
 
 
 def test_forget_drops_the_named_and_forget_all_everything() -> None:
@@ -39,9 +72,9 @@ def test_forget_drops_the_named_and_forget_all_everything() -> None:
     decoded.remember(decoded.generation, {key: memory(key) for key in "abc"})
 
     decoded.forget(["b", "unknown"])
-    assert set(decoded.known("abc")) == {"a", "c"}
+    assert set(kept(decoded, "abc")) == {"a", "c"}
     decoded.forget_all()
-    assert decoded.known("abc") == {}
+    assert kept(decoded, "abc") == {}
     assert len(decoded) == 0
 
 
@@ -52,7 +85,7 @@ def test_the_least_recently_read_go_first_past_the_capacity() -> None:
 
     decoded.remember(decoded.generation, {"c": memory("c")})
 
-    assert set(decoded.known("abc")) == {"a", "c"}
+    assert set(kept(decoded, "abc")) == {"a", "c"}
 
 
 def test_capacity_zero_keeps_nothing_and_a_negative_one_is_refused() -> None:
@@ -61,3 +94,24 @@ def test_capacity_zero_keeps_nothing_and_a_negative_one_is_refused() -> None:
     assert decoded.known(["a"]) == {}
     with pytest.raises(ValueError, match="negative"):
         DecodedMemories(capacity=-1)
+
+
+def test_holds_any_of_counts_each_agents_kept_memories() -> None:
+    decoded = DecodedMemories(capacity=3)
+    bob = test_relevance.memory("b1", "the pumps").model_copy(update={"agent_id": "bob"})
+    decoded.remember(decoded.generation, {"a1": memory("a1"), "a2": memory("a2"), "b1": bob})
+    decoded.remember(decoded.generation, {"a1": memory("a1")})  # kept again, counted once
+    assert decoded.holds_any_of("alice")
+    assert decoded.holds_any_of("bob")
+    assert not decoded.holds_any_of("carol")
+
+    decoded.forget(["b1"])
+    assert not decoded.holds_any_of("bob")
+    decoded.remember(
+        decoded.generation, {"b1": bob, "b2": bob.model_copy(update={"memory_id": "b2"})}
+    )
+    assert len(decoded) == 3  # a2, the least recently read, went
+    decoded.forget(["a1"])
+    assert not decoded.holds_any_of("alice")
+    decoded.forget_all()
+    assert not decoded.holds_any_of("bob")
