@@ -67,6 +67,9 @@ PLAIN_RETRIEVAL = {"top_k", "current_year", "current_step", "after", "wait_timeo
 PLAIN_RETRIEVE_OPTIONS = {"--year", "--step", "--top-k", "--url", "--after", "--wait-timeout-ms"}
 COMMAND_TIMEOUT = 120.0
 READY_TIMEOUT = 120.0
+PORT_ATTEMPTS = 3
+"""Starts of a service whose port another test took meanwhile (the ports are chosen when the
+session begins)."""
 RETRIEVAL_TIMEOUT = 30.0
 
 
@@ -261,7 +264,36 @@ class DocSession:
     def _start(self, command: str, argv: list[str], env: dict[str, str], where: str) -> None:
         if command == "mcp" and "http" not in argv:
             raise ReadmeCommandError(f"{where}: MCP over stdio needs a client; mark the block")
-        argv = self._live_port(command, argv)
+        service = self._ready(command, argv, env, where)
+        if command == "up":
+            banner = service.text()
+            for example, pattern in PRINTED_BY_UP.items():
+                found = re.search(pattern, banner, re.MULTILINE)
+                if found is None:
+                    raise ReadmeCommandError(f"{where}\nengram up did not print {example}")
+                self.addresses[example] = found.group(1)
+
+    def _ready(self, command: str, argv: list[str], env: dict[str, str], where: str) -> Service:
+        """The service started and ready, on another free port if the one chosen when the
+        session began was taken since (by another test: :data:`PORT_ATTEMPTS`)."""
+        for _ in range(PORT_ATTEMPTS - 1):
+            live = self._live_port(command, argv)
+            service = self._started(command, live, env, where)
+            if service is not None:
+                return service
+            text = self.services.pop().text()
+            if "address already in use" not in text or "--port" not in live:
+                raise ReadmeCommandError(f"{where}\nnot ready:\n{text}")
+            self._move(live[live.index("--port") + 1])
+        service = self._started(command, self._live_port(command, argv), env, where)
+        if service is None:
+            raise ReadmeCommandError(f"{where}\nnot ready:\n{self.services[-1].text()}")
+        return service
+
+    def _started(
+        self, command: str, argv: list[str], env: dict[str, str], where: str
+    ) -> Service | None:
+        """The service once it says it is ready; None if it exited or timed out first."""
         output = self.workdir / f"service-{len(self.services)}.out"
         with output.open("wb") as sink:
             process = subprocess.Popen(
@@ -273,15 +305,21 @@ class DocSession:
         deadline = time.monotonic() + READY_TIMEOUT
         while ready not in service.text():
             if process.poll() is not None or time.monotonic() > deadline:
-                raise ReadmeCommandError(f"{where}\nnot ready:\n{service.text()}")
+                if process.poll() is None:
+                    process.kill()
+                    process.wait(10)
+                return None
             time.sleep(0.1)
-        if command == "up":
-            banner = service.text()
-            for example, pattern in PRINTED_BY_UP.items():
-                found = re.search(pattern, banner, re.MULTILINE)
-                if found is None:
-                    raise ReadmeCommandError(f"{where}\nengram up did not print {example}")
-                self.addresses[example] = found.group(1)
+        return service
+
+    def _move(self, port: str) -> None:
+        """Every address on ``port`` moved to a new free port, and ENGRAM_URL with them."""
+        moved = f"127.0.0.1:{free_port()}"
+        for example, live in list(self.addresses.items()):
+            if live == f"127.0.0.1:{port}":
+                self.addresses[example] = moved
+        if self.env.get("ENGRAM_URL") == f"http://127.0.0.1:{port}":
+            self.env["ENGRAM_URL"] = f"http://{moved}"
 
     def _live_port(self, command: str, argv: list[str]) -> list[str]:
         """The service on the free port chosen for the address the README gives it."""
