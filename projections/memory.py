@@ -139,8 +139,8 @@ def field_values(memory: StoredMemory) -> tuple[Any, ...]:
     """A memory's field values, in :data:`STORED_FIELDS` order: a plain tuple of strings,
     numbers, datetimes and tuples of strings, which Python's cycle collector stops tracking,
     whereas a model (an object, its ``__dict__``, its set of fields) stays tracked and makes
-    every full collection longer (a full collection took ~90 ms once 20,000 decoded memories
-    were kept as models)."""
+    every full collection longer (measured in process, with some 14,000 decoded memories kept:
+    a full collection took 91 ms with them kept as models, 71 ms as tuples)."""
     fields = memory.__dict__
     return tuple(fields[name] for name in STORED_FIELDS)
 

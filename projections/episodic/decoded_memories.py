@@ -35,7 +35,7 @@ __all__ = ["DECODED_MEMORIES", "DecodedMemories", "Kept"]
 Kept = tuple[tuple[Any, ...], int]
 """A kept memory: its field values (:func:`~projections.memory.field_values`) and the number
 of its set of given fields. Plain tuples of plain values, so Python's cycle collector stops
-tracking them: kept as models, 20,000 memories made a full collection take ~90 ms."""
+tracking them, and half the memory of a model (~0.8 KB against ~1.8)."""
 
 _AGENT = STORED_FIELDS.index("agent_id")
 
