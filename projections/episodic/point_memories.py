@@ -34,7 +34,9 @@ def clipped(score: float) -> float:
 
 def candidate_memories(points: Iterable[Any], signals: CandidateSignals) -> list[StoredMemory]:
     """The memories of a candidates query's points (each with its cosine when the query had a
-    direction), those between the wanted ``at_seqs`` left out: what both adapters return."""
+    direction), those between the wanted ``at_seqs`` left out. The server adapter's reading;
+    the Edge store returns the same from the memories it keeps decoded
+    (:mod:`projections.episodic.decoded_memories`)."""
     if signals.nearest:
         read = [stored_memory(point.payload, point.score) for point in points]
     else:

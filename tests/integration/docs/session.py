@@ -276,19 +276,19 @@ class DocSession:
     def _ready(self, command: str, argv: list[str], env: dict[str, str], where: str) -> Service:
         """The service started and ready, on another free port if the one chosen when the
         session began was taken since (by another test: :data:`PORT_ATTEMPTS`)."""
-        for _ in range(PORT_ATTEMPTS - 1):
+        attempt = 1
+        while True:
             live = self._live_port(command, argv)
             service = self._started(command, live, env, where)
             if service is not None:
                 return service
-            text = self.services.pop().text()
-            if "address already in use" not in text or "--port" not in live:
+            text = self.services[-1].text()
+            taken = "address already in use" in text and "--port" in live
+            if not taken or attempt == PORT_ATTEMPTS:
                 raise ReadmeCommandError(f"{where}\nnot ready:\n{text}")
+            self.services.pop()
             self._move(live[live.index("--port") + 1])
-        service = self._started(command, self._live_port(command, argv), env, where)
-        if service is None:
-            raise ReadmeCommandError(f"{where}\nnot ready:\n{self.services[-1].text()}")
-        return service
+            attempt += 1
 
     def _started(
         self, command: str, argv: list[str], env: dict[str, str], where: str

@@ -20,6 +20,10 @@ pytestmark = pytest.mark.integration
 SIGNALS = CandidateSignals(
     10, recency=True, vector=EMBEDDER.embed(QUERY), lexical=query_vector(QUERY)
 )
+OTHER = "a quiet garden after the storm"
+OTHER_SIGNALS = CandidateSignals(
+    10, recency=True, vector=EMBEDDER.embed(OTHER), lexical=query_vector(OTHER)
+)
 
 
 async def test_a_warm_read_answers_what_a_reopened_store_answers(tmp_path: Path) -> None:
@@ -27,6 +31,8 @@ async def test_a_warm_read_answers_what_a_reopened_store_answers(tmp_path: Path)
     await store.apply(random_log("alice", 40, seed=7))
     cold = await store.candidates("alice", SIGNALS)
     warm = await store.candidates("alice", SIGNALS)
+    # Another query meets memories kept from the first: each with its own cosine.
+    warm_other = await store.candidates("alice", OTHER_SIGNALS)
     beside = CandidateSignals(vector=SIGNALS.vector, at_seqs=(2, 3, 17))
     warm_beside = await store.candidates("alice", beside)
     await store.close()
@@ -37,6 +43,10 @@ async def test_a_warm_read_answers_what_a_reopened_store_answers(tmp_path: Path)
         assert sorted(warm, key=lambda m: m.memory_id) == sorted(cold, key=lambda m: m.memory_id)
         fresh = await reopened.candidates("alice", SIGNALS)
         assert sorted(fresh, key=lambda m: m.memory_id) == sorted(warm, key=lambda m: m.memory_id)
+        fresh_other = await reopened.candidates("alice", OTHER_SIGNALS)
+        assert {m.memory_id for m in warm_other} & {m.memory_id for m in warm}
+        by_id = sorted(fresh_other, key=lambda m: m.memory_id)
+        assert sorted(warm_other, key=lambda m: m.memory_id) == by_id
         assert sorted(m.seq for m in warm_beside) == [2, 3, 17]
         assert warm_beside == await reopened.candidates("alice", beside)
     finally:
