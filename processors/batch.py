@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import Literal, Protocol, assert_never
 
 from processors.batch_embedding import PreparedEmbedder
@@ -183,14 +184,52 @@ def process_batch(
     opener: RecordOpener | None = None,
 ) -> BatchResult:
     """Derive from a batch in record order. ``agents_of_partition`` names the agents a tick
-    of that partition concerns, besides those this batch already touched."""
+    of that partition concerns, besides those this batch already touched.
+
+    With an embedder whose calls are dear, a first pass notes the texts the rules make and
+    one call embeds them (:mod:`processors.batch_embedding`); it forgets no keys, so that
+    the pass that counts opens the batch's records as a single pass would."""
     opener = opener or PlainRecords()
     early = _decode_agent_events(records, opener)
     prepared = _prepared(ctx)
     prepared.prepare(
         event.content for event in early.values() if not isinstance(event, DecodeError)
     )
-    batch = _Batch(load_state, replace(ctx, embedder=prepared), agents_of_partition, opener)
+    derive = partial(
+        _derive, records, early, load_state, replace(ctx, embedder=prepared), failed_at
+    )
+    if prepared.batches_misses and not ctx.summariser.blocking:
+        with prepared.noting_misses() as noted:
+            first = derive(agents_of_partition, _KeepingKeys(opener))
+        if not noted:
+            return first
+        prepared.add(noted)
+    return derive(agents_of_partition, opener)
+
+
+class _KeepingKeys:
+    """An opener that forgets no keys: a first pass must leave the real one as it was."""
+
+    def __init__(self, opener: RecordOpener) -> None:
+        self._opener = opener
+
+    def open(self, raw: bytes) -> bytes:
+        return self._opener.open(raw)
+
+    def forget(self, agent_id: str, key_ids: Iterable[str]) -> None:
+        return None
+
+
+def _derive(
+    records: Sequence[RawRecord],
+    early: dict[int, AgentEvent | DecodeError],
+    load_state: Callable[[str], AgentMemoryState],
+    ctx: Deriving,
+    failed_at: datetime,
+    agents_of_partition: Callable[[int], Iterable[str]],
+    opener: RecordOpener,
+) -> BatchResult:
+    batch = _Batch(load_state, ctx, agents_of_partition, opener)
     for index, raw in enumerate(records):
         position = SourcePosition(topic=raw.topic, partition=raw.partition, offset=raw.offset)
         # What a forget command earlier in the batch forgot must not decode: decode again.

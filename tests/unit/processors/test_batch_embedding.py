@@ -1,13 +1,28 @@
-"""Embedding a batch at once gives every text the row it gets alone, whatever the batch."""
+"""Embedding a batch at once gives every text the row it gets alone, whatever the batch; with
+an embedder whose calls are dear, the texts the rules make are embedded together too."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
 import numpy as np
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from processors.batch import RawRecord, RecordKind, RecordOpener, process_batch
 from processors.batch_embedding import PreparedEmbedder
 from processors.embedding import EmbedsMany, HashingEmbedder
+from processors.lifecycle import Deriving
+from processors.recording import AgentMemoryState
+from schemas.agent_events import Observation
+from schemas.codec import encode_event
+from schemas.memory_events import ForgetAgent, MemoryRetrieved, MemorySummarised
+from streams.privacy.keyring import FileKeyring
+from streams.privacy.sealing import RecordSealer
+from tests.agent_streams import CTX, FAILED_AT, START, TOPICS, Action, action, build_stream
 
 words = st.sampled_from(
     ["flood", "levee", "the", "insurance", "raised", "house", "42", "storm", "a", "é"]
@@ -71,3 +86,116 @@ def test_a_prepared_embedder_answers_the_batch_from_one_call_and_the_rest_as_it_
     one_by_one.prepare(["z levee"])  # the batch before is dropped
     one_by_one.embed("x storm")
     assert counting.calls == ["x storm", "y house", "z levee", "x storm"]
+
+
+class DearEmbedder:
+    """The hashing embedder posing as a model, whose calls are dear (``batches_misses``):
+    it counts its batched calls and notes every text embedded alone."""
+
+    batches_misses = True
+
+    def __init__(self) -> None:
+        self.inner = CTX.embedder
+        self.batched_calls = 0
+        self.alone: list[str] = []
+
+    @property
+    def id(self) -> str:
+        return self.inner.id
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def embed(self, text: str) -> np.ndarray:
+        self.alone.append(text)
+        return self.inner.embed(text)
+
+    def embed_many(self, texts: Sequence[str]) -> np.ndarray:
+        self.batched_calls += 1
+        assert isinstance(self.inner, EmbedsMany)
+        return self.inner.embed_many(texts)
+
+
+def _derived(records: list[RawRecord], ctx: Deriving, opener: RecordOpener | None = None) -> Any:
+    result = process_batch(
+        records, lambda _: AgentMemoryState(), ctx=ctx, failed_at=FAILED_AT, opener=opener
+    )
+    return result.derived, result.dead_letters, result.states, result.forgotten_records
+
+
+@settings(max_examples=60, deadline=None)
+@given(actions=st.lists(action, min_size=30, max_size=120))
+def test_a_dear_embedder_embeds_what_the_rules_make_in_one_more_call(
+    actions: list[Action],
+) -> None:
+    """Summaries and promoted copies are embedded together after a first pass found them:
+    the batch derives what a plain embedder derives, and no text is embedded alone."""
+    records, _ = build_stream(actions)
+    dear = DearEmbedder()
+    assert _derived(records, replace(CTX, embedder=dear)) == _derived(records, CTX)
+    assert dear.alone == []
+    assert dear.batched_calls <= 2
+
+
+async def test_the_first_pass_of_a_dear_embedder_forgets_no_keys(tmp_path: Path) -> None:
+    """A retrieval sealed with an agent's key, before the request that forgets it in the same
+    batch, still opens in the pass that counts."""
+    keyring = FileKeyring(tmp_path)
+    publisher = RecordSealer(keyring)
+    await publisher.prepare_seal(["H001"])
+    key_ids = tuple(await keyring.key_ids("H001"))
+
+    def sealed(
+        offset: int, event: Observation | MemoryRetrieved, topic: str, kind: RecordKind
+    ) -> RawRecord:
+        value = publisher.seal("H001", encode_event(event))
+        return RawRecord(
+            topic,
+            0,
+            offset,
+            b"H001",
+            value,
+            expected_type=event.event_type if kind == "agent" else None,
+            kind=kind,
+        )
+
+    def observation(offset: int, year: int) -> RawRecord:
+        event = Observation(
+            agent_id="H001",
+            content=f"water in the cellar, year {year} ({offset})",
+            importance=0.65,
+            occurred_at=START,
+            year=year,
+        )
+        return sealed(offset, event, TOPICS.observations, "agent")
+
+    retrieval = MemoryRetrieved(
+        agent_id="H001",
+        event_id="r-1",
+        occurred_at=START,
+        mode="two_phase",
+        parameters={"top_k": 3},
+        results=(),
+        took_ms=1.0,
+    )
+    request = ForgetAgent(event_id="req-1", agent_id="H001", requested_at=START, key_ids=key_ids)
+    records = [
+        observation(0, 1),
+        observation(1, 1),
+        sealed(0, retrieval, TOPICS.access, "retrieval"),
+        observation(2, 2),  # the year ends: a summary, which the first pass finds
+        RawRecord(TOPICS.schedule, 0, 0, b"H001", encode_event(request), kind="tick"),
+    ]
+
+    async def opener() -> RecordSealer:
+        sealer = RecordSealer(keyring)
+        await sealer.prepare_open(r.value for r in records if r.value is not None)
+        return sealer
+
+    dear = DearEmbedder()
+    plain = _derived(records, CTX, await opener())
+    assert any(isinstance(e, MemorySummarised) for e in plain[0])
+    assert _derived(records, replace(CTX, embedder=dear), await opener()) == plain
+    assert dear.batched_calls == 2
+    assert dear.alone == []
