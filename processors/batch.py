@@ -188,7 +188,8 @@ def process_batch(
 
     With an embedder whose calls are dear, a first pass notes the texts the rules make and
     one call embeds them (:mod:`processors.batch_embedding`); it forgets no keys, so that
-    the pass that counts opens the batch's records as a single pass would."""
+    the pass that counts opens the batch's records as a single pass would, and it counts
+    itself only when it found no such text and forgot no agent."""
     opener = opener or PlainRecords()
     early = _decode_agent_events(records, opener)
     prepared = _prepared(ctx)
@@ -201,7 +202,7 @@ def process_batch(
     if prepared.batches_misses and not ctx.summariser.blocking:
         with prepared.noting_misses() as noted:
             first = derive(agents_of_partition, _KeepingKeys(opener))
-        if not noted:
+        if not noted and not first.forgotten_agents:
             return first
         prepared.add(noted)
     return derive(agents_of_partition, opener)

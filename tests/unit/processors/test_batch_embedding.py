@@ -199,3 +199,37 @@ async def test_the_first_pass_of_a_dear_embedder_forgets_no_keys(tmp_path: Path)
     assert _derived(records, replace(CTX, embedder=dear), await opener()) == plain
     assert dear.batched_calls == 2
     assert dear.alone == []
+
+
+async def test_a_batch_that_forgets_an_agent_is_derived_again_with_its_keys_forgotten(
+    tmp_path: Path,
+) -> None:
+    """No text for a second call, but the first pass kept the keys: what the forgotten key
+    sealed after the request must still be skipped, as a single pass skips it."""
+    keyring = FileKeyring(tmp_path)
+    publisher = RecordSealer(keyring)
+    await publisher.prepare_seal(["H001"])
+    key_ids = tuple(await keyring.key_ids("H001"))
+
+    def observed(offset: int, content: str) -> RawRecord:
+        event = Observation(agent_id="H001", content=content, importance=0.65, occurred_at=START)
+        value = publisher.seal("H001", encode_event(event))
+        return RawRecord(TOPICS.observations, 0, offset, b"H001", value, "observation")
+
+    request = ForgetAgent(event_id="req-2", agent_id="H001", requested_at=START, key_ids=key_ids)
+    records = [
+        observed(0, "before"),
+        RawRecord(TOPICS.schedule, 0, 0, b"H001", encode_event(request), kind="tick"),
+        observed(1, "after, old key"),
+    ]
+
+    async def opener() -> RecordSealer:
+        sealer = RecordSealer(keyring)
+        await sealer.prepare_open(r.value for r in records if r.value is not None)
+        return sealer
+
+    dear = DearEmbedder()
+    plain = _derived(records, CTX, await opener())
+    assert plain[3] == 1  # the record after the request is forgotten
+    assert _derived(records, replace(CTX, embedder=dear), await opener()) == plain
+    assert dear.alone == []
