@@ -17,12 +17,24 @@ from processors.batch_embedding import PreparedEmbedder
 from processors.embedding import EmbedsMany, HashingEmbedder
 from processors.lifecycle import Deriving
 from processors.recording import AgentMemoryState
+from processors.state_fold import FoldedState
+from processors.worker_step import carry, derive_batch
 from schemas.agent_events import Observation
 from schemas.codec import encode_event
 from schemas.memory_events import ForgetAgent, MemoryRetrieved, MemorySummarised
 from streams.privacy.keyring import FileKeyring
 from streams.privacy.sealing import RecordSealer
-from tests.agent_streams import CTX, FAILED_AT, START, TOPICS, Action, action, build_stream
+from tests.agent_streams import (
+    CTX,
+    FAILED_AT,
+    RANK,
+    START,
+    TOPICS,
+    Action,
+    action,
+    build_stream,
+    split,
+)
 
 words = st.sampled_from(
     ["flood", "levee", "the", "insurance", "raised", "house", "42", "storm", "a", "é"]
@@ -125,17 +137,32 @@ def _derived(records: list[RawRecord], ctx: Deriving, opener: RecordOpener | Non
 
 
 @settings(max_examples=60, deadline=None)
-@given(actions=st.lists(action, min_size=30, max_size=120))
+@given(
+    actions=st.lists(action, min_size=30, max_size=120),
+    cuts=st.lists(st.integers(1, 150), max_size=8),
+)
 def test_a_dear_embedder_embeds_what_the_rules_make_in_one_more_call(
-    actions: list[Action],
+    actions: list[Action], cuts: list[int]
 ) -> None:
     """Summaries and promoted copies are embedded together after a first pass found them:
-    the batch derives what a plain embedder derives, and no text is embedded alone."""
+    batch after batch, from the state carried between them, the worker derives what a plain
+    embedder derives, and no text is embedded alone."""
     records, _ = build_stream(actions)
+    batches = split(records, cuts)
     dear = DearEmbedder()
-    assert _derived(records, replace(CTX, embedder=dear)) == _derived(records, CTX)
+    assert _carried(batches, replace(CTX, embedder=dear)) == _carried(batches, CTX)
     assert dear.alone == []
-    assert dear.batched_calls <= 2
+    assert dear.batched_calls <= 2 * len(batches)
+
+
+def _carried(batches: list[list[RawRecord]], ctx: Deriving) -> Any:
+    folded, partition_of = FoldedState(TOPICS.schedule), dict[str, int]()
+    derived: list[Any] = []
+    for records in batches:
+        batch = derive_batch(records, folded, partition_of, ctx=ctx, rank=RANK, failed_at=FAILED_AT)
+        derived += batch.result.derived
+        carry(folded, partition_of, batch)
+    return derived, folded.states
 
 
 async def test_the_first_pass_of_a_dear_embedder_forgets_no_keys(tmp_path: Path) -> None:
