@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.batch import RawRecord, RecordKind, RecordOpener, process_batch
+from processors.batch import RawRecord, RecordOpener, process_batch
 from processors.batch_embedding import PreparedEmbedder
 from processors.embedding import EmbedsMany, HashingEmbedder
 from processors.lifecycle import Deriving
@@ -60,10 +60,10 @@ def test_texts_without_keywords_embed_to_zero_rows_beside_others() -> None:
 
 
 class CountingEmbedder:
-    """A one-text-at-a-time embedder that counts its calls."""
+    """A one-text-at-a-time embedder that notes the texts it embeds."""
 
-    def __init__(self) -> None:
-        self.inner = HashingEmbedder(32)
+    def __init__(self, inner: HashingEmbedder | None = None) -> None:
+        self.inner = inner or HashingEmbedder(32)
         self.calls: list[str] = []
 
     @property
@@ -100,32 +100,19 @@ def test_a_prepared_embedder_answers_the_batch_from_one_call_and_the_rest_as_it_
     assert counting.calls == ["x storm", "y house", "z levee", "x storm"]
 
 
-class DearEmbedder:
+class DearEmbedder(CountingEmbedder):
     """The hashing embedder posing as a model, whose calls are dear (``batches_misses``):
-    it counts its batched calls and notes every text embedded alone."""
+    it counts its batched calls, and ``calls`` are the texts it embedded alone."""
 
     batches_misses = True
 
     def __init__(self) -> None:
-        self.inner = CTX.embedder
+        assert isinstance(CTX.embedder, HashingEmbedder)
+        super().__init__(CTX.embedder)
         self.batched_calls = 0
-        self.alone: list[str] = []
-
-    @property
-    def id(self) -> str:
-        return self.inner.id
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
-
-    def embed(self, text: str) -> np.ndarray:
-        self.alone.append(text)
-        return self.inner.embed(text)
 
     def embed_many(self, texts: Sequence[str]) -> np.ndarray:
         self.batched_calls += 1
-        assert isinstance(self.inner, EmbedsMany)
         return self.inner.embed_many(texts)
 
 
@@ -151,7 +138,7 @@ def test_a_dear_embedder_embeds_what_the_rules_make_in_one_more_call(
     batches = split(records, cuts)
     dear = DearEmbedder()
     assert _carried(batches, replace(CTX, embedder=dear)) == _carried(batches, CTX)
-    assert dear.alone == []
+    assert dear.calls == []
     assert dear.batched_calls <= 2 * len(batches)
 
 
@@ -165,38 +152,50 @@ def _carried(batches: list[list[RawRecord]], ctx: Deriving) -> Any:
     return derived, folded.states
 
 
+class SealedAgent:
+    """H001's records sealed with its key, and the opener of a fresh worker for them."""
+
+    def __init__(self, keyring: FileKeyring) -> None:
+        self.keyring = keyring
+        self.publisher = RecordSealer(keyring)
+
+    async def forgetting(self, event_id: str) -> RawRecord:
+        """A request that forgets every key H001 has, on the schedule topic."""
+        await self.publisher.prepare_seal(["H001"])
+        key_ids = tuple(await self.keyring.key_ids("H001"))
+        request = ForgetAgent(
+            event_id=event_id, agent_id="H001", requested_at=START, key_ids=key_ids
+        )
+        return RawRecord(TOPICS.schedule, 0, 0, b"H001", encode_event(request), kind="tick")
+
+    def sealed(self, offset: int, event: Observation | MemoryRetrieved) -> RawRecord:
+        value = self.publisher.seal("H001", encode_event(event))
+        if isinstance(event, MemoryRetrieved):
+            return RawRecord(TOPICS.access, 0, offset, b"H001", value, kind="retrieval")
+        return RawRecord(TOPICS.observations, 0, offset, b"H001", value, "observation")
+
+    async def derived_both_ways(self, records: list[RawRecord]) -> tuple[Any, Any, DearEmbedder]:
+        """What a plain embedder and a dear one derive, each with a fresh worker's opener."""
+        results = []
+        dear = DearEmbedder()
+        for ctx in (CTX, replace(CTX, embedder=dear)):
+            opener = RecordSealer(self.keyring)
+            await opener.prepare_open(r.value for r in records if r.value is not None)
+            results.append(_derived(records, ctx, opener))
+        return results[0], results[1], dear
+
+
+def observation(content: str, year: int | None = None) -> Observation:
+    return Observation(
+        agent_id="H001", content=content, importance=0.65, occurred_at=START, year=year
+    )
+
+
 async def test_the_first_pass_of_a_dear_embedder_forgets_no_keys(tmp_path: Path) -> None:
     """A retrieval sealed with an agent's key, before the request that forgets it in the same
     batch, still opens in the pass that counts."""
-    keyring = FileKeyring(tmp_path)
-    publisher = RecordSealer(keyring)
-    await publisher.prepare_seal(["H001"])
-    key_ids = tuple(await keyring.key_ids("H001"))
-
-    def sealed(
-        offset: int, event: Observation | MemoryRetrieved, topic: str, kind: RecordKind
-    ) -> RawRecord:
-        value = publisher.seal("H001", encode_event(event))
-        return RawRecord(
-            topic,
-            0,
-            offset,
-            b"H001",
-            value,
-            expected_type=event.event_type if kind == "agent" else None,
-            kind=kind,
-        )
-
-    def observation(offset: int, year: int) -> RawRecord:
-        event = Observation(
-            agent_id="H001",
-            content=f"water in the cellar, year {year} ({offset})",
-            importance=0.65,
-            occurred_at=START,
-            year=year,
-        )
-        return sealed(offset, event, TOPICS.observations, "agent")
-
+    agent = SealedAgent(FileKeyring(tmp_path))
+    forget = await agent.forgetting("req-1")
     retrieval = MemoryRetrieved(
         agent_id="H001",
         event_id="r-1",
@@ -206,26 +205,19 @@ async def test_the_first_pass_of_a_dear_embedder_forgets_no_keys(tmp_path: Path)
         results=(),
         took_ms=1.0,
     )
-    request = ForgetAgent(event_id="req-1", agent_id="H001", requested_at=START, key_ids=key_ids)
     records = [
-        observation(0, 1),
-        observation(1, 1),
-        sealed(0, retrieval, TOPICS.access, "retrieval"),
-        observation(2, 2),  # the year ends: a summary, which the first pass finds
-        RawRecord(TOPICS.schedule, 0, 0, b"H001", encode_event(request), kind="tick"),
+        agent.sealed(0, observation("water in the cellar", year=1)),
+        agent.sealed(1, observation("water in the garden", year=1)),
+        agent.sealed(0, retrieval),
+        # The year ends: a summary, which the first pass finds.
+        agent.sealed(2, observation("the levee held", year=2)),
+        forget,
     ]
-
-    async def opener() -> RecordSealer:
-        sealer = RecordSealer(keyring)
-        await sealer.prepare_open(r.value for r in records if r.value is not None)
-        return sealer
-
-    dear = DearEmbedder()
-    plain = _derived(records, CTX, await opener())
+    plain, dear_result, dear = await agent.derived_both_ways(records)
     assert any(isinstance(e, MemorySummarised) for e in plain[0])
-    assert _derived(records, replace(CTX, embedder=dear), await opener()) == plain
+    assert dear_result == plain
     assert dear.batched_calls == 2
-    assert dear.alone == []
+    assert dear.calls == []
 
 
 async def test_a_batch_that_forgets_an_agent_is_derived_again_with_its_keys_forgotten(
@@ -233,30 +225,14 @@ async def test_a_batch_that_forgets_an_agent_is_derived_again_with_its_keys_forg
 ) -> None:
     """No text for a second call, but the first pass kept the keys: what the forgotten key
     sealed after the request must still be skipped, as a single pass skips it."""
-    keyring = FileKeyring(tmp_path)
-    publisher = RecordSealer(keyring)
-    await publisher.prepare_seal(["H001"])
-    key_ids = tuple(await keyring.key_ids("H001"))
-
-    def observed(offset: int, content: str) -> RawRecord:
-        event = Observation(agent_id="H001", content=content, importance=0.65, occurred_at=START)
-        value = publisher.seal("H001", encode_event(event))
-        return RawRecord(TOPICS.observations, 0, offset, b"H001", value, "observation")
-
-    request = ForgetAgent(event_id="req-2", agent_id="H001", requested_at=START, key_ids=key_ids)
+    agent = SealedAgent(FileKeyring(tmp_path))
+    forget = await agent.forgetting("req-2")
     records = [
-        observed(0, "before"),
-        RawRecord(TOPICS.schedule, 0, 0, b"H001", encode_event(request), kind="tick"),
-        observed(1, "after, old key"),
+        agent.sealed(0, observation("before")),
+        forget,
+        agent.sealed(1, observation("after, old key")),
     ]
-
-    async def opener() -> RecordSealer:
-        sealer = RecordSealer(keyring)
-        await sealer.prepare_open(r.value for r in records if r.value is not None)
-        return sealer
-
-    dear = DearEmbedder()
-    plain = _derived(records, CTX, await opener())
+    plain, dear_result, dear = await agent.derived_both_ways(records)
     assert plain[3] == 1  # the record after the request is forgotten
-    assert _derived(records, replace(CTX, embedder=dear), await opener()) == plain
-    assert dear.alone == []
+    assert dear_result == plain
+    assert dear.calls == []
