@@ -52,16 +52,8 @@ class PreparedEmbedder:
     def prepare(self, texts: Iterable[str]) -> None:
         """Embed the batch's texts in one call; the rows of the batch before are dropped, so
         what is held is bounded by one batch."""
-        unique = list(dict.fromkeys(texts))
         self._rows = {}
-        if not unique:
-            return
-        inner = self.inner
-        if isinstance(inner, EmbedsMany):
-            matrix = inner.embed_many(unique)
-            self._rows = dict(zip(unique, matrix, strict=True))
-        else:
-            self._rows = {text: inner.embed(text) for text in unique}
+        self.add(texts)
 
     def add(self, texts: Iterable[str]) -> None:
         """Embed ``texts`` in one call and keep their rows beside the batch's."""
