@@ -14,7 +14,7 @@ from pydantic import Field, FilePath, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from processors.config import LifecycleRules
-from projections.episodic.edge_segments import DECODED_MEMORIES, OPTIMIZE_EVERY
+from projections.episodic.edge_segments import DECODED_MEMORIES, OPTIMIZE_EVERY, VECTOR_DATATYPE
 from projections.episodic.scope import CANDIDATE_LIMIT
 
 
@@ -118,6 +118,13 @@ class EngramSettings(BaseSettings):
         description="Points the embedded Qdrant Edge store writes between two optimizations of "
         "its shard (0: never). An optimized shard answers reads in time flat in its size; each "
         "optimization pauses the process that holds the shard (projections/README.md).",
+    )
+    edge_vectors: Literal["float16", "float32"] = Field(
+        default=VECTOR_DATATYPE,
+        description="How a new embedded Qdrant Edge shard stores its dense vectors: float16 "
+        "halves their memory and speeds up an agent's nearest-memory scan; a cosine it reads "
+        "differs from float32's by up to ~5e-4. A shard keeps the kind it was made with "
+        "(projections/README.md).",
     )
     edge_decoded_memories: int = Field(
         default=DECODED_MEMORIES,

@@ -46,7 +46,6 @@ segments lack): it keeps working dense-only, with a warning to rebuild it.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -58,7 +57,6 @@ import numpy as np
 import qdrant_edge as qe
 
 from processors.lexical import SparseQuery, document_vector
-from projections.episodic import edge_segments
 from projections.episodic.candidates import CandidateSignals, Scope
 from projections.episodic.changes import (
     EpisodicChanges,
@@ -68,12 +66,14 @@ from projections.episodic.changes import (
 )
 from projections.episodic.decoded_memories import DecodedMemories, Kept
 from projections.episodic.edge_candidates import candidate_request, with_payloads
+from projections.episodic.edge_config import ensure_indexes, shard_config, stored_layout
 from projections.episodic.edge_filters import ACTIVE, agent_filter, agents_filter, selection_filter
 from projections.episodic.edge_positions import Positions, read_positions, write_positions
 from projections.episodic.edge_segments import (
     DECODED_MEMORIES,
     OPTIMIZE_EVERY,
-    SEARCH_THREADS,
+    VECTOR_DATATYPE,
+    VECTOR_DATATYPES,
     OptimizeCadence,
 )
 from projections.episodic.hybrid import (
@@ -110,13 +110,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 SHARD_DIR = "shard"
-PAYLOAD_MEMORY = qe.Memory.Cached
-"""Payloads kept in RAM rather than read from disk (Edge's default, ``Cold``): a retrieval reads
-the payload of a few hundred candidates, and from disk that cost grew with the shard, not the
-agent (100 nearest of one agent's 1,000 points with their payload: 1.00 ms in a shard of 20,000
-points, 8.26 ms in one of 200,000; 1.43 ms Cached). The price is the payload storage in RAM: on
-disk it took ~630 bytes a point (126 MB for 200,000 points). An existing shard is switched
-when loaded."""
 POSITIONS_FILE = "applied_positions.json"
 
 
@@ -135,21 +128,6 @@ def _edge_errors(doing: str) -> Iterator[None]:
         raise ProjectionError(f"Qdrant Edge: {doing} failed{cause}: {exc}") from exc
 
 
-def _has_lexical(shard_path: Path) -> bool:
-    """Whether a shard was created with the ``lexical`` sparse vector and its IDF modifier.
-
-    Read from the shard's own ``edge_config.json``: Edge offers no call that returns a loaded
-    shard's vector configuration, and loading with a config that names the sparse vector fails
-    on a shard without it.
-    """
-    try:
-        config = json.loads((shard_path / "edge_config.json").read_bytes())
-        params = config.get("sparse_vectors", {}).get(LEXICAL_VECTOR)
-    except (OSError, ValueError, AttributeError):
-        return False
-    return isinstance(params, dict) and params.get("modifier") == "idf"
-
-
 def _point(memory: MemoryWritten, lexical: bool, *, active: bool = True) -> qe.Point:
     dense = memory.vector().tolist()
     payload = point_payload(memory, active=active)
@@ -161,41 +139,6 @@ def _point(memory: MemoryWritten, lexical: bool, *, active: bool = True) -> qe.P
         LEXICAL_VECTOR: qe.SparseVector(list(sparse.indices), list(sparse.values)),
     }
     return qe.Point(memory.memory_id, vectors, payload)
-
-
-def _hnsw_config() -> qe.HnswIndexConfig:
-    """No graph (``m=0``): see :mod:`projections.episodic.edge_segments`."""
-    return qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=edge_segments.FULL_SCAN_KB)
-
-
-def _optimizers_config() -> qe.EdgeOptimizersConfig:
-    return qe.EdgeOptimizersConfig(
-        max_segment_size=edge_segments.SEGMENT_KB,
-        indexing_threshold=edge_segments.INDEXING_KB,
-    )
-
-
-def _ensure_indexes(shard: qe.EdgeShard) -> None:
-    """agent_id: every read filters on it (``is_tenant`` lets the optimizer group an agent's
-    points). seq: ``order_by`` refuses to sort on a field without a range index. level: reads
-    that ask for some levels only match it by value. The rest serve a search's
-    :class:`~projections.retrieval.filters.MemoryFilter` (see :mod:`projections.episodic.hybrid`
-    for what they save); a shard from before them gets them when it is opened."""
-    wanted: dict[str, Any] = {
-        "agent_id": qe.KeywordIndexParams(is_tenant=True),
-        "seq": qe.IntegerIndexParams(lookup=False, range=True),
-        "level": qe.IntegerIndexParams(lookup=True, range=False),
-        "tags_lc": qe.KeywordIndexParams(),
-        "importance": qe.FloatIndexParams(),
-        "year": qe.IntegerIndexParams(lookup=False, range=True),
-        "step": qe.IntegerIndexParams(lookup=False, range=True),
-        "occurred_ts": qe.FloatIndexParams(),
-        "archived": qe.IntegerIndexParams(lookup=True, range=False),
-    }
-    existing = shard.info().payload_schema
-    for field_name, params in wanted.items():
-        if field_name not in existing:
-            shard.update(qe.UpdateOperation.create_field_index(field_name, params))
 
 
 class EdgeEpisodicMemory:
@@ -212,8 +155,10 @@ class EdgeEpisodicMemory:
         archive: bool = True,
         optimize_every: int = OPTIMIZE_EVERY,
         decoded_memories: int = DECODED_MEMORIES,
+        vectors: str = "float32",
     ) -> None:
         self._archive = archive
+        self._vectors = vectors
         self._cadence = OptimizeCadence(optimize_every)
         self._shard = shard
         self._path = path
@@ -234,41 +179,34 @@ class EdgeEpisodicMemory:
         archive: bool = True,
         optimize_every: int = OPTIMIZE_EVERY,
         decoded_memories: int = DECODED_MEMORIES,
+        vectors: str = VECTOR_DATATYPE,
     ) -> EdgeEpisodicMemory:
         """Create the store at ``path``, or load it; a dimension other than the stored one fails.
 
-        A new shard gets the ``lexical`` sparse vector; an existing one is loaded with its own
-        sparse vectors (the config names none, so Edge keeps what the shard has). Both get the
-        segment layout of :mod:`projections.episodic.edge_segments`, which an existing shard's
-        next optimization adopts.
+        A new shard gets the ``lexical`` sparse vector and stores its dense vectors as
+        ``vectors`` (:data:`~projections.episodic.edge_segments.VECTOR_DATATYPE`); an existing
+        one is loaded with its own sparse vectors (the config names none, so Edge keeps what
+        the shard has) and its own datatype, whatever ``vectors`` says (a rebuild into a new
+        shard adopts it). Both get the segment layout of
+        :mod:`projections.episodic.edge_segments`, which an existing shard's next optimization
+        adopts.
         """
+        if vectors not in VECTOR_DATATYPES:
+            known = ", ".join(VECTOR_DATATYPES)
+            raise ValueError(f"vectors must be one of {known}, got {vectors!r}")
         shard_path = path / SHARD_DIR
-        dense = qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
         lexical = True
         with _edge_errors(f"opening the shard at {shard_path}"):
             if (shard_path / "edge_config.json").exists():
-                lexical = _has_lexical(shard_path)
-                config = qe.EdgeConfig(
-                    vectors=dense,
-                    payload_memory=PAYLOAD_MEMORY,
-                    hnsw_config=_hnsw_config(),
-                    optimizers=_optimizers_config(),
-                    max_search_threads=SEARCH_THREADS,
-                )
+                layout = stored_layout(shard_path)
+                lexical, vectors = layout.lexical, layout.vectors
+                config = shard_config(dim, vectors, lexical=lexical, new=False)
                 shard = qe.EdgeShard.load(str(shard_path), config)
             else:
-                sparse = qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)
-                config = qe.EdgeConfig(
-                    vectors=dense,
-                    sparse_vectors={LEXICAL_VECTOR: sparse},
-                    payload_memory=PAYLOAD_MEMORY,
-                    hnsw_config=_hnsw_config(),
-                    optimizers=_optimizers_config(),
-                    max_search_threads=SEARCH_THREADS,
-                )
+                config = shard_config(dim, vectors, lexical=True, new=True)
                 shard = qe.EdgeShard.create(str(shard_path), config)
             try:
-                _ensure_indexes(shard)
+                ensure_indexes(shard)
                 shard.flush()
             except Exception:
                 shard.close()
@@ -283,6 +221,7 @@ class EdgeEpisodicMemory:
             archive=archive,
             optimize_every=optimize_every,
             decoded_memories=decoded_memories,
+            vectors=vectors,
         )
         if not lexical:
             store._warn_dense_only()
@@ -291,6 +230,11 @@ class EdgeEpisodicMemory:
     @property
     def path(self) -> Path:
         return self._path
+
+    @property
+    def vectors(self) -> str:
+        """How the shard stores its dense vectors: ``float16`` or ``float32``."""
+        return self._vectors
 
     @property
     def lexical(self) -> bool:

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from projections.episodic.edge import SHARD_DIR, EdgeEpisodicMemory
-from projections.episodic.edge_segments import DECODED_MEMORIES, OPTIMIZE_EVERY
+from projections.episodic.edge_segments import DECODED_MEMORIES, OPTIMIZE_EVERY, VECTOR_DATATYPE
 from projections.episodic.qdrant_server import (
     QdrantServerEpisodicMemory,
     drop_collection,
@@ -30,6 +30,7 @@ async def open_episodic_store(
     archive: bool = True,
     optimize_every: int = OPTIMIZE_EVERY,
     decoded_memories: int = DECODED_MEMORIES,
+    edge_vectors: str = VECTOR_DATATYPE,
 ) -> EpisodicMemoryStore:
     """Open the episodic store; it must be closed by the caller. ``archive`` False forgets
     what capacity and forgetting take (:mod:`projections.episodic.changes`).
@@ -38,7 +39,8 @@ async def open_episodic_store(
     (episodic, later semantic) can share one configured directory as they share one server.
     ``optimize_every`` is the Edge store's cadence of optimization
     (:mod:`projections.episodic.edge_segments`), ``decoded_memories`` how many memories it
-    keeps decoded (:mod:`projections.episodic.decoded_memories`); a server optimizes on its own.
+    keeps decoded (:mod:`projections.episodic.decoded_memories`), ``edge_vectors`` how a new
+    shard stores its dense vectors; a server optimizes on its own.
     Async although Edge opens synchronously: the server adapter has to talk to the network,
     and loading a large shard takes long enough to belong in a thread.
     """
@@ -54,6 +56,7 @@ async def open_episodic_store(
             archive=archive,
             optimize_every=optimize_every,
             decoded_memories=decoded_memories,
+            vectors=edge_vectors,
         )
     raise ValueError(
         "no episodic store configured: give a Qdrant server URL (cluster) or a directory for "

@@ -81,6 +81,7 @@ def version_stores(settings: EngramSettings) -> VersionStores:
             archive=settings.archive,
             optimize_every=settings.edge_optimize_every,
             decoded_memories=settings.edge_decoded_memories,
+            edge_vectors=settings.edge_vectors,
         )
 
     async def open_stores(version: ProjectionVersion) -> ProjectionStores:

@@ -284,6 +284,7 @@ class Node:
                     archive=settings.archive,
                     optimize_every=settings.edge_optimize_every,
                     decoded_memories=settings.edge_decoded_memories,
+                    edge_vectors=settings.edge_vectors,
                     api_key=(
                         settings.qdrant_api_key.get_secret_value()
                         if settings.qdrant_api_key

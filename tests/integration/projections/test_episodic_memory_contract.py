@@ -48,7 +48,7 @@ from schemas.memory_events import (
     SourcePosition,
 )
 from schemas.topics import Topics
-from tests.integration.fixtures.qdrant import EMBEDDING_DIM
+from tests.integration.fixtures.qdrant import EMBEDDING_DIM, cosine_tolerance
 from tests.integration.projections.lifecycle_events import (
     agent_forgotten,
     consolidated,
@@ -223,7 +223,9 @@ async def test_search_ranks_the_nearest_first(episodic_store: EpisodicMemoryStor
     assert all(-1.0 <= s <= 1.0 for s in similarities)
     assert similarities == sorted(similarities, reverse=True)
     for memory in results:
-        assert memory.similarity == pytest.approx(expected[memory.memory_id], abs=1e-5)
+        assert memory.similarity == pytest.approx(
+            expected[memory.memory_id], abs=cosine_tolerance(episodic_store)
+        )
     assert len(await episodic_store.search("alice", query, limit=2)) == 2
 
 
@@ -242,7 +244,7 @@ async def test_search_only_sees_the_agents_memories(episodic_store: EpisodicMemo
         "bob", EMBEDDER.embed("the pumps failed in the basement"), limit=10
     )
     assert [m.agent_id for m in exact] == ["bob"]
-    assert exact[0].similarity == pytest.approx(1.0, abs=1e-5)
+    assert exact[0].similarity == pytest.approx(1.0, abs=cosine_tolerance(episodic_store))
 
 
 async def test_forgotten_memories_are_removed(episodic_store: EpisodicMemoryStore) -> None:
@@ -380,7 +382,7 @@ async def test_promoted_and_summarised_memories_are_stored(
     assert await episodic_store.count("alice") == 5
     [nearest, *_] = await episodic_store.search("alice", year.l2.vector(), limit=5)
     assert nearest.model_copy(update={"similarity": None}) == StoredMemory.from_event(year.l2)
-    assert nearest.similarity == pytest.approx(1.0, abs=1e-5)
+    assert nearest.similarity == pytest.approx(1.0, abs=cosine_tolerance(episodic_store))
 
 
 async def test_utility_forgetting_removes_a_summary(episodic_store: EpisodicMemoryStore) -> None:
@@ -899,7 +901,7 @@ async def test_hybrid_search_equals_the_in_process_reference(
                     assert memory.lexical == approx_or_none(lexical), where
                     assert memory.similarity == pytest.approx(
                         cosine_of(EMBEDDER.embed(query_text), vectors[memory.memory_id]),
-                        abs=1e-5,
+                        abs=cosine_tolerance(episodic_store),
                     ), where
 
 
@@ -944,7 +946,9 @@ async def test_backends_agree_on_hybrid_search(
                 where = f"{agent_id}: {query_text!r} {memory_filter}"
                 assert [m.memory_id for m in on_edge] == [m.memory_id for m in on_client], where
                 for a, b in zip(on_edge, on_client, strict=True):
-                    assert a.similarity == pytest.approx(b.similarity, abs=1e-6), where
+                    assert a.similarity == pytest.approx(
+                        b.similarity, abs=cosine_tolerance(edge_store, exact=1e-6)
+                    ), where
                     assert a.lexical == approx_or_none(b.lexical), where
                 compared += bool(on_edge)
     assert compared > len(QUERIES) * len(CONVERSATIONS), "most searches found something"

@@ -1,0 +1,26 @@
+"""Settings read from the environment: a value the store cannot honour is refused up front."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from projections.episodic.edge_segments import VECTOR_DATATYPE
+from streams.settings import EngramSettings
+
+
+def test_edge_vectors_default_to_float16_and_accept_float32(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ENGRAM_EDGE_VECTORS", raising=False)
+    assert EngramSettings().edge_vectors == VECTOR_DATATYPE == "float16"
+    monkeypatch.setenv("ENGRAM_EDGE_VECTORS", "float32")
+    assert EngramSettings().edge_vectors == "float32"
+
+
+def test_unknown_edge_vectors_are_refused_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ENGRAM_EDGE_VECTORS", "float64")
+    with pytest.raises(ValidationError, match="edge_vectors"):
+        EngramSettings()
