@@ -567,7 +567,7 @@ def rank(
         return by_relevance(
             everything,
             top_k=request.top_k,
-            relevance={key: signals["relevance"] for key, signals in parts.items()},
+            relevance=parts.relevance,
             parts=parts,
             **now,
         )

@@ -13,15 +13,15 @@ three steps, each pure and each shown in the result's breakdown.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 
 from projections.memory import StoredMemory
 from projections.retrieval.conversation_context import with_conversation_context
-from projections.retrieval.relevance import DENSE_SHARE_MODEL_FREE, blended_relevance
+from projections.retrieval.relevance import DENSE_SHARE_MODEL_FREE, blended_scores
 from projections.retrieval.time_expressions import TimeWindow, mentions, window_of
 
-__all__ = ["OUT_OF_PERIOD", "in_period", "relevance_of", "relevance_parts"]
+__all__ = ["OUT_OF_PERIOD", "QueryRelevance", "in_period", "relevance_of", "relevance_parts"]
 
 OUT_OF_PERIOD = 0.5
 """The share of its relevance a memory keeps when the query names a period it is not of.
@@ -35,13 +35,61 @@ def in_period(memory: StoredMemory, window: TimeWindow) -> bool:
     return window.holds(memory.occurred_at) or mentions(memory.content, window)
 
 
+class QueryRelevance(Mapping[str, dict[str, float]]):
+    """Per memory id, its breakdown (see :func:`relevance_parts`), built when it is asked for:
+    a ranking computes the relevance of a few hundred candidates to show a handful, and
+    building every breakdown took a quarter of the relevance's time. ``relevance`` holds the
+    score ranked by, for every memory."""
+
+    def __init__(
+        self,
+        relevance: dict[str, float],
+        own: Mapping[str, float] | None = None,
+        context: Mapping[str, float] | None = None,
+        lexical: Mapping[str, float] | None = None,
+        similarity: Mapping[str, float | None] | None = None,
+        period: Mapping[str, bool] | None = None,
+    ) -> None:
+        self.relevance = relevance
+        self._own = own or {}
+        self._context = context or {}
+        self._lexical = lexical or {}
+        self._best_lexical = max(self._lexical.values(), default=0.0)
+        self._similarity = similarity or {}
+        self._period = period
+
+    def __getitem__(self, key: str) -> dict[str, float]:
+        relevance = self.relevance[key]
+        if key not in self._own:
+            return {"relevance": relevance}
+        shown = {"relevance": relevance, "own": self._own[key]}
+        if key in self._context:
+            shown["context"] = self._context[key]
+        if self._period is not None:
+            shown["in_period"] = 1.0 if self._period[key] else 0.0
+        similarity = self._similarity.get(key)
+        if similarity is not None:
+            shown["similarity"] = similarity
+        lexical = self._lexical.get(key)
+        if lexical is not None:
+            shown["lexical"] = lexical
+            shown["lexical_norm"] = lexical / self._best_lexical
+        return shown
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.relevance)
+
+    def __len__(self) -> int:
+        return len(self.relevance)
+
+
 def relevance_parts(
     query: str | None,
     memories: Sequence[StoredMemory],
     *,
     dense_share: float = DENSE_SHARE_MODEL_FREE,
     now: datetime | None = None,
-) -> dict[str, dict[str, float]]:
+) -> QueryRelevance:
     """Per memory id, its relevance to ``query`` and what it was computed from:
     ``relevance`` in [0, 1], the one ranked by; ``own``, the memory's own relevance (step 1,
     times :data:`OUT_OF_PERIOD` outside a period the query names); ``context``, its best
@@ -51,30 +99,20 @@ def relevance_parts(
     shares a word stem with the query. ``now`` anchors relative expressions ("last year").
     Without a query every memory has relevance 0."""
     if not query:
-        return {m.memory_id: {"relevance": 0.0} for m in memories}
-    blended = blended_relevance(query, memories, dense_share=dense_share, ranks=False)
-    best = max((p.lexical for p in blended.values() if p.lexical is not None), default=0.0)
+        return QueryRelevance({m.memory_id: 0.0 for m in memories})
+    fused, lexical = blended_scores(query, memories, dense_share=dense_share)
     window = window_of(query, now)
     period = {m.memory_id: window is None or in_period(m, window) for m in memories}
-    own = {
-        key: signals.fused * (1.0 if period[key] else OUT_OF_PERIOD)
-        for key, signals in blended.items()
-    }
+    own = {key: score * (1.0 if period[key] else OUT_OF_PERIOD) for key, score in fused.items()}
     lifted, context = with_conversation_context(own, memories)
-    parts: dict[str, dict[str, float]] = {}
-    for key, signals in blended.items():
-        shown = {"relevance": lifted[key], "own": own[key]}
-        if key in context:
-            shown["context"] = context[key]
-        if window is not None:
-            shown["in_period"] = 1.0 if period[key] else 0.0
-        if signals.dense is not None:
-            shown["similarity"] = signals.dense
-        if signals.lexical is not None:
-            shown["lexical"] = signals.lexical
-            shown["lexical_norm"] = signals.lexical / best
-        parts[key] = shown
-    return parts
+    return QueryRelevance(
+        {key: lifted[key] for key in fused},
+        own,
+        context,
+        lexical,
+        {m.memory_id: m.similarity for m in memories},
+        None if window is None else period,
+    )
 
 
 def relevance_of(
@@ -85,5 +123,4 @@ def relevance_of(
     now: datetime | None = None,
 ) -> dict[str, float]:
     """Relevance to ``query`` by memory id (see :func:`relevance_parts`)."""
-    parts = relevance_parts(query, memories, dense_share=dense_share, now=now)
-    return {key: signals["relevance"] for key, signals in parts.items()}
+    return relevance_parts(query, memories, dense_share=dense_share, now=now).relevance
