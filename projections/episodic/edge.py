@@ -64,7 +64,7 @@ from projections.episodic.changes import (
     checked_vector,
     episodic_changes,
 )
-from projections.episodic.decoded_memories import DecodedMemories, Kept
+from projections.episodic.decoded_memories import DecodedMemories, Kept, point_key
 from projections.episodic.edge_candidates import candidate_request, with_payloads
 from projections.episodic.edge_config import ensure_indexes, shard_config, stored_layout
 from projections.episodic.edge_filters import ACTIVE, agent_filter, agents_filter, selection_filter
@@ -373,37 +373,37 @@ class EdgeEpisodicMemory:
             request = with_payloads(request)
         with _edge_errors(f"reading the candidates of {agent_id!r}"):
             points = self._shard.query(request)
-            ids = [str(point.id) for point in points]
-            kept: dict[str, Kept] = {}
+            keys = [point_key(point.id) for point in points]
+            kept: dict[int, Kept] = {}
             if payloads:
-                fresh = {key: stored_memory(p.payload) for key, p in zip(ids, points, strict=True)}
+                fresh = {key: stored_memory(p.payload) for key, p in zip(keys, points, strict=True)}
             else:
-                kept = self._decoded.known(ids)
-                fresh = self._payloads_of([key for key in ids if key not in kept])
+                kept = self._decoded.known(keys)
+                missing = [p.id for key, p in zip(keys, points, strict=True) if key not in kept]
+                fresh = self._payloads_of(missing)
             self._decoded.remember(generation, fresh)
         scored = signals.nearest
         read = []
-        for point_id, point in zip(ids, points, strict=True):
+        for key, point in zip(keys, points, strict=True):
             similarity = clipped(point.score) if scored else None
-            if point_id in kept:
-                memory: StoredMemory | None = self._decoded.memory(kept[point_id], similarity)
+            if key in kept:
+                memory: StoredMemory | None = self._decoded.memory(kept[key], similarity)
             else:
                 # None: a point deleted between the query and the read of its payload.
-                memory = fresh.get(point_id)
+                memory = fresh.get(key)
                 if memory is not None and similarity is not None:
                     memory = with_similarity(memory, similarity)
             if memory is not None and signals.wanted(memory.seq):
                 read.append(memory)
         return read
 
-    def _payloads_of(self, ids: list[str]) -> dict[str, StoredMemory]:
-        """The memories of ``ids`` read from the shard, decoded: the candidates not decoded
-        before (:mod:`projections.episodic.decoded_memories`)."""
+    def _payloads_of(self, ids: list[qe.PointId]) -> dict[int, StoredMemory]:
+        """The memories of ``ids`` read from the shard, decoded, by :func:`point_key`: the
+        candidates not decoded before (:mod:`projections.episodic.decoded_memories`)."""
         if not ids:
             return {}
-        missing: list[qe.PointId] = list(ids)
-        records = self._shard.retrieve(missing, with_payload=["memory"], with_vector=False)
-        return {str(record.id): stored_memory(record.payload) for record in records}
+        records = self._shard.retrieve(ids, with_payload=["memory"], with_vector=False)
+        return {point_key(record.id): stored_memory(record.payload) for record in records}
 
     async def search(
         self,

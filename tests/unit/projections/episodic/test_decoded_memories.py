@@ -4,25 +4,46 @@ never filled with what a read decoded while a write forgot something."""
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Mapping
 from functools import partial
 
 import pytest
 
-from projections.episodic.decoded_memories import DecodedMemories
+from projections.episodic.decoded_memories import DecodedMemories, Kept, point_key
 from projections.memory import StoredMemory, with_similarity
 from tests.unit.projections import test_relevance
 
 memory = partial(test_relevance.memory, content="the levee held", similarity=None)
 
 
-def kept(decoded: DecodedMemories, ids: Iterable[str]) -> dict[str, StoredMemory]:
-    return {key: decoded.memory(values) for key, values in decoded.known(ids).items()}
+def point_id(name: str) -> str:
+    """The point id of the memory called ``name`` (a store's point ids are UUIDs)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, name))
+
+
+def remember(
+    decoded: DecodedMemories, generation: int, memories: Mapping[str, StoredMemory]
+) -> None:
+    decoded.remember(generation, {point_key(point_id(n)): m for n, m in memories.items()})
+
+
+def known(decoded: DecodedMemories, names: Iterable[str]) -> dict[str, Kept]:
+    keys = {point_key(point_id(name)): name for name in names}
+    return {keys[key]: values for key, values in decoded.known(keys).items()}
+
+
+def forget(decoded: DecodedMemories, names: Iterable[str]) -> None:
+    decoded.forget(point_id(name) for name in names)
+
+
+def kept(decoded: DecodedMemories, names: Iterable[str]) -> dict[str, StoredMemory]:
+    return {name: decoded.memory(values) for name, values in known(decoded, names).items()}
 
 
 def test_known_returns_only_what_was_remembered() -> None:
     decoded = DecodedMemories()
-    decoded.remember(decoded.generation, {"a": memory("a"), "b": memory("b")})
+    remember(decoded, decoded.generation, {"a": memory("a"), "b": memory("b")})
 
     assert kept(decoded, ["a", "c"]) == {"a": memory("a")}
     assert len(decoded) == 2
@@ -31,10 +52,10 @@ def test_known_returns_only_what_was_remembered() -> None:
 def test_a_kept_memory_comes_back_as_it_was_and_with_a_similarity() -> None:
     decoded = DecodedMemories()
     original = StoredMemory.model_validate_json(memory("a").model_dump_json(exclude_none=True))
-    decoded.remember(decoded.generation, {"a": original})
+    remember(decoded, decoded.generation, {"a": original})
 
-    again = decoded.memory(decoded.known(["a"])["a"])
-    scored = decoded.memory(decoded.known(["a"])["a"], 0.25)
+    again = decoded.memory(known(decoded, ["a"])["a"])
+    scored = decoded.memory(known(decoded, ["a"])["a"], 0.25)
 
     assert again == original
     assert again.model_fields_set == original.model_fields_set
@@ -45,33 +66,33 @@ def test_a_kept_memory_comes_back_as_it_was_and_with_a_similarity() -> None:
 
 def test_kept_memories_are_not_tracked_by_the_cycle_collector() -> None:
     decoded = DecodedMemories()
-    decoded.remember(decoded.generation, {"a": memory("a")})
+    remember(decoded, decoded.generation, {"a": memory("a")})
     # A tuple is untracked at a collection that finds all its items untracked: the values at
     # the first, the pair holding them at the latest at the next.
     gc.collect()
     gc.collect()
 
-    assert not gc.is_tracked(decoded.known(["a"])["a"])
+    assert not gc.is_tracked(known(decoded, ["a"])["a"])
 
 
 def test_a_read_that_raced_a_write_keeps_nothing() -> None:
     decoded = DecodedMemories()
-    decoded.remember(decoded.generation, {"a": memory("a", content="old words")})
+    remember(decoded, decoded.generation, {"a": memory("a", content="old words")})
     began = decoded.generation
 
-    decoded.forget(["a"])  # a write touched "a" while the read ran
-    decoded.remember(began, {"a": memory("a", content="old words"), "b": memory("b")})
+    forget(decoded, ["a"])  # a write touched "a" while the read ran
+    remember(decoded, began, {"a": memory("a", content="old words"), "b": memory("b")})
 
     assert kept(decoded, ["a", "b"]) == {}
-    decoded.remember(decoded.generation, {"a": memory("a", content="new words")})
+    remember(decoded, decoded.generation, {"a": memory("a", content="new words")})
     assert kept(decoded, ["a"]) == {"a": memory("a", content="new words")}
 
 
 def test_forget_drops_the_named_and_forget_all_everything() -> None:
     decoded = DecodedMemories()
-    decoded.remember(decoded.generation, {key: memory(key) for key in "abc"})
+    remember(decoded, decoded.generation, {key: memory(key) for key in "abc"})
 
-    decoded.forget(["b", "unknown"])
+    forget(decoded, ["b", "unknown"])
     assert set(kept(decoded, "abc")) == {"a", "c"}
     decoded.forget_all()
     assert kept(decoded, "abc") == {}
@@ -80,18 +101,18 @@ def test_forget_drops_the_named_and_forget_all_everything() -> None:
 
 def test_the_least_recently_read_go_first_past_the_capacity() -> None:
     decoded = DecodedMemories(capacity=2)
-    decoded.remember(decoded.generation, {"a": memory("a"), "b": memory("b")})
-    decoded.known(["a"])  # "a" is now the most recently read
+    remember(decoded, decoded.generation, {"a": memory("a"), "b": memory("b")})
+    known(decoded, ["a"])  # "a" is now the most recently read
 
-    decoded.remember(decoded.generation, {"c": memory("c")})
+    remember(decoded, decoded.generation, {"c": memory("c")})
 
     assert set(kept(decoded, "abc")) == {"a", "c"}
 
 
 def test_capacity_zero_keeps_nothing_and_a_negative_one_is_refused() -> None:
     decoded = DecodedMemories(capacity=0)
-    decoded.remember(decoded.generation, {"a": memory("a")})
-    assert decoded.known(["a"]) == {}
+    remember(decoded, decoded.generation, {"a": memory("a")})
+    assert known(decoded, ["a"]) == {}
     with pytest.raises(ValueError, match="negative"):
         DecodedMemories(capacity=-1)
 
@@ -99,19 +120,32 @@ def test_capacity_zero_keeps_nothing_and_a_negative_one_is_refused() -> None:
 def test_holds_any_of_counts_each_agents_kept_memories() -> None:
     decoded = DecodedMemories(capacity=3)
     bob = test_relevance.memory("b1", "the pumps").model_copy(update={"agent_id": "bob"})
-    decoded.remember(decoded.generation, {"a1": memory("a1"), "a2": memory("a2"), "b1": bob})
-    decoded.remember(decoded.generation, {"a1": memory("a1")})  # kept again, counted once
+    remember(decoded, decoded.generation, {"a1": memory("a1"), "a2": memory("a2"), "b1": bob})
+    remember(decoded, decoded.generation, {"a1": memory("a1")})  # kept again, counted once
     assert decoded.holds_any_of("alice")
     assert decoded.holds_any_of("bob")
     assert not decoded.holds_any_of("carol")
 
-    decoded.forget(["b1"])
+    forget(decoded, ["b1"])
     assert not decoded.holds_any_of("bob")
-    decoded.remember(
-        decoded.generation, {"b1": bob, "b2": bob.model_copy(update={"memory_id": "b2"})}
+    remember(
+        decoded, decoded.generation, {"b1": bob, "b2": bob.model_copy(update={"memory_id": "b2"})}
     )
     assert len(decoded) == 3  # a2, the least recently read, went
-    decoded.forget(["a1"])
+    forget(decoded, ["a1"])
     assert not decoded.holds_any_of("alice")
     decoded.forget_all()
     assert not decoded.holds_any_of("bob")
+
+
+def test_a_point_id_keys_the_same_memory_as_a_uuid_or_as_the_string_a_write_names() -> None:
+    decoded = DecodedMemories()
+    written = uuid.uuid4()
+    decoded.remember(decoded.generation, {point_key(written): memory("a")})
+
+    assert point_key(written) == point_key(str(written)) == point_key(written.hex)
+    assert decoded.known([point_key(written)])
+    decoded.forget(["no uuid", str(written).upper()])  # an id no point has is passed over
+    assert decoded.known([point_key(written)]) == {}
+    with pytest.raises(ValueError, match="hexadecimal"):
+        point_key("no uuid")
