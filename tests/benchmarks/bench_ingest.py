@@ -31,6 +31,7 @@ from streams.eventlog.topic_admin import ensure_topics
 from streams.runtime.devstack.stack import DevStack
 from streams.runtime.node import Endpoints, Node
 from streams.settings import EngramSettings
+from tests.benchmarks.servers import scratch_dir
 
 
 def publish_backlog(
@@ -192,13 +193,14 @@ async def naive_rate(bootstrap: str, events: int, agents: int) -> Rate:
 
 
 async def main(events: int, agents: int, workers: int, embedder: str) -> None:
-    stack = DevStack(Path(tempfile.mkdtemp(prefix="engram-bench-")))
-    endpoints = stack.start()
-    try:
-        engram = await engram_rate(stack, endpoints, events, agents, workers, embedder=embedder)
-        naive = await naive_rate(endpoints.kafka_bootstrap, events, agents)
-    finally:
-        stack.stop()
+    with scratch_dir("engram-bench-") as root:
+        stack = DevStack(root)
+        endpoints = stack.start()
+        try:
+            engram = await engram_rate(stack, endpoints, events, agents, workers, embedder=embedder)
+            naive = await naive_rate(endpoints.kafka_bootstrap, events, agents)
+        finally:
+            stack.stop()
     print(f"events={events} agents={agents} workers={workers} embedder={embedder}")
     print(
         f"engram ({workers} worker process(es), Redis + Qdrant Edge applied): "

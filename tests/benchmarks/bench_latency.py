@@ -11,27 +11,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from schemas.memory_events import DerivedEvent, MemoryRecorded
 from streams.runtime.node import Endpoints, Node
 from streams.settings import EngramSettings
 from tests.benchmarks.bench_ingest import publish_backlog
-from tests.benchmarks.servers import fresh_servers, percentile
+from tests.benchmarks.servers import fresh_servers, percentile, scratch_dir
 
 
 async def measure(rate: float, seconds: float, agents: int, **overrides: Any) -> list[float]:
     """Publish-to-queryable latencies (ms) of recordings; ``overrides`` are settings fields."""
     events = int(rate * seconds)
     latencies: list[float] = []
-    with fresh_servers() as (bootstrap, redis_url):
+    with fresh_servers() as (bootstrap, redis_url), scratch_dir("engram-latency-") as data:
         prefix = f"l{uuid.uuid4().hex[:6]}."
-        data = Path(tempfile.mkdtemp(prefix="engram-latency-"))
         settings = EngramSettings(
             topic_prefix=prefix,
             redis_namespace=prefix.rstrip("."),

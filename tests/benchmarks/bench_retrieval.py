@@ -29,7 +29,6 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -44,7 +43,7 @@ from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import Observation
 from schemas.memory_events import DerivedEvent, SourcePosition
 from streams.runtime.devstack.ports import free_port, wait_for_port
-from tests.benchmarks.servers import fresh_servers, percentile
+from tests.benchmarks.servers import fresh_servers, percentile, scratch_dir
 
 WORDS = [
     "flood",
@@ -222,8 +221,7 @@ MODES: dict[str, dict[str, object]] = {
 
 
 def main(agents: int, memories: int, requests: int, clients: list[int], modes: list[str]) -> None:
-    data = Path(tempfile.mkdtemp(prefix="engram-retrieval-"))
-    with fresh_servers() as (bootstrap, redis_url):
+    with scratch_dir("engram-retrieval-") as data, fresh_servers() as (bootstrap, redis_url):
         started = time.perf_counter()
         asyncio.run(load(redis_url, data, agents, memories))
         print(
@@ -276,13 +274,12 @@ def keys_file(directory: Path) -> tuple[Path, str]:
 
 
 def overhead(agents: int, memories: int, requests: int, modes: list[str]) -> None:
-    data = Path(tempfile.mkdtemp(prefix="engram-retrieval-"))
-    path, key = keys_file(data)
-    setups = {
-        "off": ({"ENGRAM_METRICS": "false"}, {}),
-        "on": ({"ENGRAM_API_KEYS_FILE": str(path)}, {"Authorization": f"Bearer {key}"}),
-    }
-    with fresh_servers() as (bootstrap, redis_url):
+    with scratch_dir("engram-retrieval-") as data, fresh_servers() as (bootstrap, redis_url):
+        path, key = keys_file(data)
+        setups = {
+            "off": ({"ENGRAM_METRICS": "false"}, {}),
+            "on": ({"ENGRAM_API_KEYS_FILE": str(path)}, {"Authorization": f"Bearer {key}"}),
+        }
         asyncio.run(load(redis_url, data, agents, memories))
         print(f"loaded {agents:,} agents x {memories} memories")
         print("| start | auth + metrics | mode | p50 ms | p99 ms | queries/s |")
