@@ -92,8 +92,9 @@ was made with. An agent's nearest memories are an exact scan of its vectors, and
 agent that scan is bound by memory bandwidth: 1.42 ms at the median as float32, 0.85-0.92 as
 float16, in a shard of 100,000 points (10 agents). Half the bytes also halves the vectors' RAM
 and disk. The price is precision: a cosine read from a float16 shard differs from the float32
-one by up to 4.6e-4 (93 queries over 30,000 points), below what the log already carries, whose
-embeddings travel as float16; ``float32`` keeps the exact cosine of the vectors written."""
+one by up to 4.6e-4 (93 queries over 30,000 points), enough to reorder near-ties (recall on the
+long-conversation benchmark did not move beyond them); ``float32`` keeps the exact cosine of
+the vectors written."""
 
 DECODED_MEMORIES = 50_000
 """How many decoded memories a store keeps, least recently read dropped first: the candidate
