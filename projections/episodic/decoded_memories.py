@@ -54,7 +54,7 @@ def point_key(point_id: UUID | int | str) -> int:
 def _written_key(point_id: str) -> int | None:
     """The key of an id a write names; None for one that is no UUID, which no point has."""
     try:
-        return int(point_id.replace("-", ""), 16) if len(point_id) == 36 else point_key(point_id)
+        return point_key(point_id)
     except ValueError:
         return None
 

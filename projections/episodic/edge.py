@@ -155,7 +155,7 @@ class EdgeEpisodicMemory:
         archive: bool = True,
         optimize_every: int = OPTIMIZE_EVERY,
         decoded_memories: int = DECODED_MEMORIES,
-        vectors: str = "float32",
+        vectors: str,
     ) -> None:
         self._archive = archive
         self._vectors = vectors
