@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import tempfile
 import uuid
 from pathlib import Path
@@ -68,6 +69,7 @@ async def main(events: int, agents: int) -> None:
     finally:
         await client.aclose()
         stack.stop()
+        shutil.rmtree(stack.data_dir, ignore_errors=True)
     members = sizes["index_members"]
     print(f"events={events} agents={agents} archive={settings.archive}")
     print(f"working memory in Redis: {sizes['working'] / agents:,.0f} B per agent")

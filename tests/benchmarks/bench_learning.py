@@ -24,6 +24,7 @@ import asyncio
 import concurrent.futures
 import os
 import random
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -84,6 +85,7 @@ async def ingest(events: int, agents: int, rounds: int) -> None:
     finally:
         os.environ.pop(FEEDBACK_VARIABLE, None)
         stack.stop()
+        shutil.rmtree(stack.data_dir, ignore_errors=True)
 
 
 def agent_events(agent: str, rng: random.Random) -> list[AgentEvent]:

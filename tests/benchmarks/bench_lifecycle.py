@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ async def main(events: int, agents: int, rate: float, seconds: float) -> None:
             print(f"ingest, {name}: {rates[name]:,.0f} events/s", flush=True)
     finally:
         stack.stop()
+        shutil.rmtree(stack.data_dir, ignore_errors=True)
     lags: dict[str, list[float]] = {}
     for name, overrides in CONFIGS.items():
         lags[name] = await measure(rate, seconds, agents, **overrides)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -107,6 +108,7 @@ def main(events: int, agents: int, snapshots: bool) -> None:
         stop(worker)
     finally:
         stack.stop()
+        shutil.rmtree(stack.data_dir, ignore_errors=True)
     print(f"events={events} agents={agents} snapshots={'on' if snapshots else 'off'}")
     print(f"ready after a start on a backlog of {events:,} events: {backlog:.1f} s")
     print(f"ready after a restart with nothing left to process: {restart:.1f} s")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import tempfile
 import time
 import uuid
@@ -114,6 +115,7 @@ async def main(events: int, agents: int, batch_size: int, keyring: str) -> None:
                 await keys.close()
     finally:
         stack.stop()
+        shutil.rmtree(stack.data_dir, ignore_errors=True)
     source = events + 800
     print(
         f"events={events} (+800 warm-up) agents={agents} keyring={keyring}, "

@@ -180,6 +180,7 @@ async def engram_side(events: int, agents: int) -> Rate:
         return await engram_rate(stack, endpoints, events, agents, workers=1)
     finally:
         stack.stop()
+        shutil.rmtree(stack.data_dir, ignore_errors=True)
 
 
 def main(events: int, agents: int, venv: Path, requirement: str) -> None:
