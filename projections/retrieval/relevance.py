@@ -299,8 +299,8 @@ def blended_scores(
 ) -> tuple[dict[str, float], dict[str, float]]:
     """The ``fused`` relevance of :func:`blended_relevance` by memory id, and the BM25 scores
     it blended (of the memories sharing a stem with the query), without a record per memory:
-    a ranking computes them for a few hundred candidates to show a handful, and building the
-    records was a third of the blend's time."""
+    a ranking computes them for a few hundred candidates to show a handful (see
+    :class:`~projections.retrieval.query_relevance.QueryRelevance` for what that saved)."""
     fused, _, lexical = _blended(query_text, memories, dense_share)
     return fused, lexical
 
