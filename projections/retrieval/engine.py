@@ -18,7 +18,7 @@ type's).
 Relevance. The weighted mode keeps seed 003's keyword overlap. The generative and relevance
 modes rank by hybrid relevance (:func:`relevance_parts`): the cosine of the query embedding
 with each memory's, blended with the memory's BM25 over the pool
-(:func:`~projections.retrieval.relevance.blended_relevance`), then weighed by the period the
+(:func:`~projections.retrieval.relevance.blended_scores`), then weighed by the period the
 query names and lifted by each memory's neighbouring turns
 (:mod:`~projections.retrieval.query_relevance`); the turns beside the best matches that the
 candidates lack are read in a second, bounded query. Episodic memories come back from

@@ -2,7 +2,7 @@
 three steps, each pure and each shown in the result's breakdown.
 
 1. Words and meaning: the cosine with the query embedding blended with BM25 over the pool
-   (:func:`~projections.retrieval.relevance.blended_relevance`).
+   (:func:`~projections.retrieval.relevance.blended_scores`).
 2. Time: when the query names a period ("in the summer of 2023", "last year" with a
    ``current_time``; :mod:`~projections.retrieval.time_expressions`), a memory that neither
    happened in it nor names it keeps :data:`OUT_OF_PERIOD` of its relevance. A factor rather

@@ -20,7 +20,7 @@ makes Qdrant Edge and a Qdrant server give the same order by construction.
 memories beside episodic ones) the same way the episodic stores score their own memories: the
 same sparse vectors (:mod:`processors.lexical`), IDF over the pool with Qdrant's formula, and RRF.
 
-:func:`blended_relevance` is what the retrieval engine ranks by: a convex blend of the two
+:func:`blended_scores` is what the retrieval engine ranks by: a convex blend of the two
 *scores*, not of ranks. RRF suits merging long result lists from different systems; over one
 agent's pool of some 60 memories its constant k = 60 flattens the top (first and second place
 differ by 1/61 - 1/62), so a weak keyword match outweighs a clear semantic lead. Measured on
@@ -44,7 +44,6 @@ __all__ = [
     "SIGNIFICANT_DIGITS",
     "SIMILARITY_FLOOR",
     "RelevanceParts",
-    "blended_relevance",
     "blended_scores",
     "dense_share_for",
     "hybrid_relevance",
@@ -70,8 +69,7 @@ class RelevanceParts:
     ``dense`` is the cosine similarity to the query embedding, ``lexical`` the BM25 score (None
     when the memory shares no stem with the query); the ranks count from 1 within the pool (None
     without that signal); ``fused``, in [0, 1], is the relevance they were fused into: the RRF
-    score divided by its best possible value ``2 / (k + 1)`` in :func:`hybrid_relevance`, the
-    score blend in :func:`blended_relevance`.
+    score divided by its best possible value ``2 / (k + 1)`` in :func:`hybrid_relevance`.
     """
 
     dense: float | None
@@ -247,7 +245,7 @@ def hybrid_relevance(
 
 
 DENSE_SHARE_MODEL_FREE = 0.75
-"""The dense side's share in :func:`blended_relevance` for the model-free hashing embedder,
+"""The dense side's share in :func:`blended_scores` for the model-free hashing embedder,
 whose cosine is itself a keyword signal: BM25 adds what it lacks (stemming, rarity). The
 blend's usual default (Weaviate's hybrid ``alpha``); on the quality set MRR 0.262 (cosine
 alone) -> 0.388, bare turns 0.195 -> 0.320."""
@@ -263,52 +261,20 @@ def dense_share_for(embedder_id: str) -> float:
     return DENSE_SHARE_MODEL_FREE if embedder_id.startswith("hashing") else DENSE_SHARE_SEMANTIC
 
 
-def blended_relevance(
-    query_text: str, memories: Sequence[StoredMemory], *, dense_share: float, ranks: bool = True
-) -> dict[str, RelevanceParts]:
+def blended_scores(
+    query_text: str, memories: Sequence[StoredMemory], *, dense_share: float
+) -> tuple[dict[str, float], dict[str, float]]:
     """Relevance of every memory of a pool to a query text, by memory id:
-    ``fused = dense_share * max(similarity, 0) + (1 - dense_share) * bm25 / best_bm25``.
+    ``fused = dense_share * max(similarity, 0) + (1 - dense_share) * bm25 / best_bm25``; and
+    the BM25 scores it blended (of the memories sharing a stem with the query).
 
     The cosine is already on a fixed scale; BM25 is not (it grows with shared words and their
     rarity), so it is divided by the pool's best BM25, which puts the best keyword match at 1.
     A memory without a ``similarity`` (the caller could not embed it) has no dense part;
-    one sharing no stem has no lexical part. ``fused`` lies in [0, 1]; the ranks are reported
-    for the breakdown as in :func:`hybrid_relevance`, unless ``ranks`` is False (both None):
-    a caller that shows scores only is spared two sorts of the pool.
+    one sharing no stem has no lexical part. ``fused`` lies in [0, 1]. No record per memory:
+    a ranking computes this for a few hundred candidates to show a handful (see
+    :class:`~projections.retrieval.query_relevance.QueryRelevance` for what that saved).
     """
-    fused, dense, lexical = _blended(query_text, memories, dense_share)
-    dense_rank: dict[str, int] = {}
-    lexical_rank: dict[str, int] = {}
-    if ranks:
-        dense_rank = {key: rank for rank, key in enumerate(ranking(dense), start=1)}
-        lexical_rank = {key: rank for rank, key in enumerate(ranking(lexical), start=1)}
-    return {
-        m.memory_id: RelevanceParts(
-            dense=m.similarity,
-            lexical=lexical.get(m.memory_id),
-            dense_rank=dense_rank.get(m.memory_id),
-            lexical_rank=lexical_rank.get(m.memory_id),
-            fused=fused[m.memory_id],
-        )
-        for m in memories
-    }
-
-
-def blended_scores(
-    query_text: str, memories: Sequence[StoredMemory], *, dense_share: float
-) -> tuple[dict[str, float], dict[str, float]]:
-    """The ``fused`` relevance of :func:`blended_relevance` by memory id, and the BM25 scores
-    it blended (of the memories sharing a stem with the query), without a record per memory:
-    a ranking computes them for a few hundred candidates to show a handful (see
-    :class:`~projections.retrieval.query_relevance.QueryRelevance` for what that saved)."""
-    fused, _, lexical = _blended(query_text, memories, dense_share)
-    return fused, lexical
-
-
-def _blended(
-    query_text: str, memories: Sequence[StoredMemory], dense_share: float
-) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
-    """``fused``, the related cosines and the BM25 scores, each by memory id."""
     if not 0.0 <= dense_share <= 1.0:
         raise ValueError(f"dense_share must lie in [0, 1], got {dense_share}")
     dense = {
@@ -324,4 +290,4 @@ def _blended(
         cosine = dense.get(key, 0.0)
         keyword = lexical.get(key, 0.0) / best_lexical if best_lexical > 0.0 else 0.0
         fused[key] = min(1.0, dense_share * min(cosine, 1.0) + (1.0 - dense_share) * keyword)
-    return fused, dense, lexical
+    return fused, lexical

@@ -23,7 +23,7 @@ Signals: ``keyword`` is the overlap coefficient over ``keywords()`` (weighted mo
 003); ``hashing`` and ``minilm`` the cosine of the two embedders; ``bm25`` the lexical half of
 hybrid search (``projections.retrieval.relevance.lexical_scores``); ``hybrid-*`` the RRF fusion
 of the stores' hybrid search (``hybrid_relevance``) with that embedder's cosine as the dense
-half, ``blend-*`` the score blend the engine ranks by (``blended_relevance`` with the
+half, ``blend-*`` the score blend the engine ranks by (``blended_scores`` with the
 embedder's default dense share); ``engine-*``
 (asked for by name) the whole read path: the processors record every turn into a real
 redis-server and Qdrant Edge with that embedder, and ``RetrievalEngine`` answers in mode
@@ -182,19 +182,19 @@ class HybridScorer:
 
 @dataclass
 class BlendScorer:
-    """``blended_relevance`` with the dense half from ``dense`` and the dense share the engine
+    """``blended_scores`` with the dense half from ``dense`` and the dense share the engine
     uses for that embedder."""
 
     dense: DenseScorer
 
     def __call__(self, question: Question, memories: Sequence[StoredMemory]) -> dict[str, float]:
-        from projections.retrieval.relevance import blended_relevance, dense_share_for
+        from projections.retrieval.relevance import blended_scores, dense_share_for
 
         cosine = self.dense(question, memories)
         pool = [m.model_copy(update={"similarity": cosine[m.memory_id]}) for m in memories]
         share = dense_share_for(self.dense.embedder.id)
-        blended = blended_relevance(question.text, pool, dense_share=share)
-        return {key: parts.fused for key, parts in blended.items()}
+        fused, _ = blended_scores(question.text, pool, dense_share=share)
+        return fused
 
 
 @dataclass
