@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from streams.cli import deferred
+from streams.runtime.collector import tune_collector
 
 console = Console()
 err = Console(stderr=True)
@@ -64,6 +65,8 @@ def friendly_errors() -> Iterator[None]:
 
 
 def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    """A command's work, on an event loop of its own, its failures made readable."""
+    """A command's work, on an event loop of its own, its failures made readable, with the
+    garbage collector tuned for a long-running process (:mod:`streams.runtime.collector`)."""
+    tune_collector()
     with friendly_errors():
         asyncio.run(main())

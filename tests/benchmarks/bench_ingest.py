@@ -31,7 +31,7 @@ from streams.eventlog.topic_admin import ensure_topics
 from streams.runtime.devstack.stack import DevStack
 from streams.runtime.node import Endpoints, Node
 from streams.settings import EngramSettings
-from tests.benchmarks.servers import scratch_dir
+from tests.benchmarks.servers import engram_collector, scratch_dir
 
 
 def publish_backlog(
@@ -111,7 +111,21 @@ async def engram_rate(
     **overrides: Any,
 ) -> Rate:
     """Events/s of Engram over a backlog; ``overrides`` are EngramSettings fields (one worker
-    only: worker processes read their settings from the environment)."""
+    only: worker processes read their settings from the environment). The collector is tuned
+    as the ``engram`` commands tune it while Engram runs in this process, not for the naive
+    baseline measured after it."""
+    with engram_collector():
+        return await _engram_rate(stack, endpoints, events, agents, workers, **overrides)
+
+
+async def _engram_rate(
+    stack: DevStack,
+    endpoints: Endpoints,
+    events: int,
+    agents: int,
+    workers: int,
+    **overrides: Any,
+) -> Rate:
     prefix = f"b{uuid.uuid4().hex[:6]}."
     os.environ["ENGRAM_TOPIC_PREFIX"] = prefix  # inherited by the extra worker processes
     os.environ["ENGRAM_REDIS_NAMESPACE"] = prefix.rstrip(".")

@@ -20,14 +20,18 @@ from schemas.memory_events import DerivedEvent, MemoryRecorded
 from streams.runtime.node import Endpoints, Node
 from streams.settings import EngramSettings
 from tests.benchmarks.bench_ingest import publish_backlog
-from tests.benchmarks.servers import fresh_servers, percentile, scratch_dir
+from tests.benchmarks.servers import engram_collector, fresh_servers, percentile, scratch_dir
 
 
 async def measure(rate: float, seconds: float, agents: int, **overrides: Any) -> list[float]:
     """Publish-to-queryable latencies (ms) of recordings; ``overrides`` are settings fields."""
     events = int(rate * seconds)
     latencies: list[float] = []
-    with fresh_servers() as (bootstrap, redis_url), scratch_dir("engram-latency-") as data:
+    with (
+        engram_collector(),
+        fresh_servers() as (bootstrap, redis_url),
+        scratch_dir("engram-latency-") as data,
+    ):
         prefix = f"l{uuid.uuid4().hex[:6]}."
         settings = EngramSettings(
             topic_prefix=prefix,

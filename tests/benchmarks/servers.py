@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from streams.runtime.collector import tune_collector
 from streams.runtime.devstack.broker import TansuBroker
 from streams.runtime.devstack.redis_server import RedisServer
 
@@ -27,6 +29,19 @@ def scratch_dir(prefix: str) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def engram_collector() -> Iterator[None]:
+    """The garbage collector as every ``engram`` command tunes it
+    (:mod:`streams.runtime.collector`), for an Engram node run inside a benchmark's process;
+    the thresholds from before again afterwards, for what runs next (the naive baseline)."""
+    before = gc.get_threshold()
+    tune_collector()
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 def percentile(values: list[float], q: float) -> float:
