@@ -5,10 +5,12 @@ state, decoded memories, Faust, aiokafka, FastAPI) and allocate many short-lived
 event and per request, almost none of them in reference cycles: reference counting frees
 them, and the collector mostly walks objects that survive. CPython's default thresholds,
 (700, 10, 10), start a collection every 700 net allocations, so it runs many times per batch
-and per request. Measured on a 2-core machine (``tests/benchmarks/README.md``): one worker
-ingested ~14% more events per second with the thresholds below (CPU per event ~580 -> ~505
-us), and the query service's ``relevance`` p99 at 10,000 memories per agent fell by ~0.5 ms.
-Garbage in cycles is still collected, in bigger and rarer sweeps.
+and per request. Measured on a 2-core machine, back to back (``tests/benchmarks/README.md``,
+"The garbage collector tuned"): one worker ingested 8-17% more events per second with the
+thresholds below (CPU per event 565-621 -> 523-526 us); a retrieval's first read of an agent
+of 10,000 memories lost its tail (p99 93-94 -> 31-34 ms), while steady reads moved within the
+noise. Garbage in cycles is still collected, in bigger and rarer sweeps (peak memory of the
+ingest benchmark 688 -> 702 MB).
 """
 
 from __future__ import annotations
