@@ -115,54 +115,43 @@ async def engram_rate(
     as the ``engram`` commands tune it while Engram runs in this process, not for the naive
     baseline measured after it."""
     with engram_collector():
-        return await _engram_rate(stack, endpoints, events, agents, workers, **overrides)
-
-
-async def _engram_rate(
-    stack: DevStack,
-    endpoints: Endpoints,
-    events: int,
-    agents: int,
-    workers: int,
-    **overrides: Any,
-) -> Rate:
-    prefix = f"b{uuid.uuid4().hex[:6]}."
-    os.environ["ENGRAM_TOPIC_PREFIX"] = prefix  # inherited by the extra worker processes
-    os.environ["ENGRAM_REDIS_NAMESPACE"] = prefix.rstrip(".")
-    settings = EngramSettings(
-        data_dir=stack.data_dir / prefix,
-        qdrant_path=stack.edge_path / prefix,
-        partitions=4,
-        episodic_writer="projector" if workers > 1 else "worker",
-        **overrides,
-    )
-    # Above one worker, this process only projects episodic memory (Qdrant Edge holds the GIL
-    # while it writes, which would stall a worker sharing the process) and the workers run
-    # as processes of their own, as `engram up --workers N` runs them.
-    node = Node(
-        settings,
-        endpoints,
-        run_processors=workers == 1,
-        run_service=False,
-        run_projector=workers > 1,
-    )
-    await node.start()
-    stack.start_workers(workers if workers > 1 else 0, endpoints)
-    try:
-        # Warm-up: every worker joins the group and folds its partitions' (empty) state.
-        warm = await asyncio.to_thread(
-            publish_backlog, endpoints.kafka_bootstrap, prefix, 800, agents
+        prefix = f"b{uuid.uuid4().hex[:6]}."
+        os.environ["ENGRAM_TOPIC_PREFIX"] = prefix  # inherited by the extra worker processes
+        os.environ["ENGRAM_REDIS_NAMESPACE"] = prefix.rstrip(".")
+        settings = EngramSettings(
+            data_dir=stack.data_dir / prefix,
+            qdrant_path=stack.edge_path / prefix,
+            partitions=4,
+            episodic_writer="projector" if workers > 1 else "worker",
+            **overrides,
         )
-        await applied_everywhere(node, warm, 120)
-        start, cpu = time.perf_counter(), time.process_time()
-        done = await asyncio.to_thread(
-            publish_backlog, endpoints.kafka_bootstrap, prefix, events, agents
+        # Above one worker, this process only projects episodic memory (Qdrant Edge holds the GIL
+        # while it writes, which would stall a worker sharing the process) and the workers run
+        # as processes of their own, as `engram up --workers N` runs them.
+        node = Node(
+            settings,
+            endpoints,
+            run_processors=workers == 1,
+            run_service=False,
+            run_projector=workers > 1,
         )
-        await applied_everywhere(node, done, 600)
-        return Rate(events / (time.perf_counter() - start), time.process_time() - cpu, events)
-    finally:
-        stack.stop_workers()
-        await node.stop()
+        await node.start()
+        stack.start_workers(workers if workers > 1 else 0, endpoints)
+        try:
+            # Warm-up: every worker joins the group and folds its partitions' (empty) state.
+            warm = await asyncio.to_thread(
+                publish_backlog, endpoints.kafka_bootstrap, prefix, 800, agents
+            )
+            await applied_everywhere(node, warm, 120)
+            start, cpu = time.perf_counter(), time.process_time()
+            done = await asyncio.to_thread(
+                publish_backlog, endpoints.kafka_bootstrap, prefix, events, agents
+            )
+            await applied_everywhere(node, done, 600)
+            return Rate(events / (time.perf_counter() - start), time.process_time() - cpu, events)
+        finally:
+            stack.stop_workers()
+            await node.stop()
 
 
 async def naive_rate(bootstrap: str, events: int, agents: int) -> Rate:
