@@ -1,10 +1,11 @@
 """Publish-to-queryable latency at a steady rate (default 500 events/s for 20 s).
 
-    python -m tests.benchmarks.bench_latency [--rate 500] [--seconds 20]
+    python -m tests.benchmarks.bench_latency [--rate 500] [--seconds 20] [--phases]
 
 Each event's ``occurred_at`` is stamped by the publisher (a separate process) right before it
 is sent; an event counts as queryable when both projections have applied its memory. The
-difference, per event, is the latency.
+difference, per event, is the latency. ``--phases`` also times each phase of the worker's
+batches (:mod:`tests.benchmarks.batch_phases`).
 """
 
 from __future__ import annotations
@@ -19,12 +20,20 @@ from typing import Any
 from schemas.memory_events import DerivedEvent, MemoryRecorded
 from streams.runtime.node import Endpoints, Node
 from streams.settings import EngramSettings
+from tests.benchmarks.batch_phases import BatchPhases
 from tests.benchmarks.bench_ingest import publish_backlog
 from tests.benchmarks.servers import engram_collector, fresh_servers, percentile, scratch_dir
 
 
-async def measure(rate: float, seconds: float, agents: int, **overrides: Any) -> list[float]:
-    """Publish-to-queryable latencies (ms) of recordings; ``overrides`` are settings fields."""
+async def measure(
+    rate: float,
+    seconds: float,
+    agents: int,
+    phases: BatchPhases | None = None,
+    **overrides: Any,
+) -> list[float]:
+    """Publish-to-queryable latencies (ms) of recordings, the batches' phases into ``phases``
+    when given; ``overrides`` are settings fields."""
     events = int(rate * seconds)
     latencies: list[float] = []
     with (
@@ -61,6 +70,8 @@ async def measure(rate: float, seconds: float, agents: int, **overrides: Any) ->
                 await asyncio.to_thread(publish_backlog, bootstrap, prefix, 400, agents), 120
             )
             pipeline.apply = timed_apply  # type: ignore[method-assign, assignment]
+            if phases is not None:
+                phases.watch(pipeline)
             await asyncio.to_thread(publish_backlog, bootstrap, prefix, events, agents, rate)
             deadline = asyncio.get_running_loop().time() + 60
             while len(latencies) < events and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
@@ -70,14 +81,17 @@ async def measure(rate: float, seconds: float, agents: int, **overrides: Any) ->
     return latencies
 
 
-async def main(rate: float, seconds: float, agents: int) -> None:
+async def main(rate: float, seconds: float, agents: int, timed: bool) -> None:
     events = int(rate * seconds)
-    steady = await measure(rate, seconds, agents)
+    phases = BatchPhases() if timed else None
+    steady = await measure(rate, seconds, agents, phases)
     print(f"rate={rate:.0f}/s events={events} measured={len(steady)} (after a warm-up)")
     print(
         f"publish-to-queryable latency: p50 {percentile(steady, 50):.1f} ms, "
         f"p99 {percentile(steady, 99):.1f} ms, max {max(steady):.1f} ms"
     )
+    if phases is not None:
+        print(phases.report())
 
 
 if __name__ == "__main__":
@@ -85,5 +99,8 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--agents", type=int, default=1_000)
+    parser.add_argument(
+        "--phases", action="store_true", help="also time each phase of the worker's batches"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.rate, args.seconds, args.agents))
+    asyncio.run(main(args.rate, args.seconds, args.agents, args.phases))
