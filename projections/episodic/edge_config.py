@@ -14,8 +14,16 @@ import qdrant_edge as qe
 
 from projections.episodic import edge_segments
 from projections.episodic.hybrid import LEXICAL_VECTOR
+from projections.interfaces import ProjectionError
 
-__all__ = ["PAYLOAD_MEMORY", "StoredLayout", "ensure_indexes", "shard_config", "stored_layout"]
+__all__ = [
+    "PAYLOAD_MEMORY",
+    "StoredLayout",
+    "ensure_indexes",
+    "shard_config",
+    "stored_layout",
+    "stored_size",
+]
 
 PAYLOAD_MEMORY = qe.Memory.Cached
 """Payloads kept in RAM rather than read from disk (Edge's default, ``Cold``): a retrieval reads
@@ -43,13 +51,36 @@ class StoredLayout:
     """How it stores its dense vectors: ``float32`` for a shard from before the choice."""
 
 
+def _stored_config(shard_path: Path) -> Any:
+    """The shard's ``edge_config.json``: Edge offers no call that returns a shard's vector
+    configuration. Raises ``OSError`` (``FileNotFoundError``: no shard) or ``ValueError``."""
+    return json.loads((shard_path / "edge_config.json").read_bytes())
+
+
 def stored_layout(shard_path: Path) -> StoredLayout:
-    """The layout of the shard at ``shard_path``, from its ``edge_config.json``."""
+    """The layout of the shard at ``shard_path``; an unreadable config is taken for the oldest
+    layout (Edge, loading the shard, then says what is wrong with it)."""
     try:
-        config = json.loads((shard_path / "edge_config.json").read_bytes())
+        config = _stored_config(shard_path)
     except (OSError, ValueError):
         return StoredLayout(lexical=False, vectors="float32")
     return StoredLayout(lexical=_has_lexical(config), vectors=_datatype(config))
+
+
+def stored_size(shard_path: Path) -> int | None:
+    """The dense vector size of the shard at ``shard_path``; None when there is no shard.
+    Loading a shard with another size fails, so a config that does not tell it is an error."""
+    try:
+        size = _stored_config(shard_path)["vectors"][""]["size"]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ProjectionError(
+            f"Qdrant Edge: the shard at {shard_path} has no readable config"
+        ) from exc
+    if not isinstance(size, int):
+        raise ProjectionError(f"Qdrant Edge: the shard at {shard_path} names no vector size")
+    return size
 
 
 def _has_lexical(config: Any) -> bool:

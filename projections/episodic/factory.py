@@ -4,18 +4,18 @@ a path means Qdrant Edge in-process (the embedded default)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 from pathlib import Path
 
 from projections.episodic.edge import SHARD_DIR, EdgeEpisodicMemory
+from projections.episodic.edge_config import stored_size
 from projections.episodic.edge_segments import DECODED_MEMORIES, OPTIMIZE_EVERY, VECTOR_DATATYPE
 from projections.episodic.qdrant_server import (
     QdrantServerEpisodicMemory,
     drop_collection,
     stored_dim,
 )
-from projections.interfaces import EpisodicMemoryStore, ProjectionError
+from projections.interfaces import EpisodicMemoryStore
 
 __all__ = ["drop_episodic_store", "open_episodic_store", "stored_episodic_dim"]
 
@@ -79,23 +79,8 @@ async def stored_episodic_dim(
     if qdrant_url:
         return await stored_dim(qdrant_url, collection, api_key=api_key)
     if qdrant_path is not None:
-        return await asyncio.to_thread(_edge_dim, qdrant_path / collection)
+        return await asyncio.to_thread(stored_size, qdrant_path / collection / SHARD_DIR)
     raise ValueError("no episodic store configured")
-
-
-def _edge_dim(path: Path) -> int | None:
-    """Read from the shard's ``edge_config.json``: Edge offers no call that returns a shard's
-    vector configuration, and loading it with another size fails."""
-    try:
-        config = json.loads((path / SHARD_DIR / "edge_config.json").read_bytes())
-        size = config["vectors"][""]["size"]
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ProjectionError(f"Qdrant Edge: the shard at {path} has no readable config") from exc
-    if not isinstance(size, int):
-        raise ProjectionError(f"Qdrant Edge: the shard at {path} names no vector size")
-    return size
 
 
 async def drop_episodic_store(

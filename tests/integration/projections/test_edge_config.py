@@ -13,7 +13,8 @@ import pytest
 from processors.embedding import HashingEmbedder
 from projections.episodic.candidates import CandidateSignals
 from projections.episodic.edge import SHARD_DIR, EdgeEpisodicMemory
-from projections.episodic.edge_config import stored_layout
+from projections.episodic.edge_config import StoredLayout, stored_layout, stored_size
+from projections.interfaces import ProjectionError
 from projections.memory import StoredMemory
 from schemas.memory_events import DerivedEvent, MemoryWritten
 from tests.integration.fixtures.qdrant import EMBEDDING_DIM, FLOAT16_COSINE
@@ -107,3 +108,20 @@ def test_an_unknown_datatype_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="float16, float32"):
         EdgeEpisodicMemory.open(tmp_path / "s", EMBEDDING_DIM, vectors="float64")
     assert not (tmp_path / "s" / SHARD_DIR).exists()
+
+
+def test_a_shard_whose_config_does_not_tell_its_size_is_an_error(tmp_path: Path) -> None:
+    """Loading a shard with another size fails, so its size is never guessed; no shard at all
+    has none. Its layout, by contrast, falls back to the oldest one."""
+    shard = tmp_path / SHARD_DIR
+    assert stored_size(shard) is None
+    shard.mkdir()
+    (shard / "edge_config.json").write_text("{not json")
+    with pytest.raises(ProjectionError, match="no readable config"):
+        stored_size(shard)
+    assert stored_layout(shard) == StoredLayout(lexical=False, vectors="float32")
+    (shard / "edge_config.json").write_text(json.dumps({"vectors": {"": {"size": "16"}}}))
+    with pytest.raises(ProjectionError, match="names no vector size"):
+        stored_size(shard)
+    (shard / "edge_config.json").write_text(json.dumps({"vectors": {"": {"size": 16}}}))
+    assert stored_size(shard) == 16
