@@ -75,6 +75,10 @@ class EpisodicMemoryStore(Protocol):
     async def advance(self, positions: SourceOffsets) -> None:
         """As :meth:`WorkingMemoryStore.advance`."""
 
+    async def sync(self) -> None:
+        """Make every apply and advance so far durable, for a caller about to commit offsets on
+        their word: a store may let its durable checkpoint lag (Qdrant Edge's group commit)."""
+
     async def memories(
         self,
         agent_id: str,

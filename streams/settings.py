@@ -126,6 +126,14 @@ class EngramSettings(BaseSettings):
         "differs from float32's by up to ~5e-4. A shard keeps the kind it was made with "
         "(projections/README.md).",
     )
+    edge_sync_seconds: float = Field(
+        default=1.0,
+        ge=0.0,
+        description="Longest time the embedded Qdrant Edge store's durable checkpoint (a flush "
+        "and its applied positions) lags what the worker applied: one flush covers every batch "
+        "of that time instead of one per batch. A crash replays the lag from the log; 0 makes "
+        "every batch durable before the next (projections/README.md).",
+    )
     edge_decoded_memories: int = Field(
         default=DECODED_MEMORIES,
         ge=0,

@@ -8,7 +8,7 @@ A store is a directory holding the shard and, beside it, the applied positions::
 The positions live outside the shard directory so that nothing Edge manages (snapshots,
 ``update_from_snapshot``) ever has to know about a file it did not write.
 
-Checkpoint order, kept by every :meth:`EdgeEpisodicMemory.apply`:
+Checkpoint order:
 
 1. one delete of every point of the agents the batch forgets (:class:`AgentForgotten`), one
    upsert of the batch's surviving memories (recorded, promoted, summarised) and one delete of
@@ -19,17 +19,22 @@ Checkpoint order, kept by every :meth:`EdgeEpisodicMemory.apply`:
 A crash between two steps leaves the positions at or behind the data, never ahead of it, so a
 restart replays a little and the idempotent upserts and deletes absorb the replay.
 
-Why flush on every apply although Edge has a write-ahead log: the WAL survives a killed process
+Why flush at all although Edge has a write-ahead log: the WAL survives a killed process
 (checked: a point upserted without a flush is back after ``os._exit``), but an update returns in
 ~0.3 ms, far quicker than a disk sync, so the WAL is not synced per update and after a power loss
-the positions file could outlive the data it vouches for. Flushing first makes "``apply`` returned"
-mean "durable", which is what lets the caller commit its Kafka offsets right after
-(streams/README.md, invariant 3). It is affordable, measured on a shared 2-core VM: a flush takes
-~7-30 ms after a small batch and ~40-180 ms after 2,000 points of 384 dimensions, mostly waiting on
-I/O (~15 ms of CPU), and a whole apply of 2,000 memories runs at ~4.5-9k memories/s. The cost is per
-batch, and batches grow with load (the consumer takes what arrived while the last apply ran), so it
-never caps throughput below Faust's ~5-7k events/s, of which only the important share reaches
-episodic memory.
+the positions file could outlive the data it vouches for.
+
+When steps 2 and 3 run is ``sync_every``. At 0 every :meth:`EdgeEpisodicMemory.apply` takes all
+three, so "``apply`` returned" means "durable". Above 0 (the worker's default, a second:
+``ENGRAM_EDGE_SYNC_SECONDS``) an apply takes step 1 and steps 2-3 follow for every apply since,
+at most ``sync_every`` seconds later (group commit), or at once for a batch that erases an
+agent, before an optimization, on :meth:`~EdgeEpisodicMemory.sync` and on close: a flush took
+~24 ms after a 200-point batch here (the disk, with the GIL held), a fifth of the latency at a
+steady 1,000 events/s. Reads and :meth:`applied_offset` see what was applied; only the positions
+on disk lag, as a crash leaves them anyway. Who commits Kafka offsets on an apply's word calls
+:meth:`sync` first (the episodic projector); a worker re-applies after a crash from the store's
+own positions, and syncs before it writes a snapshot (a takeover refuses a snapshot that a
+projection is behind, :mod:`streams.eventlog.snapshot_log`).
 
 Writes run in a worker thread (``asyncio.to_thread``) so that the event loop gets the
 interpreter between Edge's calls and while the positions file is fsynced (``os.fsync`` lets
@@ -55,12 +60,11 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import qdrant_edge as qe
 
-from processors.lexical import SparseQuery, document_vector
+from processors.lexical import SparseQuery
 from projections.episodic.candidates import CandidateSignals, Scope
 from projections.episodic.changes import (
     EpisodicChanges,
@@ -72,6 +76,7 @@ from projections.episodic.decoded_memories import DecodedMemories, Kept, point_k
 from projections.episodic.edge_candidates import candidate_request, with_payloads
 from projections.episodic.edge_config import ensure_indexes, shard_config, stored_layout
 from projections.episodic.edge_filters import ACTIVE, agent_filter, agents_filter, selection_filter
+from projections.episodic.edge_points import edge_point
 from projections.episodic.edge_positions import Positions, read_positions, write_positions
 from projections.episodic.edge_segments import (
     DECODED_MEMORIES,
@@ -95,11 +100,10 @@ from projections.episodic.hybrid import (
 )
 from projections.episodic.point_memories import clipped, stored_memory
 from projections.interfaces import ProjectionError
-from projections.memory import StoredMemory, point_payload, with_similarity
+from projections.memory import StoredMemory, with_similarity
 from projections.retrieval.filters import MemoryFilter
 from schemas.memory_events import (
     DerivedEvent,
-    MemoryWritten,
 )
 
 __all__ = [
@@ -132,19 +136,6 @@ def _edge_errors(doing: str) -> Iterator[None]:
         raise ProjectionError(f"Qdrant Edge: {doing} failed{cause}: {exc}") from exc
 
 
-def _point(memory: MemoryWritten, lexical: bool, *, active: bool = True) -> qe.Point:
-    dense = memory.vector().tolist()
-    payload = point_payload(memory, active=active)
-    if not lexical:
-        return qe.Point(memory.memory_id, dense, payload)
-    sparse = document_vector(memory.content)
-    vectors: dict[str, Any] = {
-        "": dense,
-        LEXICAL_VECTOR: qe.SparseVector(list(sparse.indices), list(sparse.values)),
-    }
-    return qe.Point(memory.memory_id, vectors, payload)
-
-
 class EdgeEpisodicMemory:
     """One Edge shard of episodic memories, one point per memory (point id = memory id)."""
 
@@ -160,7 +151,12 @@ class EdgeEpisodicMemory:
         optimize_every: int = OPTIMIZE_EVERY,
         decoded_memories: int = DECODED_MEMORIES,
         vectors: str,
+        sync_every: float = 0.0,
     ) -> None:
+        self._sync_every = sync_every
+        self._unsynced = False
+        self._sync_task: asyncio.Task[None] | None = None
+        self._sync_sleeping = False
         self._archive = archive
         self._vectors = vectors
         self._cadence = OptimizeCadence(optimize_every)
@@ -184,6 +180,7 @@ class EdgeEpisodicMemory:
         optimize_every: int = OPTIMIZE_EVERY,
         decoded_memories: int = DECODED_MEMORIES,
         vectors: str = VECTOR_DATATYPE,
+        sync_every: float = 0.0,
     ) -> EdgeEpisodicMemory:
         """Create the store at ``path``, or load it; a dimension other than the stored one fails.
 
@@ -193,11 +190,14 @@ class EdgeEpisodicMemory:
         the shard has) and its own datatype, whatever ``vectors`` says (a rebuild into a new
         shard adopts it). Both get the segment layout of
         :mod:`projections.episodic.edge_segments`, which an existing shard's next optimization
-        adopts.
+        adopts. ``sync_every`` is how many seconds the durable checkpoint may lag what was
+        applied (0: none, every apply is durable when it returns; see the module docstring).
         """
         if vectors not in VECTOR_DATATYPES:
             known = ", ".join(VECTOR_DATATYPES)
             raise ValueError(f"vectors must be one of {known}, got {vectors!r}")
+        if sync_every < 0:
+            raise ValueError(f"sync_every must be 0 or more seconds, got {sync_every}")
         shard_path = path / SHARD_DIR
         lexical = True
         with _edge_errors(f"opening the shard at {shard_path}"):
@@ -226,6 +226,7 @@ class EdgeEpisodicMemory:
             optimize_every=optimize_every,
             decoded_memories=decoded_memories,
             vectors=vectors,
+            sync_every=sync_every,
         )
         if not lexical:
             store._warn_dense_only()
@@ -257,29 +258,77 @@ class EdgeEpisodicMemory:
             positions = advance_positions(self._positions, changes.positions)
             if not changes.touches_data and positions is None:
                 return
-            await asyncio.to_thread(self._write, changes, positions)
+            # An erasure is made durable at once: forgetting an agent must not wait on a timer.
+            now = self._sync_every == 0 or bool(changes.erased)
+            synced = await asyncio.to_thread(self._write, changes, positions, now)
             if positions is not None:
                 self._positions = positions
+            self._after_write(synced)
 
     async def advance(self, positions: Mapping[tuple[str, int], int]) -> None:
-        """Step 3 alone: no data goes with it, so nothing needs flushing first."""
+        """Step 3 alone: no data goes with it, so nothing needs flushing first, unless earlier
+        applies wait for their sync (then the positions wait with them)."""
         async with self._write_lock:
             self._check_open()
             moved = advance_positions(self._positions, dict(positions))
             if moved is None:
                 return
-            await asyncio.to_thread(write_positions, self._path / POSITIONS_FILE, moved)
+            now = self._sync_every == 0 and not self._unsynced
+            if now:
+                await asyncio.to_thread(write_positions, self._path / POSITIONS_FILE, moved)
             self._positions = moved
+            self._after_write(now)
 
-    def _write(self, changes: EpisodicChanges, positions: Positions | None) -> None:
-        """Steps 1-3 of the checkpoint order in the module docstring."""
+    async def sync(self) -> None:
+        """Make every apply and advance so far durable: the flush, then the positions (steps 2
+        and 3); nothing to do when they are already."""
+        async with self._write_lock:
+            if self._unsynced and not self._closed:
+                await asyncio.to_thread(self._sync_now)
+                self._unsynced = False
+
+    def _after_write(self, synced: bool) -> None:
+        """Note what waits for a sync, and have one run within ``sync_every`` seconds even if
+        nothing else is applied meanwhile."""
+        if synced:
+            return
+        self._unsynced = True
+        task = self._sync_task
+        if task is None or task.done():
+            # A task past its sleep waits for the write lock this write holds, so it syncs
+            # this write too.
+            self._sync_task = asyncio.get_running_loop().create_task(self._sync_later())
+
+    async def _sync_later(self) -> None:
+        self._sync_sleeping = True
+        try:
+            await asyncio.sleep(self._sync_every)  # close() cancels it here, and only here
+        finally:
+            self._sync_sleeping = False
+        try:
+            await self.sync()
+        except ProjectionError as exc:
+            # The positions stay behind the data, which is safe: the next sync, or the replay
+            # of a restart, makes up for it.
+            logger.warning("could not sync the episodic shard", extra={"error": str(exc)})
+
+    def _sync_now(self) -> None:
+        with _edge_errors(f"flushing {self._path}"):
+            self._shard.flush()
+        write_positions(self._path / POSITIONS_FILE, self._positions)
+
+    def _write(self, changes: EpisodicChanges, positions: Positions | None, sync: bool) -> bool:
+        """Step 1 of the checkpoint order in the module docstring, and steps 2-3 when ``sync``
+        or an optimization is due (else :meth:`sync` takes them later, for this write and those
+        after it); whether it took them."""
         with _edge_errors(f"applying a batch to {self._path}"):
             if changes.erased:
                 self._shard.update(
                     qe.UpdateOperation.delete_points_by_filter(agents_filter(changes.erased))
                 )
-            points = [_point(m, self._lexical) for m in changes.upserts.values()]
-            points += [_point(m, self._lexical, active=False) for m in changes.archived.values()]
+            lexical = self._lexical
+            points = [edge_point(m, lexical) for m in changes.upserts.values()]
+            points += [edge_point(m, lexical, active=False) for m in changes.archived.values()]
             if points:
                 self._shard.update(qe.UpdateOperation.upsert_points(points))
             if changes.retired:
@@ -288,18 +337,24 @@ class EdgeEpisodicMemory:
                 self._shard.update(qe.UpdateOperation.set_payload_by_filter(gone, {"archived": 1}))
             if changes.deletes:
                 self._shard.update(qe.UpdateOperation.delete_points(sorted(changes.deletes)))
-            if changes.touches_data:
-                self._shard.flush()
         if changes.erased:
             self._decoded.forget_all()
         elif changes.touches_data:
             touched = (changes.upserts, changes.archived, changes.retired, changes.deletes)
             self._decoded.forget(point_id for ids in touched for point_id in ids)
-        if positions is not None:
-            write_positions(self._path / POSITIONS_FILE, positions)
         written = len(points) + len(changes.retired) + len(changes.deletes)
-        if written and self._cadence.wrote(written):
+        optimize = bool(written) and self._cadence.wrote(written)
+        synced = sync or optimize  # an optimization starts from durable data
+        if synced:
+            with _edge_errors(f"flushing {self._path}"):
+                if changes.touches_data or self._unsynced:
+                    self._shard.flush()
+            if positions is not None or self._unsynced:
+                write_positions(self._path / POSITIONS_FILE, positions or self._positions)
+            self._unsynced = False
+        if optimize:
             self._optimize_segments()
+        return synced
 
     def _optimize_segments(self) -> bool:
         """After the positions: an optimization cut short by a crash loses no data (Edge swaps a
@@ -526,12 +581,18 @@ class EdgeEpisodicMemory:
             return await asyncio.to_thread(self._optimize_segments)
 
     async def close(self) -> None:
+        """Durable first: what waits for a sync is flushed and its positions written."""
+        if self._sync_task is not None and self._sync_sleeping:
+            self._sync_task.cancel()
         async with self._write_lock:
             if self._closed:
                 return
             self._closed = True
             with _edge_errors(f"closing {self._path}"):
                 self._shard.flush()
+                if self._unsynced:
+                    write_positions(self._path / POSITIONS_FILE, self._positions)
+                    self._unsynced = False
                 self._shard.close()
 
     def _check_open(self) -> None:

@@ -31,6 +31,7 @@ async def open_episodic_store(
     optimize_every: int = OPTIMIZE_EVERY,
     decoded_memories: int = DECODED_MEMORIES,
     edge_vectors: str = VECTOR_DATATYPE,
+    sync_every: float = 0.0,
 ) -> EpisodicMemoryStore:
     """Open the episodic store; it must be closed by the caller. ``archive`` False forgets
     what capacity and forgetting take (:mod:`projections.episodic.changes`).
@@ -40,7 +41,8 @@ async def open_episodic_store(
     ``optimize_every`` is the Edge store's cadence of optimization
     (:mod:`projections.episodic.edge_segments`), ``decoded_memories`` how many memories it
     keeps decoded (:mod:`projections.episodic.decoded_memories`), ``edge_vectors`` how a new
-    shard stores its dense vectors; a server optimizes on its own.
+    shard stores its dense vectors, ``sync_every`` how long its durable checkpoint may lag
+    (:mod:`projections.episodic.edge`); a server optimizes and syncs on its own.
     Async although Edge opens synchronously: the server adapter has to talk to the network,
     and loading a large shard takes long enough to belong in a thread.
     """
@@ -57,6 +59,7 @@ async def open_episodic_store(
             optimize_every=optimize_every,
             decoded_memories=decoded_memories,
             vectors=edge_vectors,
+            sync_every=sync_every,
         )
     raise ValueError(
         "no episodic store configured: give a Qdrant server URL (cluster) or a directory for "

@@ -303,6 +303,9 @@ class QdrantServerEpisodicMemory:
             self._check_open()
             await self._advance_positions(dict(positions))
 
+    async def sync(self) -> None:
+        """Nothing to do: every write waits for the server (``wait=True``)."""
+
     async def _advance_positions(self, batch: Positions) -> None:
         """Read the stored positions of the batch's partitions before writing, rather than
         trusting a cache: after a rebalance another worker may have moved them forward."""

@@ -310,6 +310,9 @@ class EpisodicProjector:
             if (at := min(end, oldest.get(tp, end))) != self.committed_to.get(tp) and tp in assigned
         }
         if offsets:
+            # The store may let its durable checkpoint lag its applies (group commit); what the
+            # commit vouches for must be durable first.
+            await self.store.sync()
             await self._consumer.commit(offsets)
             self.committed_to.update({tp: o.offset for tp, o in offsets.items()})
         if len(self.held) > self.max_held:

@@ -285,6 +285,7 @@ class Node:
                     optimize_every=settings.edge_optimize_every,
                     decoded_memories=settings.edge_decoded_memories,
                     edge_vectors=settings.edge_vectors,
+                    sync_every=settings.edge_sync_seconds,
                     api_key=(
                         settings.qdrant_api_key.get_secret_value()
                         if settings.qdrant_api_key

@@ -115,6 +115,8 @@ def create_processor_app(
             # most a session timeout), the join (Tansu waits half a session), the sync.
             settle_within=4 * settings.session_timeout,
         )
+        if snapshots is not None:
+            snapshots.before_write = pipeline.sync_projections
         holder["pipeline"] = pipeline
         return pipeline
 

@@ -182,9 +182,12 @@ class IngestPipeline:
             if event.source_position is not None:
                 self._partition_of[event.agent_id] = event.source_position.partition
         applied: dict[tuple[str, int], int] = {}
+        indexed: dict[tuple[str, int], int] = {}
         for topic, partition in folded.derived_upto:
             marks = [await store.applied_offset(topic, partition) for store in self.stores]
             applied[(topic, partition)] = min(-1 if m is None else m for m in marks)
+            # A batch's index entries are written before either store applies it.
+            indexed[(topic, partition)] = max(-1 if m is None else m for m in marks)
         tail = [
             e
             for e in logged
@@ -194,7 +197,7 @@ class IngestPipeline:
         ]
         await self.apply(tail)
         self.stats.caught_up += len(tail)
-        await self._distrust_index(tail, applied)
+        await self._distrust_index(tail, indexed)
         if folded.logged_upto:
             # A crash between a batch's marker and its advance: the marks move now.
             logged_upto = dict(folded.logged_upto)
@@ -203,8 +206,10 @@ class IngestPipeline:
     async def _distrust_index(
         self, tail: Sequence[DerivedEvent], applied: dict[tuple[str, int], int]
     ) -> None:
-        """A batch logged but never applied: a crash may have cut between its marker and its
-        index entry, so the index of its partition no longer says where everything is."""
+        """A batch logged but applied by no store (``applied``: the furthest store): a crash
+        may have cut between its marker and its index entry, so the index of its partition no
+        longer says where everything is. A store whose checkpoint lags (Qdrant Edge's group
+        commit) does not count: the other one applied the batch, after its index entry."""
         index = self.agent_index
         cut = {
             p.partition
@@ -474,6 +479,12 @@ class IngestPipeline:
         if not events:
             return
         await self._on_every_store(lambda store: store.apply(events))
+
+    async def sync_projections(self) -> None:
+        """Make what the projections applied durable (the episodic store may let its
+        checkpoint lag: :mod:`projections.episodic.edge`), retried while a backend is down."""
+        if (episodic := self.episodic) is not None:
+            await self._retrying("projection", episodic.sync)
 
     async def _on_every_store(
         self, write: Callable[[WorkingMemoryStore | EpisodicMemoryStore], Awaitable[None]]

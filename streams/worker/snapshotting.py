@@ -47,6 +47,10 @@ class Snapshotter:
     batches: int = 0
     last: float = field(default_factory=time.monotonic)
     written: int = 0
+    before_write: Callable[[], Awaitable[None]] | None = None
+    """Makes what the projections applied durable (a store may let its checkpoint lag), run
+    before the due snapshots are written: a takeover refuses a snapshot that a projection is
+    behind and folds the partition's whole log instead."""
 
     def took_over(self, folded: FoldedState, partitions: set[int]) -> None:
         self.covered.took_over(folded, partitions)
@@ -72,6 +76,15 @@ class Snapshotter:
         if self.batches < self.every_batches and time.monotonic() - self.last < self.every_seconds:
             return
         self.batches, self.last = 0, time.monotonic()
+        if self.before_write is not None and self.moved & owned:
+            try:
+                await self.before_write()
+            except Exception as exc:
+                log.warning(
+                    "could not make the projections durable; no snapshot this time",
+                    extra={"error": repr(exc)},
+                )
+                return
         for partition in sorted(self.moved):
             if partition not in owned:
                 # Released (between batches only: :mod:`streams.worker.ownership`); its new

@@ -44,6 +44,8 @@ class Record:
 @dataclass
 class Consumer:
     commits: dict[TopicPartition, int] = field(default_factory=dict)
+    store: Store | None = None
+    """When given, every commit checks that what the store applied was synced first."""
 
     def assignment(self) -> set[TopicPartition]:
         return {ITEMS, LIFECYCLE}
@@ -52,18 +54,24 @@ class Consumer:
         return self.commits.get(tp)
 
     async def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+        if self.store is not None:
+            assert self.store.synced == self.store.applied, "committed before the store synced"
         self.commits.update({tp: meta.offset for tp, meta in offsets.items()})
 
 
 @dataclass
 class Store:
     applied: list[str] = field(default_factory=list)
+    synced: list[str] = field(default_factory=list)
 
     async def apply(self, events: Sequence[DerivedEvent]) -> None:
         self.applied.extend(e.event_id for e in events)
 
     async def advance(self, positions: Mapping[tuple[str, int], int]) -> None:
         return None
+
+    async def sync(self) -> None:
+        self.synced = list(self.applied)
 
     async def applied_offset(self, topic: str, partition: int) -> int | None:
         return None
@@ -125,3 +133,23 @@ async def test_a_marker_fetched_alone_moves_the_commit_of_the_recordings_it_rele
 
     assert store.applied == [e.event_id for e in recorded]
     assert consumer.commits == {ITEMS: 2, LIFECYCLE: 2}
+
+
+async def test_the_commit_waits_for_the_store_to_make_what_it_applied_durable() -> None:
+    """Qdrant Edge lets its durable checkpoint lag its applies (group commit): a commit that
+    did not sync first would vouch for memories a power loss could take."""
+    store = Store()
+    consumer = Consumer(store=store)
+    projector = EpisodicProjector("unused:9092", TOPICS, store, "group")  # type: ignore[arg-type]
+    projector._consumer = consumer  # type: ignore[assignment]
+    recorded = recordings(3)
+
+    await projector.project(
+        {
+            LIFECYCLE: [Record(0, encode_event(marker("batch", 2, LogRange(first=0, last=2))))],
+            ITEMS: [Record(i, encode_event(e)) for i, e in enumerate(recorded)],
+        }
+    )
+
+    assert store.applied == [e.event_id for e in recorded]
+    assert consumer.commits == {ITEMS: 3, LIFECYCLE: 1}
