@@ -36,13 +36,13 @@ on disk lag, as a crash leaves them anyway. Who commits Kafka offsets on an appl
 own positions, and syncs before it writes a snapshot (a takeover refuses a snapshot that a
 projection is behind, :mod:`streams.eventlog.snapshot_log`).
 
-Writes run in a worker thread (``asyncio.to_thread``) so that the event loop gets the
-interpreter between Edge's calls and while the positions file is fsynced (``os.fsync`` lets
-go of the GIL). Edge itself keeps the GIL for the whole of a call, the flush's wait on the
-disk included (measured: a Python thread beside 250-point upserts and flushes ran at 25% of
-its own pace, against 49% beside Python code and 98% beside a sleep), so a flush still
-holds the loop for its duration. Reads stay inline, a filtered search taking ~0.2-0.3 ms
-(1,000 agents x 50 memories), most of it turning payloads into models.
+A batch is written on the event loop's thread. Edge keeps the GIL for the whole of a call, the
+flush's wait on the disk included (a Python thread beside 250-point upserts and flushes ran at
+25% of its own pace, against 49% beside Python code and 98% beside a sleep), so a worker thread
+bought the loop only the Python between Edge's calls, and cost the write its handoffs of the
+GIL: at a steady 1,000 events/s a batch's Edge apply took 54-55 ms at the median in a thread
+against 23-25 inline, and the publish-to-queryable p50 287-305 ms against 216-232. The
+positions file's fsync, which lets go of the GIL, and the timer's syncs still run in a thread.
 
 Every point carries, beside its embedding (the unnamed dense vector), the ``lexical`` sparse
 vector of its content (:mod:`processors.lexical`), which the shard scores with the IDF modifier;
@@ -260,7 +260,7 @@ class EdgeEpisodicMemory:
                 return
             # An erasure is made durable at once: forgetting an agent must not wait on a timer.
             now = self._sync_every == 0 or bool(changes.erased)
-            synced = await asyncio.to_thread(self._write, changes, positions, now)
+            synced = self._write(changes, positions, now)
             if positions is not None:
                 self._positions = positions
             self._after_write(synced)
