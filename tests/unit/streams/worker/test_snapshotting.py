@@ -44,40 +44,45 @@ class Log:
         raise ConnectionError("the projection is down")
 
 
-def batch(folded: FoldedState) -> tuple[list[DerivedUpTo], list[Landed]]:
-    folded.states["alice"] = AgentMemoryState()
-    upto = (SourcePosition(topic=TOPICS.observations, partition=0, offset=5),)
-    marker = DerivedUpTo(event_id="m", occurred_at=AT, partition=0, upto=upto, items=None)
-    return [marker], [Landed(7)]
+class Worker:
+    """One agent on partition 0, and a batch of it whose marker landed: what after_batch sees."""
+
+    def __init__(self, snapshots: Snapshotter) -> None:
+        self.snapshots = snapshots
+        self.folded = FoldedState(schedule_topic=TOPICS.schedule)
+        self.folded.states["alice"] = AgentMemoryState()
+
+    async def batch(self, *, marked: bool = True) -> None:
+        upto = (SourcePosition(topic=TOPICS.observations, partition=0, offset=5),)
+        marker = DerivedUpTo(event_id="m", occurred_at=AT, partition=0, upto=upto, items=None)
+        markers, landed = ([marker], [Landed(7)]) if marked else ([], [])
+        await self.snapshots.after_batch(self.folded, {"alice": 0}, {0}, markers, landed)
 
 
 async def test_the_projections_are_synced_before_a_due_snapshot_is_sent() -> None:
     log = Log()
-    snapshots = Snapshotter(log.send, TOPICS, every_batches=2, before_write=log.sync)
-    folded = FoldedState(schedule_topic=TOPICS.schedule)
-    markers, landed = batch(folded)
+    worker = Worker(Snapshotter(log.send, TOPICS, every_batches=2, before_write=log.sync))
 
-    await snapshots.after_batch(folded, {"alice": 0}, {0}, markers, landed)
+    await worker.batch()
     assert log.happened == [], "not due yet: no sync either"
-    await snapshots.after_batch(folded, {"alice": 0}, {0}, markers, landed)
+    await worker.batch()
 
     assert log.happened[0] == "sync"
     assert log.happened.count("sync") == 1
     assert log.happened[-1] == "send b'0/manifest'"
-    assert snapshots.written == 1
+    assert worker.snapshots.written == 1
 
 
 async def test_a_failed_sync_writes_no_snapshot_and_keeps_the_partition_due() -> None:
     log = Log()
     snapshots = Snapshotter(log.send, TOPICS, every_batches=1, before_write=log.failing_sync)
-    folded = FoldedState(schedule_topic=TOPICS.schedule)
-    markers, landed = batch(folded)
+    worker = Worker(snapshots)
 
-    await snapshots.after_batch(folded, {"alice": 0}, {0}, markers, landed)
+    await worker.batch()
 
     assert log.happened == []
     assert snapshots.written == 0
     assert snapshots.moved == {0}
     snapshots.before_write = log.sync
-    await snapshots.after_batch(folded, {"alice": 0}, {0}, [], [])
+    await worker.batch(marked=False)
     assert snapshots.written == 1, "the next due time writes it"
