@@ -130,9 +130,10 @@ class EngramSettings(BaseSettings):
         default=1.0,
         ge=0.0,
         description="Longest time the embedded Qdrant Edge store's durable checkpoint (a flush "
-        "and its applied positions) lags what the worker applied: one flush covers every batch "
-        "of that time instead of one per batch. A crash replays the lag from the log; 0 makes "
-        "every batch durable before the next (projections/README.md).",
+        "and its applied positions) lags what was applied: one flush covers every batch of that "
+        "time instead of one per batch, and the episodic projector commits its offsets at most "
+        "that often. A crash replays the lag from the log; 0 makes every batch durable before "
+        "the next (projections/README.md).",
     )
     edge_decoded_memories: int = Field(
         default=DECODED_MEMORIES,

@@ -27,7 +27,11 @@ partition. So a lifecycle event is applied only once the recordings applied from
 it is held. Events of ticks (positions on ``memory.schedule``) follow nothing in
 ``memory.items`` and wait for nothing.
 
-Offsets are committed only up to the oldest event held or waiting, so a restart reads it again.
+Offsets are committed only up to the oldest event held or waiting, so a restart reads it again,
+and at most once per ``commit_every`` seconds: a commit vouches for what the store applied, so
+it first makes that durable (``store.sync()``), and Qdrant Edge's group commit would gain
+nothing if every fetch forced a flush. A restart re-reads what the last commit left out, which
+the idempotent store absorbs.
 """
 
 from __future__ import annotations
@@ -115,6 +119,9 @@ class EpisodicProjector:
     """Per partition, the offset after the last record read."""
     committed_to: dict[TopicPartition, int] = field(default_factory=dict)
     """Per partition, the offset this process last committed."""
+    commit_every: float = 0.0
+    """Seconds between two commits (0: after every fetch); the node gives Edge's sync interval."""
+    _committed_at: float | None = None
     _consumer: AIOKafkaConsumer | None = None
     _task: asyncio.Task[None] | None = None
 
@@ -155,6 +162,10 @@ class EpisodicProjector:
                 if batch:
                     async with self.write_lock.batch():
                         await self.project(batch)
+                elif self.read_to != self.committed_to:
+                    # Idle: what the commit interval held back is committed once it is due.
+                    async with self.write_lock.batch():
+                        await self._commit({})
                 self._maybe_report()
                 delay = 0.1
             except asyncio.CancelledError:
@@ -309,7 +320,10 @@ class EpisodicProjector:
             for tp, end in self.read_to.items()
             if (at := min(end, oldest.get(tp, end))) != self.committed_to.get(tp) and tp in assigned
         }
-        if offsets:
+        now = time.monotonic()
+        due = self._committed_at is None or now - self._committed_at >= self.commit_every
+        if offsets and due:
+            self._committed_at = now
             # The store may let its durable checkpoint lag its applies (group commit); what the
             # commit vouches for must be durable first.
             await self.store.sync()

@@ -186,6 +186,7 @@ class Node:
                 fetch_max_wait=settings.fetch_max_wait,
                 write_lock=self._write_lock,
                 sealer=RecordSealer(self.keyring),
+                commit_every=settings.edge_sync_seconds,
             ).start()
         if self.run_processors:
             await self._start_processors()

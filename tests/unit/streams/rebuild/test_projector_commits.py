@@ -6,6 +6,7 @@ commit must move too, or a restart (and anything watching the group) sees them u
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,6 +42,9 @@ class Record:
     value: bytes
 
 
+Fetched = dict[TopicPartition, list[Record]]
+
+
 @dataclass
 class Consumer:
     commits: dict[TopicPartition, int] = field(default_factory=dict)
@@ -49,6 +53,10 @@ class Consumer:
 
     def assignment(self) -> set[TopicPartition]:
         return {ITEMS, LIFECYCLE}
+
+    async def getmany(self, timeout_ms: int, max_records: int) -> Fetched:
+        await asyncio.sleep(timeout_ms / 1000)
+        return {}  # an idle stream
 
     async def committed(self, tp: TopicPartition) -> int | None:
         return self.commits.get(tp)
@@ -153,3 +161,64 @@ async def test_the_commit_waits_for_the_store_to_make_what_it_applied_durable() 
 
     assert store.applied == [e.event_id for e in recorded]
     assert consumer.commits == {ITEMS: 3, LIFECYCLE: 1}
+
+
+async def test_commits_come_at_most_once_per_interval_and_then_cover_every_fetch() -> None:
+    """Each commit syncs the store, so a commit per fetch would be a flush per fetch."""
+    store = Store()
+    consumer = Consumer(store=store)
+    projector = EpisodicProjector(
+        "unused:9092",
+        TOPICS,
+        store,  # type: ignore[arg-type]
+        "group",
+        commit_every=3600,
+    )
+    projector._consumer = consumer  # type: ignore[assignment]
+    recorded = recordings(4)
+
+    def fetch(first: int, last: int) -> Fetched:
+        mark = marker(f"batch-{first}", last, LogRange(first=first, last=last))
+        return {
+            LIFECYCLE: [Record(first, encode_event(mark))],
+            ITEMS: [Record(i, encode_event(recorded[i])) for i in range(first, last + 1)],
+        }
+
+    await projector.project(fetch(0, 1))
+    assert consumer.commits == {ITEMS: 2, LIFECYCLE: 1}
+    await projector.project(fetch(2, 3))
+    assert store.applied == [e.event_id for e in recorded]
+    assert consumer.commits == {ITEMS: 2, LIFECYCLE: 1}, "within the interval: no commit"
+    assert store.synced == [e.event_id for e in recorded[:2]]
+
+    assert projector._committed_at is not None
+    projector._committed_at -= 3600
+    await projector.project({})
+    assert consumer.commits == {ITEMS: 4, LIFECYCLE: 3}
+    assert store.synced == store.applied
+
+
+async def test_an_idle_projector_commits_what_the_interval_held_back() -> None:
+    store = Store()
+    consumer = Consumer(store=store)
+    projector = EpisodicProjector(
+        "unused:9092",
+        TOPICS,
+        store,  # type: ignore[arg-type]
+        "group",
+        commit_every=0.2,
+    )
+    projector._consumer = consumer  # type: ignore[assignment]
+    recorded = recordings(2)
+    await projector.project({ITEMS: [Record(0, encode_event(recorded[0]))]})
+    await projector.project({ITEMS: [Record(1, encode_event(recorded[1]))]})
+    assert consumer.commits == {ITEMS: 1}
+
+    running = asyncio.create_task(projector._run())
+    try:
+        async with asyncio.timeout(10):
+            while consumer.commits != {ITEMS: 2}:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+    finally:
+        running.cancel()
+    assert store.synced == store.applied
