@@ -1,11 +1,16 @@
 """End-to-end ingest: publish to applied in both projections, against a naive Faust agent.
 
     python -m tests.benchmarks.bench_ingest [--events 60000] [--agents 1000] [--workers 2]
+    python -m tests.benchmarks.bench_ingest --workers 2 --rate 1000 --events 20000
 
 After a warm-up, the clock runs from the start of publishing (a separate process, as fast as it
 can) until the last event is applied: the publisher shares the two cores, as agents would. The
 naive baseline is a parse-and-forward Faust agent (one record at a time,
 ``json.loads`` and ``topic.send``), run on the same broker in the same run.
+
+``--rate`` publishes at a steady rate instead, for what a process spends per event when it
+keeps up with the stream rather than drains a backlog (smaller batches and fetches); the naive
+baseline is not run then.
 """
 
 from __future__ import annotations
@@ -108,6 +113,7 @@ async def engram_rate(
     events: int,
     agents: int,
     workers: int,
+    rate: float | None = None,
     **overrides: Any,
 ) -> Rate:
     """Events/s of Engram over a backlog; ``overrides`` are EngramSettings fields (one worker
@@ -145,7 +151,7 @@ async def engram_rate(
             await applied_everywhere(node, warm, 120)
             start, cpu = time.perf_counter(), time.process_time()
             done = await asyncio.to_thread(
-                publish_backlog, endpoints.kafka_bootstrap, prefix, events, agents
+                publish_backlog, endpoints.kafka_bootstrap, prefix, events, agents, rate
             )
             await applied_everywhere(node, done, 600)
             return Rate(events / (time.perf_counter() - start), time.process_time() - cpu, events)
@@ -195,22 +201,29 @@ async def naive_rate(bootstrap: str, events: int, agents: int) -> Rate:
         await app.stop()
 
 
-async def main(events: int, agents: int, workers: int, embedder: str) -> None:
+async def main(
+    events: int, agents: int, workers: int, embedder: str, rate: float | None = None
+) -> None:
     with scratch_dir("engram-bench-") as root:
         stack = DevStack(root)
         endpoints = stack.start()
         try:
-            engram = await engram_rate(stack, endpoints, events, agents, workers, embedder=embedder)
-            naive = await naive_rate(endpoints.kafka_bootstrap, events, agents)
+            engram = await engram_rate(
+                stack, endpoints, events, agents, workers, rate, embedder=embedder
+            )
+            naive = None if rate else await naive_rate(endpoints.kafka_bootstrap, events, agents)
         finally:
             stack.stop()
     print(f"events={events} agents={agents} workers={workers} embedder={embedder}")
     print(
-        f"engram ({workers} worker process(es), Redis + Qdrant Edge applied): "
-        f"{engram.per_second:,.0f} events/s, "
+        f"engram ({workers} worker process(es), Redis + Qdrant Edge applied"
+        + (f", published at {rate:,.0f}/s" if rate else "")
+        + f"): {engram.per_second:,.0f} events/s, "
         f"{engram.cpu_us_per_event:,.0f} us CPU per event in this process"
         + (" (the projector only)" if workers > 1 else "")
     )
+    if naive is None:
+        return
     print(
         f"naive Faust parse-and-forward agent (1 process): {naive.per_second:,.0f} events/s, "
         f"{naive.cpu_us_per_event:,.0f} us CPU per event"
@@ -232,6 +245,13 @@ if __name__ == "__main__":
         default="hashing",
         help="ENGRAM_EMBEDDER of the workers (minilm needs the semantic extra)",
     )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="publish at this steady rate (events/s) instead of as fast as possible; "
+        "no naive baseline then",
+    )
     args = parser.parse_args()
     os.environ["ENGRAM_EMBEDDER"] = args.embedder  # the extra worker processes read it
-    asyncio.run(main(args.events, args.agents, args.workers, args.embedder))
+    asyncio.run(main(args.events, args.agents, args.workers, args.embedder, args.rate))
