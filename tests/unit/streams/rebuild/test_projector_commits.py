@@ -143,13 +143,27 @@ async def test_a_marker_fetched_alone_moves_the_commit_of_the_recordings_it_rele
     assert consumer.commits == {ITEMS: 2, LIFECYCLE: 2}
 
 
+def checked_projector(
+    store: Store, commit_every: float = 0.0
+) -> tuple[EpisodicProjector, Consumer]:
+    """A projector on ``store`` whose consumer checks every commit came after a sync."""
+    consumer = Consumer(store=store)
+    projector = EpisodicProjector(
+        "unused:9092",
+        TOPICS,
+        store,  # type: ignore[arg-type]
+        "group",
+        commit_every=commit_every,
+    )
+    projector._consumer = consumer  # type: ignore[assignment]
+    return projector, consumer
+
+
 async def test_the_commit_waits_for_the_store_to_make_what_it_applied_durable() -> None:
     """Qdrant Edge lets its durable checkpoint lag its applies (group commit): a commit that
     did not sync first would vouch for memories a power loss could take."""
     store = Store()
-    consumer = Consumer(store=store)
-    projector = EpisodicProjector("unused:9092", TOPICS, store, "group")  # type: ignore[arg-type]
-    projector._consumer = consumer  # type: ignore[assignment]
+    projector, consumer = checked_projector(store)
     recorded = recordings(3)
 
     await projector.project(
@@ -166,15 +180,7 @@ async def test_the_commit_waits_for_the_store_to_make_what_it_applied_durable() 
 async def test_commits_come_at_most_once_per_interval_and_then_cover_every_fetch() -> None:
     """Each commit syncs the store, so a commit per fetch would be a flush per fetch."""
     store = Store()
-    consumer = Consumer(store=store)
-    projector = EpisodicProjector(
-        "unused:9092",
-        TOPICS,
-        store,  # type: ignore[arg-type]
-        "group",
-        commit_every=3600,
-    )
-    projector._consumer = consumer  # type: ignore[assignment]
+    projector, consumer = checked_projector(store, commit_every=3600)
     recorded = recordings(4)
 
     def fetch(first: int, last: int) -> Fetched:
@@ -200,15 +206,7 @@ async def test_commits_come_at_most_once_per_interval_and_then_cover_every_fetch
 
 async def test_an_idle_projector_commits_what_the_interval_held_back() -> None:
     store = Store()
-    consumer = Consumer(store=store)
-    projector = EpisodicProjector(
-        "unused:9092",
-        TOPICS,
-        store,  # type: ignore[arg-type]
-        "group",
-        commit_every=0.2,
-    )
-    projector._consumer = consumer  # type: ignore[assignment]
+    projector, consumer = checked_projector(store, commit_every=0.2)
     recorded = recordings(2)
     await projector.project({ITEMS: [Record(0, encode_event(recorded[0]))]})
     await projector.project({ITEMS: [Record(1, encode_event(recorded[1]))]})
