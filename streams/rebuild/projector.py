@@ -162,7 +162,7 @@ class EpisodicProjector:
                 if batch:
                     async with self.write_lock.batch():
                         await self.project(batch)
-                elif self.read_to != self.committed_to:
+                elif self.read_to != self.committed_to and self._commit_due():
                     # Idle: what the commit interval held back is committed once it is due.
                     async with self.write_lock.batch():
                         await self._commit({})
@@ -320,10 +320,8 @@ class EpisodicProjector:
             for tp, end in self.read_to.items()
             if (at := min(end, oldest.get(tp, end))) != self.committed_to.get(tp) and tp in assigned
         }
-        now = time.monotonic()
-        due = self._committed_at is None or now - self._committed_at >= self.commit_every
-        if offsets and due:
-            self._committed_at = now
+        if offsets and self._commit_due():
+            self._committed_at = time.monotonic()
             # The store may let its durable checkpoint lag its applies (group commit); what the
             # commit vouches for must be durable first.
             await self.store.sync()
@@ -331,6 +329,10 @@ class EpisodicProjector:
             self.committed_to.update({tp: o.offset for tp, o in offsets.items()})
         if len(self.held) > self.max_held:
             log.warning("%d lifecycle events wait for their recordings", len(self.held))
+
+    def _commit_due(self) -> bool:
+        at = self._committed_at
+        return at is None or time.monotonic() - at >= self.commit_every
 
     def _maybe_report(self) -> None:
         if time.monotonic() - self._reported >= REPORT_EVERY and (self.held or self.waiting):
