@@ -15,7 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from processors.config import LifecycleRules
 from projections.episodic.edge_segments import DECODED_MEMORIES, OPTIMIZE_EVERY, VECTOR_DATATYPE
-from projections.episodic.scope import CANDIDATE_LIMIT
+from projections.episodic.scope import CANDIDATE_LIMIT, RELEVANCE_CANDIDATE_LIMIT
 
 
 class EngramSettings(BaseSettings):
@@ -111,6 +111,13 @@ class EngramSettings(BaseSettings):
         "the query's embedding, its keywords, context tags) brings from the episodic store to be "
         "ranked: an agent's pool up to this size is ranked exactly as a whole, a larger one "
         "through its candidates (projections/README.md).",
+    )
+    relevance_candidates: int = Field(
+        default=RELEVANCE_CANDIDATE_LIMIT,
+        ge=1,
+        description="The same for the relevance mode, whose only signals are the query's "
+        "embedding and keywords: lower, as it recalled more and answered faster on the "
+        "long-conversation benchmark (projections/README.md).",
     )
     edge_optimize_every: int = Field(
         default=OPTIMIZE_EVERY,

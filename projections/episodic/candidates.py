@@ -34,9 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from processors.lexical import SparseQuery
-from projections.episodic.scope import CANDIDATE_LIMIT, Scope
+from projections.episodic.scope import CANDIDATE_LIMIT, RELEVANCE_CANDIDATE_LIMIT, Scope
 
-__all__ = ["CANDIDATE_LIMIT", "CandidateSignals", "Scope"]
+__all__ = ["CANDIDATE_LIMIT", "RELEVANCE_CANDIDATE_LIMIT", "CandidateSignals", "Scope"]
 
 
 SEQ_GAP = 2

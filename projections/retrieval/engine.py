@@ -60,7 +60,7 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 import numpy as np
 
 from processors.embedding import Embedder
-from projections.episodic.candidates import CANDIDATE_LIMIT
+from projections.episodic.candidates import CANDIDATE_LIMIT, RELEVANCE_CANDIDATE_LIMIT
 from projections.episodic.hybrid import cosines
 from projections.interfaces import EpisodicMemoryStore, WorkingMemoryStore
 from projections.memory import StoredMemory
@@ -89,7 +89,12 @@ from projections.retrieval.models import (
     RetrievalResponse,
     RetrievedMemory,
 )
-from projections.retrieval.pool_reads import read_beside, read_pools, without_copies_of
+from projections.retrieval.pool_reads import (
+    candidate_bound,
+    read_beside,
+    read_pools,
+    without_copies_of,
+)
 from projections.retrieval.query_relevance import relevance_of, relevance_parts
 from projections.retrieval.relevance import DENSE_SHARE_MODEL_FREE, dense_share_for
 from projections.retrieval.saliency import saliency
@@ -208,6 +213,7 @@ class RetrievalEngine:
         *,
         episodic_limit: int = EPISODIC_READ_LIMIT,
         candidate_limit: int | None = CANDIDATE_LIMIT,
+        relevance_candidate_limit: int = RELEVANCE_CANDIDATE_LIMIT,
         source_topics: Collection[str] | None = None,
         arousal_of: Callable[[str], Awaitable[StoredArousal | None]] | None = None,
         dense_share: float | None = None,
@@ -223,12 +229,14 @@ class RetrievalEngine:
         by default :func:`~projections.retrieval.relevance.dense_share_for` the embedder.
         ``candidate_limit`` is how many memories each signal of a mode brings from the
         episodic store (:mod:`projections.episodic.candidates`); None reads an agent's whole
-        pool, up to ``episodic_limit``, and ranks all of it."""
+        pool, up to ``episodic_limit``, and ranks all of it; ``relevance_candidate_limit`` is
+        the bound of ``relevance`` by the query alone (:func:`candidate_bound`)."""
         if episodic_limit < 1:
             raise ValueError("episodic_limit must be at least 1")
-        if candidate_limit is not None and candidate_limit < 1:
-            raise ValueError("candidate_limit must be at least 1 (None: read the whole pool)")
+        if (candidate_limit is not None and candidate_limit < 1) or relevance_candidate_limit < 1:
+            raise ValueError("candidate limits must be at least 1 (None: read the whole pool)")
         self._candidate_limit = candidate_limit
+        self._relevance_limit = relevance_candidate_limit
         share = dense_share_for(embedder.id) if dense_share is None else dense_share
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"dense_share must lie in [0, 1], got {share}")
@@ -266,6 +274,7 @@ class RetrievalEngine:
         started = time.perf_counter()
         levels, read_working = levels_for(request.filter, request.levels)
         vector = None if request.query is None else await self._embed(request.query)
+        bound = candidate_bound(request, vector, self._candidate_limit, self._relevance_limit)
         # One version for both reads, whatever :meth:`use` does while they run.
         working, episodic = await read_pools(
             self._working,
@@ -275,7 +284,7 @@ class RetrievalEngine:
             request,
             levels=levels,
             read_working=read_working,
-            candidate_limit=self._candidate_limit,
+            candidate_limit=bound,
             episodic_limit=self._episodic_limit,
         )
         if request.filter is not None:
@@ -286,7 +295,7 @@ class RetrievalEngine:
             working = await self._with_similarity(working, vector)
         if request.query and request.mode in RELEVANCE_MODES and request.scope != "archive":
             episodic += await self._turns_beside(
-                agent_id, request, vector, levels, working, episodic
+                agent_id, request, vector, levels, working, episodic, bound
             )
         stored: StoredArousal | None = None
         if request.mode == "constrained" and request.arousal is None:
@@ -412,6 +421,7 @@ class RetrievalEngine:
         levels: Sequence[int],
         working: list[StoredMemory],
         episodic: list[StoredMemory],
+        limit: int | None,
     ) -> list[StoredMemory]:
         """The episodic memories beside the pool's most relevant ones that the candidates
         left out (:func:`~projections.retrieval.conversation_context.seqs_beside`), so that a
@@ -419,8 +429,8 @@ class RetrievalEngine:
         was read: fewer candidates than the bound are the whole pool
         (:class:`~projections.episodic.candidates.CandidateSignals`). Of each signal, the
         turns beside the ``min(TURNS_READ_BESIDE, bound)`` best are read. Not for scope
-        ``archive``, whose pool holds no working memory to leave the promoted copies out by."""
-        limit = self._candidate_limit
+        ``archive``, whose pool holds no working memory to leave the promoted copies out by.
+        ``limit`` is the bound the candidates were read with."""
         if limit is None or len(episodic) < limit or not request.query:
             return []
         pool = [*working, *episodic]

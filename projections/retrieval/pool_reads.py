@@ -22,13 +22,30 @@ from projections.memory import StoredMemory
 from projections.retrieval.models import RetrievalRequest
 
 
+def _by_the_query_alone(request: RetrievalRequest, vector: np.ndarray | None) -> bool:
+    """Whether the request's mode ranks by the query's signals alone: ``relevance`` with a
+    query vector that has a direction (stopwords alone embed to zeros, and then it falls back
+    on recency and importance)."""
+    return request.mode == "relevance" and vector is not None and bool(np.any(vector))
+
+
+def candidate_bound(
+    request: RetrievalRequest, vector: np.ndarray | None, limit: int | None, relevance_limit: int
+) -> int | None:
+    """How many candidates each signal of the request's mode brings (None: the whole pool):
+    ``relevance_limit`` when it ranks by the query's signals alone, which measured better for
+    it (:data:`~projections.episodic.scope.RELEVANCE_CANDIDATE_LIMIT`), else ``limit``."""
+    if limit is None:
+        return None
+    return relevance_limit if _by_the_query_alone(request, vector) else limit
+
+
 def signals_for(
     request: RetrievalRequest, vector: np.ndarray | None, limit: int
 ) -> CandidateSignals:
     """The candidates ``request``'s mode needs, ``limit`` per signal."""
-    nearest = vector is not None and bool(np.any(vector))
     lexical = query_vector(request.query) if request.query else None
-    if request.mode == "relevance" and nearest:
+    if _by_the_query_alone(request, vector):
         return CandidateSignals(limit, vector=vector, lexical=lexical)
     tags = tuple(request.tags) if request.mode == "weighted" else ()
     with_query = request.mode in ("weighted", "generative")

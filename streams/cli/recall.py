@@ -242,6 +242,7 @@ async def _recaller(settings: EngramSettings, timeout: float) -> AsyncIterator[L
             deferred.embedding.embedder_from_name(settings.embedder),
             dense_share=settings.dense_share,
             candidate_limit=settings.retrieval_candidates,
+            relevance_candidate_limit=settings.relevance_candidates,
             sealer=deferred.sealing.RecordSealer(keyring),
             timeout=timeout,
         )

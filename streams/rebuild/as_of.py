@@ -46,7 +46,7 @@ from typing import TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from processors.embedding import Embedder
-from projections.episodic.candidates import CANDIDATE_LIMIT
+from projections.episodic.candidates import CANDIDATE_LIMIT, RELEVANCE_CANDIDATE_LIMIT
 from projections.episodic.factory import open_episodic_store
 from projections.interfaces import EpisodicMemoryStore, ProjectionError
 from projections.retrieval.as_of import AsOfNotInLogError
@@ -126,6 +126,8 @@ class LogRecaller:
     dense_share: float | None = None
     candidate_limit: int | None = CANDIDATE_LIMIT
     """As the query service's (``ENGRAM_RETRIEVAL_CANDIDATES``), so a recall ranks alike."""
+    relevance_candidate_limit: int = RELEVANCE_CANDIDATE_LIMIT
+    """As the query service's (``ENGRAM_RELEVANCE_CANDIDATES``)."""
     sealer: RecordSealer = field(default_factory=lambda: RecordSealer(None))
     timeout: float = 60.0
     """Longest one recall may take, reading the log included."""
@@ -317,6 +319,7 @@ class LogRecaller:
                 self.embedder,
                 dense_share=self.dense_share,
                 candidate_limit=self.candidate_limit,
+                relevance_candidate_limit=self.relevance_candidate_limit,
             )
             response = await engine.retrieve(agent_id, request)
             held = [m.memory_id for m in await working.memories(agent_id)]

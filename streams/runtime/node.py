@@ -371,6 +371,7 @@ class Node:
             source_topics=(*topics.agent_inputs, topics.schedule, topics.access),
             dense_share=self.settings.dense_share,
             candidate_limit=self.settings.retrieval_candidates,
+            relevance_candidate_limit=self.settings.relevance_candidates,
             log_ends=self.log_ends,
         )
         on_retrieval, history = await self._log_access()
@@ -479,6 +480,7 @@ class Node:
             self.embedder,
             dense_share=self.settings.dense_share,
             candidate_limit=self.settings.retrieval_candidates,
+            relevance_candidate_limit=self.settings.relevance_candidates,
             sealer=RecordSealer(self.keyring),
             timeout=RECALL_TIMEOUT_S,
             log_ends=self.log_ends,

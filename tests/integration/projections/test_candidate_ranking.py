@@ -110,7 +110,13 @@ async def test_candidates_rank_as_the_whole_pool_within_the_bound(
     await working_store.apply(log)
     await edge_store.apply(log)
     assert await edge_store.count(agent) <= LIMIT
-    bounded = RetrievalEngine(working_store, edge_store, EMBEDDER, candidate_limit=LIMIT)
+    bounded = RetrievalEngine(
+        working_store,
+        edge_store,
+        EMBEDDER,
+        candidate_limit=LIMIT,
+        relevance_candidate_limit=LIMIT,
+    )
     whole = RetrievalEngine(working_store, edge_store, EMBEDDER, candidate_limit=None)
 
     for request in requests(rng):

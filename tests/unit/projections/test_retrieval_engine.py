@@ -104,6 +104,7 @@ class ListedEpisodic(ListedWorking):
         super().__init__(memories)
         self.levels_read: list[tuple[int, ...]] = []
         self.filters: list[MemoryFilter | None] = []
+        self.bounds: list[int] = []
 
     async def memories(  # type: ignore[override]
         self,
@@ -133,6 +134,7 @@ class ListedEpisodic(ListedWorking):
     ) -> list[StoredMemory]:
         """The whole pool (smaller than any candidate bound), as a store returns it; these
         stores keep no archive."""
+        self.bounds.append(signals.limit)
         if signals.vector is not None and signals.nearest:
             return await self.search(agent_id, signals.vector, 1000, levels, filter=filter)
         return await self.memories(agent_id, 1000, levels, filter=filter)
@@ -405,6 +407,43 @@ async def test_a_dense_share_of_one_ranks_by_the_cosine_alone() -> None:
     assert all(p["own"] == pytest.approx(max(p["similarity"], 0.0)) for p in parts)
     with pytest.raises(ValueError, match="dense_share"):
         RetrievalEngine(working, episodic, EMBEDDER, dense_share=1.5)
+
+
+@pytest.mark.parametrize(
+    ("fields", "bound"),
+    [
+        ({"mode": "relevance", "query": "flood"}, 7),
+        # A query of stopwords embeds to zeros: relevance falls back to recency and importance.
+        ({"mode": "relevance", "query": "the and of"}, 30),
+        ({"mode": "generative", "query": "flood"}, 30),
+        ({"mode": "two_phase"}, 30),
+    ],
+)
+async def test_relevance_by_the_query_alone_reads_with_its_own_bound(
+    fields: dict[str, Any], bound: int
+) -> None:
+    working, episodic = ListedWorking(WORKING), ListedEpisodic(EPISODIC)
+    engine = RetrievalEngine(
+        working, episodic, EMBEDDER, candidate_limit=30, relevance_candidate_limit=7
+    )
+
+    await engine.retrieve(AGENT, request(**fields))
+
+    assert episodic.bounds == [bound]
+
+
+async def test_without_a_candidate_bound_relevance_reads_the_whole_pool_too() -> None:
+    working, episodic = ListedWorking(WORKING), ListedEpisodic(EPISODIC)
+    engine = RetrievalEngine(
+        working, episodic, EMBEDDER, candidate_limit=None, relevance_candidate_limit=7
+    )
+
+    answer = await engine.retrieve(AGENT, request(mode="relevance", query="flood"))
+
+    assert episodic.bounds == [], "candidates were read instead of the pool"
+    assert answer.episodic_count == sum(1 for m in EPISODIC if m.level == 0)
+    with pytest.raises(ValueError, match="candidate limits must be at least 1"):
+        RetrievalEngine(working, episodic, EMBEDDER, relevance_candidate_limit=0)
 
 
 async def test_the_filter_is_passed_to_the_episodic_store() -> None:
