@@ -23,6 +23,7 @@ long-conversation benchmark (2,500 turns, every turn kept, asked with a query al
 0.537-0.550 at 50 against 0.530 at 100 with the hashing embedder and 0.785-0.792 against 0.779
 with MiniLM (MiniLM's R@20 is the one figure higher at 100: 0.826-0.832 against 0.812), and
 over HTTP a read of an agent of 1,000 memories took 5.2 ms at the median against 6.0-6.1. The
-other modes keep 100: at 50 their top 10 held less of the whole pool's (weighted 0.63 of it
-against 0.99, generative 0.38 against 0.43, agents of 10,000 memories). Figures and commands:
+other modes keep 100: at 50 the weighted and generative modes' top 10 held less of the whole
+pool's (weighted 0.63 of it against 0.99, generative 0.38 against 0.43, agents of 10,000
+memories; two_phase held all of it at both). Figures and commands:
 tests/benchmarks/README.md, "The relevance mode's candidates halved"."""

@@ -432,6 +432,20 @@ async def test_relevance_by_the_query_alone_reads_with_its_own_bound(
     assert episodic.bounds == [bound]
 
 
+async def test_the_turns_beside_are_read_once_candidates_fill_the_relevance_bound() -> None:
+    """Five candidates fill a relevance bound of 3, not the others' 30: the turns beside the
+    best are read as well (a second read, for their seqs)."""
+    working, episodic = ListedWorking(WORKING), ListedEpisodic(EPISODIC)
+    engine = RetrievalEngine(
+        working, episodic, EMBEDDER, candidate_limit=30, relevance_candidate_limit=3
+    )
+
+    await engine.retrieve(AGENT, request(mode="relevance", query="flood"))
+
+    assert len(episodic.bounds) == 2, "the turns beside were not read"
+    assert episodic.bounds[0] == 3
+
+
 async def test_without_a_candidate_bound_relevance_reads_the_whole_pool_too() -> None:
     working, episodic = ListedWorking(WORKING), ListedEpisodic(EPISODIC)
     engine = RetrievalEngine(

@@ -24,3 +24,17 @@ def test_unknown_edge_vectors_are_refused_naming_the_setting(
     monkeypatch.setenv("ENGRAM_EDGE_VECTORS", "float64")
     with pytest.raises(ValidationError, match="edge_vectors"):
         EngramSettings()
+
+
+def test_relevance_has_its_own_candidate_bound_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ENGRAM_RELEVANCE_CANDIDATES", raising=False)
+    monkeypatch.delenv("ENGRAM_RETRIEVAL_CANDIDATES", raising=False)
+    defaults = EngramSettings()
+    assert (defaults.retrieval_candidates, defaults.relevance_candidates) == (100, 50)
+    monkeypatch.setenv("ENGRAM_RELEVANCE_CANDIDATES", "100")
+    assert EngramSettings().relevance_candidates == 100
+    monkeypatch.setenv("ENGRAM_RELEVANCE_CANDIDATES", "0")
+    with pytest.raises(ValidationError, match="relevance_candidates"):
+        EngramSettings()
