@@ -16,7 +16,8 @@ CANDIDATE_LIMIT = 100
 
 RELEVANCE_CANDIDATE_LIMIT = 50
 """The same for the ``relevance`` mode, whose only signals are the query's (its nearest
-embeddings and best keyword matches): at most twice this many candidates.
+embeddings and best keyword matches): at most twice this many candidates, then the turns
+beside the best of them.
 
 Lower than :data:`CANDIDATE_LIMIT` because it measured better for this mode. On the
 long-conversation benchmark (2,500 turns, every turn kept, asked with a query alone) R@10 was
