@@ -1,5 +1,6 @@
-"""The Faust settings Engram needs that Faust does not expose: the consumer's fetch wait, and
-topic configs for the topics Faust declares itself.
+"""The Faust settings Engram needs that Faust does not expose: the consumer's fetch wait, topic
+configs for the topics Faust declares itself, and a cheaper handoff of each fetched record to the
+streams (:mod:`streams.worker.faust_handoff`).
 
 Faust's aiokafka driver hardcodes ``fetch_max_wait_ms=1500``. Kafka answers a fetch as soon as
 data arrives, so there it costs nothing; the Tansu broker of the dev stack holds the fetch for
@@ -20,6 +21,9 @@ from typing import Any
 import faust
 from faust.transport.drivers import aiokafka as driver
 from faust.types import TopicT
+from mode.services import WaitResults
+
+from streams.worker.faust_handoff import wait_first_started
 
 
 class _ConsumerThread(driver.AIOKafkaConsumerThread):
@@ -35,6 +39,13 @@ class _ConsumerThread(driver.AIOKafkaConsumerThread):
 class _Consumer(driver.Consumer):
     def _new_consumer_thread(self) -> _ConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def wait_first(self, *coros: Any, timeout: Any = None) -> WaitResults:
+        # Faust's fetcher awaits this once per record (the handoff to the streams).
+        stopped, crashed = self._stopped.is_set, self._crashed.is_set
+        return await wait_first_started(
+            super().wait_first, lambda: stopped() or crashed(), *coros, timeout=timeout
+        )
 
 
 class _Transport(driver.Transport):

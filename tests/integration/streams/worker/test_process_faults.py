@@ -320,15 +320,18 @@ async def test_a_worker_killed_mid_stream_and_restarted_remembers_everything_onc
     stream.worker.kill()
     at_kill = await applied_count(stream)
     assert at_kill < total, "the worker finished before it was killed: nothing was tested"
-    # Offsets are committed only after both stores applied the records: never ahead of them.
+    # Offsets are committed only after both stores applied the records: never ahead of Redis,
+    # which writes its positions with the data. Qdrant Edge's positions on disk may lag what it
+    # applied by its group commit (ENGRAM_EDGE_SYNC_SECONDS), so a kill can leave them behind a
+    # commit; the restart re-applies past them, which the exactly-once check below holds it to.
     committed = await committed_offsets(kafka_bootstrap, stream)
     episodic = stream.open_edge()
     try:
         marks = await applied_offsets(stream, episodic)
     finally:
         await episodic.close()
-    for tp, (in_redis, in_edge) in marks.items():
-        applied = min(-1 if m is None else m for m in (in_redis, in_edge))
+    for tp, (in_redis, _in_edge) in marks.items():
+        applied = -1 if in_redis is None else in_redis
         assert (committed[tp] or 0) <= applied + 1, (
             f"{tp}: committed {committed[tp]}, applied {marks[tp]}"
         )

@@ -1,0 +1,133 @@
+"""The handoff of a fetched record without tasks: same winners, results, errors and
+cancellations as mode's ``wait_first``, which it falls back on whenever the record waits."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any
+
+import pytest
+from mode import Service
+
+from streams.worker.faust_handoff import Resumed, wait_first_started
+
+
+class Counted:
+    """mode's own ``wait_first`` of a real service, counting the calls that reach it."""
+
+    def __init__(self) -> None:
+        self.service = Service()
+        self.calls = 0
+
+    async def __call__(self, *awaitables: Any, timeout: Any = None) -> Any:
+        self.calls += 1
+        return await self.service.wait_first(*awaitables, timeout=timeout)
+
+
+async def immediate(value: int) -> int:
+    return value
+
+
+async def suspended(gate: asyncio.Future[int], seen: list[str]) -> int:
+    try:
+        await asyncio.sleep(0)  # a bare yield first, then a future
+        value = await gate
+    except asyncio.CancelledError:
+        seen.append("cancelled")
+        raise
+    seen.append("done")
+    return value + 1
+
+
+async def test_a_coroutine_done_without_suspending_wins_alone_and_makes_no_task() -> None:
+    mode = Counted()
+    flow = asyncio.Event()
+    other = flow.wait()
+    results = await wait_first_started(mode, lambda: False, immediate(7), other)
+    assert (len(results.done), results.results, results.stopped) == (1, [7], False)
+    assert mode.calls == 0
+    assert inspect.getcoroutinestate(other) == inspect.CORO_CLOSED
+
+
+async def test_a_coroutine_that_suspends_goes_on_in_modes_wait_first() -> None:
+    mode = Counted()
+    gate: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    seen: list[str] = []
+    flow = asyncio.Event()
+    waiting = asyncio.ensure_future(
+        wait_first_started(mode, lambda: False, suspended(gate, seen), flow.wait())
+    )
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert not waiting.done()
+    gate.set_result(41)
+    results = await asyncio.wait_for(waiting, 5)
+    assert results.results == [42]
+    assert not results.stopped
+    assert isinstance(results.done[0], Resumed)
+    assert (mode.calls, seen) == (1, ["done"])
+
+
+async def test_a_suspended_flow_cancels_a_handoff_that_waits() -> None:
+    mode = Counted()
+    gate: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    seen: list[str] = []
+    flow = asyncio.Event()
+    waiting = asyncio.ensure_future(
+        wait_first_started(mode, lambda: False, suspended(gate, seen), flow.wait())
+    )
+    for _ in range(3):
+        await asyncio.sleep(0)
+    flow.set()
+    results = await asyncio.wait_for(waiting, 5)
+    assert results.results == [True]  # the flow's event won
+    await asyncio.sleep(0)
+    assert seen == ["cancelled"]
+
+
+async def test_errors_reach_the_caller_before_and_after_a_suspension() -> None:
+    async def fails_at_once() -> int:
+        raise ValueError("bad record")
+
+    async def fails_later(gate: asyncio.Future[int]) -> int:
+        await gate
+        raise KeyError("later")
+
+    mode = Counted()
+    other = asyncio.Event().wait()
+    with pytest.raises(ValueError, match="bad record"):
+        await wait_first_started(mode, lambda: False, fails_at_once(), other)
+    assert inspect.getcoroutinestate(other) == inspect.CORO_CLOSED
+    gate: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    asyncio.get_running_loop().call_later(0.01, gate.set_result, 1)
+    with pytest.raises(KeyError, match="later"):
+        await wait_first_started(mode, lambda: False, fails_later(gate), asyncio.Event().wait())
+
+
+async def test_a_stopped_consumer_or_a_timeout_takes_modes_own_way() -> None:
+    mode = Counted()
+    results = await wait_first_started(mode, lambda: True, immediate(1))
+    assert mode.calls == 1
+    assert results.results == [1]
+    results = await wait_first_started(mode, lambda: False, immediate(2), timeout=5.0)
+    assert mode.calls == 2
+    assert results.results == [2]
+
+
+async def test_resumed_passes_a_cancellation_on_and_keeps_what_the_coroutine_makes_of_it() -> None:
+    gate: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def shrugs() -> str:
+        try:
+            await gate
+        except asyncio.CancelledError:
+            return "cancelled, and said so"
+        return "not cancelled"
+
+    coroutine = shrugs()
+    pending = coroutine.send(None)
+    task = asyncio.ensure_future(Resumed(coroutine, pending))
+    await asyncio.sleep(0)
+    task.cancel()
+    assert await asyncio.wait_for(task, 5) == "cancelled, and said so"
