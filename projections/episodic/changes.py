@@ -17,6 +17,7 @@ import numpy as np
 
 from projections.episodic.edge_positions import Positions
 from projections.interfaces import latest_positions
+from schemas.derived_fields import vector_length
 from schemas.learned_events import LearnedChange
 from schemas.memory_events import (
     AgentForgotten,
@@ -109,7 +110,8 @@ def episodic_changes(
             case _:
                 assert_never(event)
     for memory in [*upserts.values(), *archived.values()]:
-        checked_vector(memory.vector(), dim, f"the embedding of {memory.memory_id}")
+        if vector_length(memory.embedding) != dim:
+            checked_vector(memory.vector(), dim, f"the embedding of {memory.memory_id}")
     return EpisodicChanges(
         upserts,
         frozenset(deletes),
