@@ -34,11 +34,11 @@ Choices, each for question-to-memory relevance in general rather than for any on
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import threading
 import zlib
-from collections import Counter
 from dataclasses import dataclass
 
 import Stemmer
@@ -163,10 +163,20 @@ def document_vector(text: str) -> SparseVector:
     terms = _term_indices(text)
     if not terms:
         return SparseVector((), ())
-    counts = Counter(terms)
+    counts: dict[int, int] = {}
+    for term in terms:
+        counts[term] = counts.get(term, 0) + 1
     length = len(terms)
     indices = tuple(sorted(counts))
-    return SparseVector(indices, tuple(bm25_weight(counts[i], length) for i in indices))
+    return SparseVector(indices, tuple([_document_weight(counts[i], length) for i in indices]))
+
+
+@functools.lru_cache(maxsize=4096)
+def _document_weight(tf: int, length: int) -> float:
+    """:func:`bm25_weight` at the default parameters, remembered: memories are short, so a
+    few hundred (tf, length) pairs cover nearly all of them, and every memory applied to the
+    episodic store computes its weights (a quarter of its sparse vector's cost)."""
+    return bm25_weight(tf, length)
 
 
 def query_vector(text: str) -> SparseQuery:
