@@ -24,7 +24,7 @@ __all__ = ["edge_point"]
 def edge_point(memory: MemoryWritten, lexical: bool, *, active: bool = True) -> qe.Point:
     """``active`` False marks a memory kept in the archive only."""
     dense = memory.vector().tolist()
-    payload = point_payload(memory, active=active)
+    payload = point_payload(memory, active=active, lexical=lexical)
     if not lexical:
         return qe.Point(memory.memory_id, dense, payload)
     sparse = document_vector(memory.content)

@@ -78,7 +78,7 @@ def _position_id(topic: str, partition: int) -> str:
 
 def _point(memory: MemoryWritten, lexical: bool, *, active: bool = True) -> models.PointStruct:
     dense = memory.vector().tolist()
-    payload = point_payload(memory, active=active)
+    payload = point_payload(memory, active=active, lexical=lexical)
     if not lexical:
         return models.PointStruct(id=memory.memory_id, vector=dense, payload=payload)
     sparse = document_vector(memory.content)
