@@ -54,3 +54,25 @@ async def test_writing_past_the_cadence_optimizes_and_reads_stay_the_same(
     finally:
         await optimized.close()
         await never.close()
+
+
+async def test_a_segment_an_optimization_built_is_not_merged_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each optimization indexes the points written since the last one into a segment past
+    ``SEGMENT_KB``, which no later optimization rewrites: one more segment per optimization,
+    each costing what its own points cost (a merge rewrote the segment before it too)."""
+    monkeypatch.setattr(edge_segments, "INDEXING_KB", 1)
+    monkeypatch.setattr(edge_segments, "SEGMENT_KB", 2)
+    log = small_log("alice", 120)
+    store = EdgeEpisodicMemory.open(tmp_path / "shard", EMBEDDING_DIM, optimize_every=25)
+    try:
+        with caplog.at_level(logging.INFO, logger="projections.episodic.edge"):
+            for start in range(0, len(log), 10):
+                await store.apply(log[start : start + 10])
+        runs = [r for r in caplog.records if r.getMessage() == "optimized the episodic shard"]
+        assert len(runs) >= 3
+        counts = [r.segments for r in runs]
+        assert counts == sorted(set(counts)), f"a merge took segments back: {counts}"
+    finally:
+        await store.close()

@@ -1,6 +1,6 @@
 import pytest
 
-from projections.episodic.edge_segments import OptimizeCadence
+from projections.episodic.edge_segments import OPTIMIZE_EVERY, SEGMENT_KB, OptimizeCadence
 
 
 def test_due_once_the_points_written_reach_the_cadence() -> None:
@@ -27,3 +27,12 @@ def test_a_cadence_of_zero_never_falls_due() -> None:
 def test_a_negative_cadence_is_refused() -> None:
     with pytest.raises(ValueError, match="0 \\(never\\) or more"):
         OptimizeCadence(every=-1)
+
+
+@pytest.mark.parametrize("bytes_per_value", [2, 4], ids=["float16", "float32"])
+def test_one_cadence_of_384_dimension_vectors_is_past_the_segment_bound(
+    bytes_per_value: int,
+) -> None:
+    """What keeps an optimization from merging the segment the one before it built."""
+    vectors_kb = OPTIMIZE_EVERY * 384 * bytes_per_value / 1024
+    assert vectors_kb > SEGMENT_KB
