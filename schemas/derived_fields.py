@@ -34,15 +34,6 @@ def decode_vector(encoded: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(encoded.encode("ascii")), dtype="<f4")
 
 
-def vector_length(encoded: str) -> int:
-    """How many values an encoded vector of either form holds, without decoding it: a store
-    checks every memory's dimension before it decodes the vector once for its point."""
-    half = encoded.startswith(HALF_PRECISION)
-    body = encoded[len(HALF_PRECISION) :] if half else encoded
-    padding = len(body) - len(body.rstrip("="))
-    return (len(body) // 4 * 3 - padding) // (2 if half else 4)
-
-
 def _check_vector(value: str) -> str:
     half = value.startswith(HALF_PRECISION)
     body = value[len(HALF_PRECISION) :] if half else value

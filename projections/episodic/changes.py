@@ -17,7 +17,6 @@ import numpy as np
 
 from projections.episodic.edge_positions import Positions
 from projections.interfaces import latest_positions
-from schemas.derived_fields import vector_length
 from schemas.learned_events import LearnedChange
 from schemas.memory_events import (
     AgentForgotten,
@@ -60,6 +59,9 @@ class EpisodicChanges:
     Redis), and episodic ones the same batch forgot."""
     retired: frozenset[str] = frozenset()
     """Memories the batch forgot that earlier batches wrote: they move to the archive."""
+    vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    """The embedding of every memory in ``upserts`` and ``archived``, decoded and checked
+    against the store's dimension once, for its point."""
 
     @property
     def touches_data(self) -> bool:
@@ -109,9 +111,10 @@ def episodic_changes(
                 pass
             case _:
                 assert_never(event)
-    for memory in [*upserts.values(), *archived.values()]:
-        if vector_length(memory.embedding) != dim:
-            checked_vector(memory.vector(), dim, f"the embedding of {memory.memory_id}")
+    vectors = {
+        key: checked_vector(memory.vector(), dim, f"the embedding of {key}")
+        for key, memory in [*upserts.items(), *archived.items()]
+    }
     return EpisodicChanges(
         upserts,
         frozenset(deletes),
@@ -119,6 +122,7 @@ def episodic_changes(
         frozenset(erased),
         archived,
         frozenset(retired),
+        vectors,
     )
 
 

@@ -326,9 +326,12 @@ class EdgeEpisodicMemory:
                 self._shard.update(
                     qe.UpdateOperation.delete_points_by_filter(agents_filter(changes.erased))
                 )
-            lexical = self._lexical
-            points = [edge_point(m, lexical) for m in changes.upserts.values()]
-            points += [edge_point(m, lexical, active=False) for m in changes.archived.values()]
+            lexical, vectors = self._lexical, changes.vectors
+            points = [edge_point(m, vectors[k], lexical) for k, m in changes.upserts.items()]
+            points += [
+                edge_point(m, vectors[k], lexical, active=False)
+                for k, m in changes.archived.items()
+            ]
             if points:
                 self._shard.update(qe.UpdateOperation.upsert_points(points))
             if changes.retired:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import qdrant_edge as qe
 
 from processors.lexical import document_vector
@@ -21,9 +22,12 @@ from schemas.memory_events import MemoryWritten
 __all__ = ["edge_point"]
 
 
-def edge_point(memory: MemoryWritten, lexical: bool, *, active: bool = True) -> qe.Point:
-    """``active`` False marks a memory kept in the archive only."""
-    dense = memory.vector().tolist()
+def edge_point(
+    memory: MemoryWritten, vector: np.ndarray, lexical: bool, *, active: bool = True
+) -> qe.Point:
+    """``vector`` is the memory's embedding, decoded (``EpisodicChanges.vectors``); ``active``
+    False marks a memory kept in the archive only."""
+    dense = vector.tolist()
     payload = point_payload(memory, active=active, lexical=lexical)
     if not lexical:
         return qe.Point(memory.memory_id, dense, payload)

@@ -76,8 +76,10 @@ def _position_id(topic: str, partition: int) -> str:
     return str(uuid.uuid5(POSITIONS_NAMESPACE, f"{topic}/{partition}"))
 
 
-def _point(memory: MemoryWritten, lexical: bool, *, active: bool = True) -> models.PointStruct:
-    dense = memory.vector().tolist()
+def _point(
+    memory: MemoryWritten, vector: np.ndarray, lexical: bool, *, active: bool = True
+) -> models.PointStruct:
+    dense = vector.tolist()
     payload = point_payload(memory, active=active, lexical=lexical)
     if not lexical:
         return models.PointStruct(id=memory.memory_id, vector=dense, payload=payload)
@@ -272,8 +274,11 @@ class QdrantServerEpisodicMemory:
                         points_selector=models.FilterSelector(filter=models.Filter(must=[agents])),
                         wait=True,
                     )
-            points = [_point(memory, self._lexical) for memory in changes.upserts.values()]
-            points += [_point(m, self._lexical, active=False) for m in changes.archived.values()]
+            lexical, vectors = self._lexical, changes.vectors
+            points = [_point(m, vectors[k], lexical) for k, m in changes.upserts.items()]
+            points += [
+                _point(m, vectors[k], lexical, active=False) for k, m in changes.archived.items()
+            ]
             if points:
                 with _client_errors(self._where, f"upserting {len(points)} memories"):
                     for start in range(0, len(points), UPSERT_CHUNK):

@@ -1,5 +1,5 @@
-"""A batch's memories are checked against the store's dimension before any is written, from
-the encoded vector's length (the store decodes each vector once, for its point)."""
+"""A batch's memories are checked against the store's dimension before any is written, and
+their decoded vectors kept for the points (each decoded once)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ def float32(vector: list[float]) -> str:
 
 @pytest.mark.parametrize("encode", [encode_vector, float32])
 def test_a_memory_of_the_stores_dimension_is_folded(encode: Encoder) -> None:
-    changes = episodic_changes([with_embedding(encode([0.6, 0.8, 0.0]))], dim=3)
+    changes = episodic_changes([with_embedding(encode([0.5, -0.25, 1.0]))], dim=3)
     assert list(changes.upserts) == ["m-episodic"]
+    assert changes.vectors["m-episodic"].tolist() == [0.5, -0.25, 1.0]
 
 
 @pytest.mark.parametrize("encode", [encode_vector, float32])
