@@ -15,7 +15,7 @@ So the store optimizes after every :data:`OPTIMIZE_EVERY` points it writes (see
   holds at most its capacities' worth of memories. The graph was the costly part of optimizing
   (131 s for those 100,000 points on two cores with the default graph, 188 s with a graph per
   agent, 6.3 s without one), and exact search is what the ranking's tests compare against.
-- **Segments of at most** :data:`SEGMENT_KB`, so an optimization rewrites the points written
+- **Merges bounded by** :data:`SEGMENT_KB`, so an optimization rewrites the points written
   since the last one plus a merge of small segments, never the whole shard: in a shard of
   100,000 synthetic points (random vectors, 300-byte payloads) each further 10,000 points took
   1.5-2.3 s to optimize when merges were unbounded (the time grew with the shard) and 0.2-0.7 s
@@ -44,15 +44,18 @@ OPTIMIZE_EVERY = 30_000
 events, ~74,000 points) spent 646 us of CPU per event without optimizing, 665 at 30,000 and 794
 at 10,000, where each new segment was merged into the last (float32 shards, then)."""
 
-SEGMENT_KB = 20_000
-"""The largest segment an optimization builds (Edge counts in kilobytes): below one
-:data:`OPTIMIZE_EVERY` of points in a float16 shard (~22 MB of vectors at 384 dimensions; twice
-that as float32), so each optimization leaves the segments before it alone. At 65,536, the
-bound of float32 days, every other optimization merged the segment before it into its own:
-30,000 points of the ingest benchmark's memories took 1.6-1.8 s to optimize alone and 4.8 s
-with the 30,000 before them, and 171,000 points took 18.6 s in all against 10.0. The price is
-more segments, each read visiting every one: at 171,000 points (7 segments against 4) an
-agent's 100 nearest took 0.53 ms at the median against 0.44, its 100 newest 0.73 against 0.59."""
+SEGMENT_KB = 16_384
+"""Edge's ``max_segment_size`` (kilobytes): it merges segments only into one below this size;
+the segment an optimization indexes is not cut to it. One :data:`OPTIMIZE_EVERY` of points in
+a float16 shard holds ~22 MB of vectors at 384 dimensions (twice that as float32), past the
+bound with room for a cadence partly spent on retirements, so each optimization leaves the
+segments before it alone. (Smaller embeddings, or a shorter cadence, make segments that are
+merged again, as before.) At 65,536, the bound of float32 days, every other optimization
+merged the segment before it into its own: 30,000 points of the ingest benchmark's memories
+took 1.3-1.9 s to optimize alone and 3.9-4.8 s with the 30,000 before them, and 171,000 points
+took 18.6 s in all against 10.0 at 20,000 (1.5-1.7 s each at 16,384). The price is more
+segments, each read visiting every one: at 171,000 points (7 segments against 4) an agent's
+100 nearest took 0.53 ms at the median against 0.44, its 100 newest 0.73 against 0.59."""
 
 INDEXING_KB = 10_000
 """An optimization indexes an appendable segment once it holds this many kilobytes (Edge's

@@ -11,7 +11,7 @@ TAGGED = recorded("episodic").model_copy(update={"tags": ("Flood", "levee", "FLO
 
 
 def test_a_hybrid_store_filters_tags_casefolded_and_keeps_them_as_given_in_the_memory() -> None:
-    payload = point_payload(TAGGED)
+    payload = point_payload(TAGGED, lexical=True)
     assert payload["tags_lc"] == ["flood", "levee"]
     assert "tags" not in payload
     assert orjson.loads(payload["memory"])["tags"] == ["Flood", "levee", "FLOOD"]

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from pathlib import Path
 from typing import Any
 
 import pytest
 from mode import Service
 
+from streams.settings import EngramSettings
+from streams.worker.app import create_processor_app
 from streams.worker.faust_handoff import Resumed, wait_first_started
 
 
@@ -131,3 +134,43 @@ async def test_resumed_passes_a_cancellation_on_and_keeps_what_the_coroutine_mak
     await asyncio.sleep(0)
     task.cancel()
     assert await asyncio.wait_for(task, 5) == "cancelled, and said so"
+
+
+async def test_resumed_goes_on_when_the_coroutine_awaits_again_after_a_cancellation() -> None:
+    loop = asyncio.get_running_loop()
+    first: asyncio.Future[int] = loop.create_future()
+    then: asyncio.Future[str] = loop.create_future()
+
+    async def tidies_up() -> str:
+        try:
+            await first
+        except asyncio.CancelledError:
+            return await then  # e.g. a flush before giving up
+        return "not cancelled"
+
+    coroutine = tidies_up()
+    task = asyncio.ensure_future(Resumed(coroutine, coroutine.send(None)))
+    await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.sleep(0)
+    then.set_result("tidied up")
+    assert await asyncio.wait_for(task, 5) == "tidied up"
+
+
+async def test_the_workers_faust_consumer_hands_over_without_tasks_unless_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ENGRAM_INSTANCE_ID", raising=False)
+    app = create_processor_app(EngramSettings(data_dir=tmp_path), "localhost:9092").app
+    consumer = app.consumer
+    flow = asyncio.Event()
+    try:
+        running = await consumer.wait_first(immediate(5), flow.wait())
+        assert (running.results, running.stopped) == ([5], False)
+        assert not isinstance(running.done[0], asyncio.Future), "mode would have made a task"
+
+        consumer._stopped.set()
+        stopped = await consumer.wait_first(immediate(6), flow.wait())
+        assert stopped.stopped, "a stopped consumer answers as mode does"
+    finally:
+        consumer._thread.thread_loop.close()  # made for the consumer's thread, never started
