@@ -76,7 +76,7 @@ from projections.episodic.decoded_memories import DecodedMemories, Kept, point_k
 from projections.episodic.edge_candidates import candidate_request, with_payloads
 from projections.episodic.edge_config import ensure_indexes, shard_config, stored_layout
 from projections.episodic.edge_filters import ACTIVE, agent_filter, agents_filter, selection_filter
-from projections.episodic.edge_points import edge_point
+from projections.episodic.edge_points import edge_points
 from projections.episodic.edge_positions import Positions, read_positions, write_positions
 from projections.episodic.edge_segments import (
     DECODED_MEMORIES,
@@ -326,12 +326,7 @@ class EdgeEpisodicMemory:
                 self._shard.update(
                     qe.UpdateOperation.delete_points_by_filter(agents_filter(changes.erased))
                 )
-            lexical, vectors = self._lexical, changes.vectors
-            points = [edge_point(m, vectors[k], lexical) for k, m in changes.upserts.items()]
-            points += [
-                edge_point(m, vectors[k], lexical, active=False)
-                for k, m in changes.archived.items()
-            ]
+            points = edge_points(changes, self._lexical)
             if points:
                 self._shard.update(qe.UpdateOperation.upsert_points(points))
             if changes.retired:

@@ -15,11 +15,12 @@ import numpy as np
 import qdrant_edge as qe
 
 from processors.lexical import document_vector
+from projections.episodic.changes import EpisodicChanges
 from projections.episodic.hybrid import LEXICAL_VECTOR
 from projections.memory import point_payload
 from schemas.memory_events import MemoryWritten
 
-__all__ = ["edge_point"]
+__all__ = ["edge_point", "edge_points"]
 
 
 def edge_point(
@@ -37,3 +38,14 @@ def edge_point(
         LEXICAL_VECTOR: qe.SparseVector(list(sparse.indices), list(sparse.values)),
     }
     return qe.Point(memory.memory_id, vectors, payload)
+
+
+def edge_points(changes: EpisodicChanges, lexical: bool) -> list[qe.Point]:
+    """The points a batch upserts: its surviving memories, then those kept in the archive
+    only, each with the vector the fold decoded."""
+    vectors = changes.vectors
+    points = [edge_point(m, vectors[k], lexical) for k, m in changes.upserts.items()]
+    points += [
+        edge_point(m, vectors[k], lexical, active=False) for k, m in changes.archived.items()
+    ]
+    return points
