@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,40 +54,46 @@ async def test_a_coroutine_done_without_suspending_wins_alone_and_makes_no_task(
     assert inspect.getcoroutinestate(other) == inspect.CORO_CLOSED
 
 
+@dataclass
+class Waiting:
+    """A handoff suspended on ``gate`` under mode's ``wait_first``, the flow's event beside it."""
+
+    mode: Counted
+    gate: asyncio.Future[int]
+    flow: asyncio.Event
+    seen: list[str]
+    results: asyncio.Future[Any]
+
+    @classmethod
+    async def started(cls) -> Waiting:
+        mode, flow, seen = Counted(), asyncio.Event(), list[str]()
+        gate: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        results = asyncio.ensure_future(
+            wait_first_started(mode, lambda: False, suspended(gate, seen), flow.wait())
+        )
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return cls(mode, gate, flow, seen, results)
+
+
 async def test_a_coroutine_that_suspends_goes_on_in_modes_wait_first() -> None:
-    mode = Counted()
-    gate: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    seen: list[str] = []
-    flow = asyncio.Event()
-    waiting = asyncio.ensure_future(
-        wait_first_started(mode, lambda: False, suspended(gate, seen), flow.wait())
-    )
-    for _ in range(3):
-        await asyncio.sleep(0)
-    assert not waiting.done()
-    gate.set_result(41)
-    results = await asyncio.wait_for(waiting, 5)
+    waiting = await Waiting.started()
+    assert not waiting.results.done()
+    waiting.gate.set_result(41)
+    results = await asyncio.wait_for(waiting.results, 5)
     assert results.results == [42]
     assert not results.stopped
     assert isinstance(results.done[0], Resumed)
-    assert (mode.calls, seen) == (1, ["done"])
+    assert (waiting.mode.calls, waiting.seen) == (1, ["done"])
 
 
 async def test_a_suspended_flow_cancels_a_handoff_that_waits() -> None:
-    mode = Counted()
-    gate: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    seen: list[str] = []
-    flow = asyncio.Event()
-    waiting = asyncio.ensure_future(
-        wait_first_started(mode, lambda: False, suspended(gate, seen), flow.wait())
-    )
-    for _ in range(3):
-        await asyncio.sleep(0)
-    flow.set()
-    results = await asyncio.wait_for(waiting, 5)
+    waiting = await Waiting.started()
+    waiting.flow.set()
+    results = await asyncio.wait_for(waiting.results, 5)
     assert results.results == [True]  # the flow's event won
     await asyncio.sleep(0)
-    assert seen == ["cancelled"]
+    assert waiting.seen == ["cancelled"]
 
 
 async def test_errors_reach_the_caller_before_and_after_a_suspension() -> None:
