@@ -52,7 +52,7 @@ bound with room for a cadence partly spent on retirements, so each optimization 
 segments before it alone. (Smaller embeddings, or a shorter cadence, make segments that are
 merged again, as before.) At 65,536, the bound of float32 days, every other optimization
 merged the segment before it into its own: 30,000 points of the ingest benchmark's memories
-took 1.3-1.9 s to optimize alone and 3.9-4.8 s with the 30,000 before them, and 171,000 points
+took 1.5-1.9 s to optimize alone and 4.7-4.9 s with the 30,000 before them, and 171,000 points
 took 18.6 s in all against 10.0 at 20,000 (1.5-1.7 s each at 16,384). The price is more
 segments, each read visiting every one: at 171,000 points (7 segments against 4) an agent's
 100 nearest took 0.53 ms at the median against 0.44, its 100 newest 0.73 against 0.59."""
