@@ -24,7 +24,7 @@ the latest manifest whatever the broker compacts (a reader never depends on comp
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -193,33 +193,38 @@ def chunk_records(
     snapshot: PartitionSnapshot, snapshot_id: str, chunk_bytes: int = CHUNK_BYTES
 ) -> list[bytes]:
     """The agents' states as chunk records of about ``chunk_bytes`` each."""
-    records: list[bytes] = []
-    pending: list[bytes] = []
-    size = 0
+    return list(iter_chunk_records(snapshot, snapshot_id, chunk_bytes))
 
-    def flush() -> None:
-        nonlocal pending, size
+
+def iter_chunk_records(
+    snapshot: PartitionSnapshot, snapshot_id: str, chunk_bytes: int = CHUNK_BYTES
+) -> Iterator[bytes]:
+    """:func:`chunk_records` one at a time, each encoded only when asked for: a writer that
+    runs beside the batches hands the loop back between chunks."""
+    pending: list[bytes] = []
+    size = index = 0
+
+    def chunk() -> bytes:
         head = json.dumps(
             {
                 "kind": "chunk",
                 "schema_version": SNAPSHOT_SCHEMA_VERSION,
                 "snapshot_id": snapshot_id,
                 "partition": snapshot.partition,
-                "index": len(records),
+                "index": index,
             }
         ).encode()
-        records.append(head[:-1] + b', "agents": {' + b",".join(pending) + b"}}")
-        pending, size = [], 0
+        return head[:-1] + b', "agents": {' + b",".join(pending) + b"}}"
 
     for agent, state in sorted(snapshot.states.items()):
         entry = json.dumps(agent).encode() + b":" + _STATE.dump_json(state)
         pending.append(entry)
         size += len(entry)
         if size >= chunk_bytes:
-            flush()
+            yield chunk()
+            pending, size, index = [], 0, index + 1
     if pending:
-        flush()
-    return records
+        yield chunk()
 
 
 def _positions(held: Mapping[SourceKey, int]) -> tuple[SourcePosition, ...]:

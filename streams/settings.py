@@ -172,8 +172,18 @@ class EngramSettings(BaseSettings):
         "(for several worker processes around an embedded Qdrant Edge).",
     )
 
-    batch_size: int = Field(default=2000, ge=1)
-    batch_within: float = Field(default=0.05, gt=0.0)
+    batch_size: int = Field(
+        default=2000, ge=1, description="Most records a worker's batch takes (a backlog's)."
+    )
+    batch_within: float = Field(
+        default=0.005,
+        gt=0.0,
+        description="Seconds a worker waits for its next batch to fill after the last one "
+        "ended. Faust's take_events waits this long every time, even for records that arrived "
+        "while the last batch ran, so it adds to every event's latency; what arrives meanwhile "
+        "makes batches at a steady rate anyway, and a backlog fills them at once (measured at "
+        "1,000 events/s: 50 ms gave p50 119 ms, 5 ms 54 ms; ~1 percent of a core more when idle).",
+    )
     producer_linger: float = Field(
         default=0.005,
         ge=0.0,
@@ -197,12 +207,14 @@ class EngramSettings(BaseSettings):
         description="Write per-partition state snapshots, so a takeover reads the latest one and "
         "the log after it instead of the whole log; off, every takeover folds the whole log.",
     )
-    snapshot_every_batches: int = Field(
-        default=100,
+    snapshot_every_records: int = Field(
+        default=100_000,
         ge=1,
-        description="A worker writes a snapshot of its partitions' state after this many "
-        "batches (or ENGRAM_SNAPSHOT_EVERY_SECONDS, whichever comes first), so a takeover "
-        "reads the snapshot and the log after it instead of the whole log.",
+        description="A worker writes a snapshot of its partitions' state once it has processed "
+        "this many records since the last one (or ENGRAM_SNAPSHOT_EVERY_SECONDS, whichever comes "
+        "first), so a takeover reads the snapshot and at most about this much of the log after "
+        "it instead of the whole log. Counted in records, not batches: at a steady rate batches "
+        "are small, and a snapshot every few of them would cost more than the events.",
     )
     snapshot_every_seconds: float = Field(
         default=30.0,

@@ -99,7 +99,7 @@ def create_processor_app(
             Snapshotter(
                 send,
                 topics,
-                every_batches=settings.snapshot_every_batches,
+                every_records=settings.snapshot_every_records,
                 every_seconds=settings.snapshot_every_seconds,
             )
             if settings.snapshots
@@ -190,37 +190,43 @@ def _add_ingest_agent(
         events: list[EventT[bytes]]
         # take_events is missing from faust's type stubs; it yields the events of a batch.
         batches = cast(Any, stream).take_events(settings.batch_size, within=settings.batch_within)
-        # Closed in this task, not whenever it is collected: its finally acks the last batch,
-        # which must happen before the consumer commits at stop.
-        async with contextlib.aclosing(batches):
-            async for events in batches:
-                # Records of partitions revoked while they waited in the batch belong to the
-                # new owner now (it gets them redelivered); deriving them here would fork the
-                # state.
-                owned = app.consumer.assignment()
-                records = []
-                for event in events:
-                    message = event.message
-                    if message.tp not in owned:
-                        uncommitted([event], {message.partition})
-                        continue
-                    records.append(
-                        RawRecord(
-                            topic=message.topic,
-                            partition=message.partition,
-                            offset=message.offset,
-                            key=message.key,
-                            value=message.value,
-                            expected_type=type_of(message.topic),
-                            kind=kind_of.get(message.topic, "agent"),
-                            timestamp_ms=timestamp_ms(message.timestamp),
+        try:
+            # Closed in this task, not whenever it is collected: its finally acks the last
+            # batch, which must happen before the consumer commits at stop.
+            async with contextlib.aclosing(batches):
+                async for events in batches:
+                    # Records of partitions revoked while they waited in the batch belong to the
+                    # new owner now (it gets them redelivered); deriving them here would fork the
+                    # state.
+                    owned = app.consumer.assignment()
+                    records = []
+                    for event in events:
+                        message = event.message
+                        if message.tp not in owned:
+                            uncommitted([event], {message.partition})
+                            continue
+                        records.append(
+                            RawRecord(
+                                topic=message.topic,
+                                partition=message.partition,
+                                offset=message.offset,
+                                key=message.key,
+                                value=message.value,
+                                expected_type=type_of(message.topic),
+                                kind=kind_of.get(message.topic, "agent"),
+                                timestamp_ms=timestamp_ms(message.timestamp),
+                            )
                         )
-                    )
-                if trace_batch is None:
-                    await drain_on_stop(handle(records, events), len(records))
-                    continue
-                with trace_batch(e.message.headers for e in events if e.message.tp in owned):
-                    await drain_on_stop(handle(records, events), len(records))
+                    if trace_batch is None:
+                        await drain_on_stop(handle(records, events), len(records))
+                        continue
+                    with trace_batch(e.message.headers for e in events if e.message.tp in owned):
+                        await drain_on_stop(handle(records, events), len(records))
+        finally:
+            # A snapshot still being written is given up: the one before it still holds.
+            pipeline = holder.get("pipeline")
+            if pipeline is not None and pipeline.snapshots is not None:
+                await pipeline.snapshots.stop()
 
     app.agent(source, name=f"{settings.topic_prefix}ingest")(ingest)
 

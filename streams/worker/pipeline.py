@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -241,7 +242,12 @@ class IngestPipeline:
         logged, within ``within`` seconds, else :class:`RebalanceTimeoutError`), forget them, and
         derive none of their records until the group assigns them again."""
         began = time.monotonic()
-        await self.ownership.between_batches(within)
+        if self.snapshots is not None:
+            # A snapshot being written would be valid whoever owns the partitions next, but
+            # the new owner's takeover reads the snapshot topic: let it find this one whole.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.snapshots.settled(), within / 2)
+        await self.ownership.between_batches(within - (time.monotonic() - began))
         self.release(partitions)
         self.ownership.revoke(partitions)
         log.info(
@@ -299,11 +305,19 @@ class IngestPipeline:
     async def _log_markers(self, markers: Sequence[DerivedUpTo]) -> list[Any]:
         """Send markers to their partition of ``memory.lifecycle`` and wait until logged;
         returns where each landed (the producer's metadata)."""
-        lifecycle = self.topics.lifecycle
-        sent = [
-            Sent([i], await self.send(lifecycle, None, encode_event(m), m.partition), False)
-            for i, m in enumerate(markers)
-        ]
+        lifecycle, send_batch = self.topics.lifecycle, self.send_batch
+        sent: list[Sent] = []
+        for i, marker in enumerate(markers):
+            value = encode_event(marker)
+            if send_batch is None:
+                sent.append(
+                    Sent([i], await self.send(lifecycle, None, value, marker.partition), False)
+                )
+                continue
+            # A closed record batch leaves at once; a single send would wait out the
+            # producer's linger, and the batch waits for its markers.
+            delivery = await send_batch(lifecycle, marker.partition, [(None, value)])
+            sent.append(Sent([i], delivery, True))
         return await self._await_deliveries(sent, len(sent))
 
     def derive(self, records: Sequence[RawRecord]) -> DerivedBatch:
@@ -380,7 +394,9 @@ class IngestPipeline:
         if self.snapshots is not None:
             # Logged, marked and applied: what a snapshot now says, the log and stores hold.
             folded, owned = self.folded, self._recovered
-            await self.snapshots.after_batch(folded, self._partition_of, owned, markers, landed)
+            await self.snapshots.after_batch(
+                folded, self._partition_of, owned, markers, landed, len(records)
+            )
         self.stats.skipped += batch.skipped
         self._count(records, result)
         return result

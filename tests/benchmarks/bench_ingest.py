@@ -114,12 +114,14 @@ async def engram_rate(
     agents: int,
     workers: int,
     rate: float | None = None,
+    projector: bool = False,
     **overrides: Any,
 ) -> Rate:
     """Events/s of Engram over a backlog; ``overrides`` are EngramSettings fields (one worker
     only: worker processes read their settings from the environment). The collector is tuned
     as the ``engram`` commands tune it while Engram runs in this process, not for the naive
     baseline measured after it."""
+    projector = projector or workers > 1
     with engram_collector():
         prefix = f"b{uuid.uuid4().hex[:6]}."
         os.environ["ENGRAM_TOPIC_PREFIX"] = prefix  # inherited by the extra worker processes
@@ -128,7 +130,7 @@ async def engram_rate(
             data_dir=stack.data_dir / prefix,
             qdrant_path=stack.edge_path / prefix,
             partitions=4,
-            episodic_writer="projector" if workers > 1 else "worker",
+            episodic_writer="projector" if projector else "worker",
             **overrides,
         )
         # Above one worker, this process only projects episodic memory (Qdrant Edge holds the GIL
@@ -137,12 +139,12 @@ async def engram_rate(
         node = Node(
             settings,
             endpoints,
-            run_processors=workers == 1,
+            run_processors=not projector,
             run_service=False,
-            run_projector=workers > 1,
+            run_projector=projector,
         )
         await node.start()
-        stack.start_workers(workers if workers > 1 else 0, endpoints)
+        stack.start_workers(workers if projector else 0, endpoints)
         try:
             # Warm-up: every worker joins the group and folds its partitions' (empty) state.
             warm = await asyncio.to_thread(
@@ -202,25 +204,33 @@ async def naive_rate(bootstrap: str, events: int, agents: int) -> Rate:
 
 
 async def main(
-    events: int, agents: int, workers: int, embedder: str, rate: float | None = None
+    events: int,
+    agents: int,
+    workers: int,
+    embedder: str,
+    rate: float | None = None,
+    projector: bool = False,
 ) -> None:
     with scratch_dir("engram-bench-") as root:
         stack = DevStack(root)
         endpoints = stack.start()
         try:
             engram = await engram_rate(
-                stack, endpoints, events, agents, workers, rate, embedder=embedder
+                stack, endpoints, events, agents, workers, rate, projector, embedder=embedder
             )
             naive = None if rate else await naive_rate(endpoints.kafka_bootstrap, events, agents)
         finally:
             stack.stop()
-    print(f"events={events} agents={agents} workers={workers} embedder={embedder}")
+    print(
+        f"events={events} agents={agents} workers={workers} embedder={embedder}"
+        + (" episodic=projector" if projector or workers > 1 else "")
+    )
     print(
         f"engram ({workers} worker process(es), Redis + Qdrant Edge applied"
         + (f", published at {rate:,.0f}/s" if rate else "")
         + f"): {engram.per_second:,.0f} events/s, "
         f"{engram.cpu_us_per_event:,.0f} us CPU per event in this process"
-        + (" (the projector only)" if workers > 1 else "")
+        + (" (the projector only)" if projector or workers > 1 else "")
     )
     if naive is None:
         return
@@ -229,7 +239,7 @@ async def main(
         f"{naive.cpu_us_per_event:,.0f} us CPU per event"
     )
     print(f"ratio: {engram.per_second / naive.per_second:.2f}x")
-    if workers == 1:
+    if workers == 1 and not projector:
         print(f"cpu ratio: {naive.cpu_us_per_event / engram.cpu_us_per_event:.2f}x")
 
 
@@ -252,6 +262,14 @@ if __name__ == "__main__":
         help="publish at this steady rate (events/s) instead of as fast as possible; "
         "no naive baseline then",
     )
+    parser.add_argument(
+        "--projector",
+        action="store_true",
+        help="one worker process too, with episodic memory written by the projector in this "
+        "process (as with several workers) instead of by the worker",
+    )
     args = parser.parse_args()
     os.environ["ENGRAM_EMBEDDER"] = args.embedder  # the extra worker processes read it
-    asyncio.run(main(args.events, args.agents, args.workers, args.embedder, args.rate))
+    asyncio.run(
+        main(args.events, args.agents, args.workers, args.embedder, args.rate, args.projector)
+    )

@@ -58,7 +58,8 @@ EVENTS = 30_000
 AGENTS = 600
 BATCH_SIZE = 500
 SNAPSHOT_EVERY = int(os.environ.get("ENGRAM_SCALE_OUT_SNAPSHOT_EVERY", "4"))
-"""Batches between a worker's snapshots (1: after every batch, the most snapshot writes)."""
+"""Full batches' worth of records between a worker's snapshots (1: after every batch, the most
+snapshot writes)."""
 TAIL_BATCHES = SNAPSHOT_EVERY + 2
 """A takeover's tail: the batches since the partition's last snapshot, one cut short by a
 kill, and what a worker that lost its partitions logged meanwhile; generous bound."""
@@ -107,12 +108,12 @@ async def test_three_workers_a_fourth_joining_and_two_stopping_remember_everythi
         schedule_interval=0,
         episodic_writer="projector",
         batch_size=BATCH_SIZE,
-        snapshot_every_batches=SNAPSHOT_EVERY,
+        snapshot_every_records=SNAPSHOT_EVERY * BATCH_SIZE,
     )
     env = worker_environment(settings, kafka_bootstrap, redis_server_url) | {
         "ENGRAM_EPISODIC_WRITER": "projector",
         "ENGRAM_BATCH_SIZE": str(BATCH_SIZE),
-        "ENGRAM_SNAPSHOT_EVERY_BATCHES": str(SNAPSHOT_EVERY),
+        "ENGRAM_SNAPSHOT_EVERY_RECORDS": str(SNAPSHOT_EVERY * BATCH_SIZE),
         "ENGRAM_SNAPSHOTS": "true",
     }
     workers = [WorkerProcess(env, tmp_path / f"worker-{i}.log") for i in range(4)]

@@ -1,10 +1,13 @@
 """The snapshotter makes the projections durable before it writes a snapshot: a takeover
 refuses a snapshot that a projection is behind (Qdrant Edge's checkpoint may lag its applies)
-and folds the partition's whole log instead."""
+and folds the partition's whole log instead. It writes beside the batches, the state as the
+batch that made it due left it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import json
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,11 +31,18 @@ class Log:
 
     def __init__(self) -> None:
         self.happened: list[str] = []
+        self.values: list[bytes] = []
+        self.hold: asyncio.Event | None = None
+        """While set and not yet released, the broker does not answer."""
 
     async def send(self, topic: str, key: bytes | None, value: bytes, partition: int | None) -> Any:
         self.happened.append(f"send {key!r}")
+        self.values.append(value)
+        hold = self.hold
 
         async def delivered() -> Landed:
+            if hold is not None:
+                await hold.wait()
             return Landed(len(self.happened))
 
         return delivered()
@@ -56,16 +66,17 @@ class Worker:
         upto = (SourcePosition(topic=TOPICS.observations, partition=0, offset=5),)
         marker = DerivedUpTo(event_id="m", occurred_at=AT, partition=0, upto=upto, items=None)
         markers, landed = ([marker], [Landed(7)]) if marked else ([], [])
-        await self.snapshots.after_batch(self.folded, {"alice": 0}, {0}, markers, landed)
+        await self.snapshots.after_batch(self.folded, {"alice": 0}, {0}, markers, landed, 1)
 
 
 async def test_the_projections_are_synced_before_a_due_snapshot_is_sent() -> None:
     log = Log()
-    worker = Worker(Snapshotter(log.send, TOPICS, every_batches=2, before_write=log.sync))
+    worker = Worker(Snapshotter(log.send, TOPICS, every_records=2, before_write=log.sync))
 
     await worker.batch()
     assert log.happened == [], "not due yet: no sync either"
     await worker.batch()
+    await worker.snapshots.settled()
 
     assert log.happened[0] == "sync"
     assert log.happened.count("sync") == 1
@@ -75,14 +86,71 @@ async def test_the_projections_are_synced_before_a_due_snapshot_is_sent() -> Non
 
 async def test_a_failed_sync_writes_no_snapshot_and_keeps_the_partition_due() -> None:
     log = Log()
-    snapshots = Snapshotter(log.send, TOPICS, every_batches=1, before_write=log.failing_sync)
+    snapshots = Snapshotter(log.send, TOPICS, every_records=1, before_write=log.failing_sync)
     worker = Worker(snapshots)
 
     await worker.batch()
+    await snapshots.settled()
 
     assert log.happened == []
     assert snapshots.written == 0
     assert snapshots.moved == {0}
     snapshots.before_write = log.sync
     await worker.batch(marked=False)
+    await snapshots.settled()
     assert snapshots.written == 1, "the next due time writes it"
+
+
+async def test_a_snapshot_holds_the_state_of_the_batch_that_made_it_due() -> None:
+    """The batches after it go on while it is written, and change the states it was taken
+    from: what it writes is still the state of its own batch."""
+    log = Log()
+    log.hold = asyncio.Event()
+    snapshots = Snapshotter(log.send, TOPICS, every_records=1, before_write=log.sync)
+    worker = Worker(snapshots)
+    worker.folded.states["alice"] = AgentMemoryState(next_seq=1)
+
+    await worker.batch()
+    await asyncio.sleep(0.01)
+    assert snapshots.written == 0, "the broker has not answered: the manifest waits"
+    worker.folded.states["alice"] = replace(worker.folded.states["alice"], next_seq=2)
+    await worker.batch()
+    log.hold.set()
+    await snapshots.settled()
+
+    assert snapshots.written == 1, "one snapshot at a time: the second batch started none"
+    chunk = json.loads(log.values[0])
+    assert chunk["agents"]["alice"]["next_seq"] == 1
+    assert snapshots.moved == {0}, "the second batch's state is due next time"
+    await worker.batch()
+    await snapshots.settled()
+    assert snapshots.written == 2
+    assert json.loads(log.values[2])["agents"]["alice"]["next_seq"] == 2
+
+
+async def test_a_stopped_snapshotter_gives_up_its_snapshot_and_keeps_it_due() -> None:
+    log = Log()
+    log.hold = asyncio.Event()
+    snapshots = Snapshotter(log.send, TOPICS, every_records=1)
+    worker = Worker(snapshots)
+
+    await worker.batch()
+    await asyncio.sleep(0.01)
+    await snapshots.stop()
+
+    assert snapshots.written == 0
+    assert "send b'0/manifest'" not in log.happened
+    assert snapshots.moved == {0}
+    await snapshots.settled()  # nothing left to wait for
+
+
+async def test_a_released_partition_is_not_due_again_after_a_failed_snapshot() -> None:
+    log = Log()
+    snapshots = Snapshotter(log.send, TOPICS, every_records=1, before_write=log.failing_sync)
+    worker = Worker(snapshots)
+
+    await worker.batch()
+    snapshots.release({0})
+    await snapshots.settled()
+
+    assert snapshots.moved == set()
