@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import faust
 from faust.types import TP, EventT, StreamT
@@ -34,6 +34,7 @@ from streams.eventlog.snapshot_log import recover_state
 from streams.eventlog.topic_admin import TopicReplication
 from streams.settings import EngramSettings
 from streams.worker.batch_send import aiokafka_batch_sender
+from streams.worker.faust_batches import take_batches
 from streams.worker.faust_tuning import TunedFaustApp
 from streams.worker.ownership import RebalanceTimeoutError
 from streams.worker.pipeline import IngestPipeline, SendFn
@@ -188,8 +189,7 @@ def _add_ingest_agent(
 
     async def ingest(stream: StreamT[bytes]) -> None:
         events: list[EventT[bytes]]
-        # take_events is missing from faust's type stubs; it yields the events of a batch.
-        batches = cast(Any, stream).take_events(settings.batch_size, within=settings.batch_within)
+        batches = take_batches(stream, settings.batch_size, settings.batch_within)
         try:
             # Closed in this task, not whenever it is collected: its finally acks the last
             # batch, which must happen before the consumer commits at stop.
@@ -233,7 +233,7 @@ def _add_ingest_agent(
 
 def uncommitted(events: Sequence[EventT[bytes]], partitions: set[int]) -> None:
     """Keep the records of ``partitions`` out of the offsets Faust commits: the batch left them
-    to the partitions' new owner, and ``take_events`` acks every event it yielded, so Faust
+    to the partitions' new owner, and ``take_batches`` acks every event it yielded, so Faust
     would otherwise commit past them while it still counts the partitions as its own (until the
     new assignment, or at its final commit when it stops). A message already marked acked is
     never added to the consumer's acked offsets (Faust's ``Message.ack``)."""
@@ -322,7 +322,7 @@ async def drain_on_stop(batch: Awaitable[None], size: int) -> None:
     """Run one batch to its end even if the agent is cancelled meanwhile, then let the
     cancellation through.
 
-    Faust stops an agent by cancelling it, and ``take_events`` acks the batch it yielded
+    Faust stops an agent by cancelling it, and ``take_batches`` acks the batch it yielded
     whatever happened to it, so the consumer would commit at stop a batch cut short with
     derived records unsent or a projection half written (SIGTERM would lose or skip records).
     Finished first, the batch is applied, delivered and then committed, like any other.

@@ -1,9 +1,9 @@
 """The hot path: one Faust hop from the agent topics to the log of derived events and the
 projections.
 
-Per batch (``stream.take_events``): skip what the log says was derived, put the rest in the
-canonical order (:mod:`processors.batch_order`), decode and record (pure:
-:func:`processors.worker_step.derive_batch`), hand the derived events and dead letters
+Per batch (:func:`streams.worker.faust_batches.take_batches`): skip what the log says was
+derived, put the rest in the canonical order (:mod:`processors.batch_order`), decode and record
+(pure: :func:`processors.worker_step.derive_batch`), hand the derived events and dead letters
 to the producer and wait until the broker took them all, then log one "logged up to" marker
 (:class:`DerivedUpTo`, see :mod:`processors.batch_markers`) per partition number of the batch,
 naming where its events landed, and wait for it: two round trips per batch, whatever it holds. Then
