@@ -36,6 +36,16 @@ from faust.types import EventT, StreamT
 
 __all__ = ["take_batches"]
 
+BACKLOG_RATE = 4_000
+"""Records a second that mark a backlog. A batch whose buffer, once it waited ``within``, holds
+at least :data:`BACKLOG_WAITS` waits' worth of them waits on, ``within`` at a time, while each
+wait brings a wait's worth, up to :data:`BACKLOG_WAITS` more waits: so a backlog comes in full
+batches. Measured: Faust hands a backlog's records over at up to ~16,000 a second, and the
+buffer of a worker keeping up with 1,000 a second holds ~40 then (5 ms: a backlog's worth is
+200)."""
+
+BACKLOG_WAITS = 10
+
 
 async def take_batches(
     stream: StreamT[Any], max_: int, within: float
@@ -76,7 +86,7 @@ async def take_batches(
         while not s.should_stop:
             if not buffer:
                 await s.wait_for_stopped(arrived)
-            await s.wait_for_stopped(full, timeout=within)
+            await _linger(s, buffer, full, within)
             if not buffer:
                 continue  # stopping
             events = buffer[:]
@@ -92,3 +102,18 @@ async def take_batches(
     finally:
         s.enable_acks = enable_acks
         s._processors.remove(add_to_buffer)
+
+
+async def _linger(s: Any, buffer: list[EventT[Any]], full: asyncio.Event, within: float) -> None:
+    """Wait ``within`` for more records, unless the buffer is full; longer in a backlog: while
+    the buffer holds a backlog's worth and each wait brings more at :data:`BACKLOG_RATE`.
+    (mode's ``wait_for_stopped`` answers True on a timeout too: the stream says if it stops.)"""
+    enough = max(1, round(BACKLOG_RATE * within))
+    await s.wait_for_stopped(full, timeout=within)
+    for _ in range(BACKLOG_WAITS):
+        before = len(buffer)
+        if s.should_stop or full.is_set() or before < BACKLOG_WAITS * enough:
+            return
+        await s.wait_for_stopped(full, timeout=within)
+        if len(buffer) - before < enough:
+            return

@@ -49,7 +49,7 @@ pytestmark = [
         os.environ.get("ENGRAM_SCALE_OUT_TEST") != "1",
         reason="1-2 minutes on two cores: run it with ENGRAM_SCALE_OUT_TEST=1 pytest "
         "tests/integration/streams/worker/test_scale_out.py (ENGRAM_SCALE_OUT_SNAPSHOT_EVERY=1 "
-        "for a snapshot after every batch)",
+        "for a snapshot due after every full batch)",
     ),
 ]
 

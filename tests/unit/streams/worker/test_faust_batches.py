@@ -14,7 +14,7 @@ import faust
 import pytest
 from faust.types import EventT
 
-from streams.worker.faust_batches import take_batches
+from streams.worker.faust_batches import BACKLOG_RATE, BACKLOG_WAITS, _linger, take_batches
 
 Body = Callable[[list[EventT[Any]]], Awaitable[None]]
 
@@ -172,3 +172,60 @@ async def test_an_idle_stream_waits_for_its_first_record_without_a_timer() -> No
 async def test_a_bound_that_could_never_yield_is_refused(max_: int, within: float) -> None:
     with pytest.raises(ValueError, match="take_batches"):
         await anext(take_batches(object(), max_, within))  # type: ignore[arg-type]
+
+
+class Arrivals:
+    """A stream whose every wait of ``within`` brings the next number of records in ``arrivals``
+    (and, like mode, answers True on a timeout)."""
+
+    def __init__(self, buffer: list[Any], arrivals: list[int], max_: int) -> None:
+        self.buffer, self.arrivals, self.max_ = buffer, arrivals, max_
+        self.full = asyncio.Event()
+        self.should_stop = False
+        self.waits = 0
+
+    async def wait_for_stopped(self, event: asyncio.Event, timeout: float | None = None) -> bool:
+        self.waits += 1
+        come = self.arrivals.pop(0) if self.arrivals else 0
+        self.buffer.extend([None] * min(come, self.max_ - len(self.buffer)))
+        if len(self.buffer) >= self.max_:
+            self.full.set()
+        return True
+
+
+async def linger(start: int, arrivals: list[int], max_: int = 2000) -> Arrivals:
+    stream = Arrivals([None] * start, arrivals, max_)
+    await _linger(stream, stream.buffer, stream.full, 0.005)
+    return stream
+
+
+async def test_a_steady_stream_waits_within_once() -> None:
+    """1,000 records a second: ~40 buffered when the batch ends, ~5 more in 5 ms."""
+    stream = await linger(40, [5, 5, 5, 5])
+    assert stream.waits == 1
+    assert len(stream.buffer) == 45
+
+
+async def test_a_backlog_waits_on_while_records_keep_coming_until_the_batch_is_full() -> None:
+    assert round(BACKLOG_RATE * 0.005) * BACKLOG_WAITS <= 500
+    stream = await linger(500, [300] * 20)
+    assert len(stream.buffer) == 2000
+    assert stream.waits == 5  # 500 + 5 x 300 fills it
+
+
+async def test_a_backlog_stops_waiting_when_the_records_stop_coming() -> None:
+    stream = await linger(500, [300, 300, 2, 300])
+    assert stream.waits == 3
+    assert len(stream.buffer) == 1102
+
+
+async def test_a_backlog_waits_at_most_backlog_waits_more_times() -> None:
+    stream = await linger(500, [30] * 40, max_=100_000)
+    assert stream.waits == 1 + BACKLOG_WAITS
+
+
+async def test_a_stopping_stream_stops_waiting() -> None:
+    stream = Arrivals([None] * 500, [300] * 20, 2000)
+    stream.should_stop = True
+    await _linger(stream, stream.buffer, stream.full, 0.005)
+    assert stream.waits == 1
