@@ -111,9 +111,10 @@ class Snapshotter:
             self._writing = asyncio.get_running_loop().create_task(self._write_all(taken))
 
     async def settled(self) -> None:
-        """Until the snapshots being written are written (or given up)."""
+        """Until the snapshots being written are written or given up, whatever became of them
+        (a waiter that gives up waiting leaves them be)."""
         if self._writing is not None:
-            await asyncio.shield(self._writing)
+            await asyncio.wait({self._writing})
 
     async def stop(self) -> None:
         """Give up the snapshots being written (a takeover reads the one before, and a longer

@@ -144,6 +144,22 @@ async def test_a_stopped_snapshotter_gives_up_its_snapshot_and_keeps_it_due() ->
     await snapshots.settled()  # nothing left to wait for
 
 
+async def test_waiting_for_a_snapshot_that_is_given_up_ends_quietly() -> None:
+    """A revocation waits for the snapshot being written while the worker stops and gives it
+    up: the wait ends, and the revocation goes on."""
+    log = Log()
+    log.hold = asyncio.Event()
+    snapshots = Snapshotter(log.send, TOPICS, every_records=1)
+    await Worker(snapshots).batch()
+    waiting = asyncio.ensure_future(snapshots.settled())
+    await asyncio.sleep(0.01)
+
+    await snapshots.stop()
+
+    await asyncio.wait_for(waiting, 1)
+    assert snapshots.written == 0
+
+
 async def test_a_released_partition_is_not_due_again_after_a_failed_snapshot() -> None:
     log = Log()
     snapshots = Snapshotter(log.send, TOPICS, every_records=1, before_write=log.failing_sync)
