@@ -15,10 +15,11 @@ full ``within`` again. Both cost a worker:
   spend twice the CPU per event.
 
 :func:`take_batches` keeps buffering while a batch is out (up to ``max_`` records, then it
-holds the stream as Faust does), and when the batch is done waits at most ``within`` for more,
-unless the buffer is full already. So a backlog comes in full batches, a steady stream in
-batches of what arrived during the last one, and each record waits for at most one batch and
-``within``. An idle stream waits for its first record without a timer (Faust's wakes every
+holds the stream as Faust does), and when the batch is done waits ``within`` for more, unless
+the buffer is full already, and longer while a backlog keeps coming (:data:`BACKLOG_RATE`). So
+a backlog comes in full batches, a steady stream in batches of what arrived during the last
+one, and at a steady rate below the worker's capacity each record waits for at most one batch
+and ``within``. An idle stream waits for its first record without a timer (Faust's wakes every
 ``within``).
 
 It uses Faust 0.15's stream internals the way ``take_events`` does (a processor fed by the
@@ -100,6 +101,7 @@ async def take_batches(
                 for event in events:
                     await s.ack(event)
     finally:
+        room.set()  # a drainer held on a full buffer goes on (into the stream's own acks)
         s.enable_acks = enable_acks
         s._processors.remove(add_to_buffer)
 

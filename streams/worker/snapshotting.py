@@ -22,7 +22,6 @@ is written at a time: while one is being written, the next waits for a batch aft
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -122,13 +121,17 @@ class Snapshotter:
         task, self._writing = self._writing, None
         if task is not None and not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait({task})
 
     async def _write_all(self, taken: Sequence[PartitionSnapshot]) -> None:
         if self.before_write is not None:
             try:
-                await self.before_write()
+                # Shielded: a store's sync given up halfway (a flush in a thread, under the
+                # store's lock) would let the store be closed beneath it.
+                await asyncio.shield(self.before_write())
+            except asyncio.CancelledError:
+                self._due_again(taken)
+                raise
             except Exception as exc:
                 log.warning(
                     "could not make the projections durable; no snapshot this time",

@@ -38,3 +38,14 @@ def test_relevance_has_its_own_candidate_bound_from_the_environment(
     monkeypatch.setenv("ENGRAM_RELEVANCE_CANDIDATES", "0")
     with pytest.raises(ValidationError, match="relevance_candidates"):
         EngramSettings()
+
+
+def test_a_renamed_variable_is_refused_naming_its_successor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ENGRAM_SNAPSHOT_EVERY_BATCHES", "100")
+    with pytest.raises(ValueError, match="set ENGRAM_SNAPSHOT_EVERY_RECORDS instead"):
+        EngramSettings()
+    monkeypatch.delenv("ENGRAM_SNAPSHOT_EVERY_BATCHES")
+    monkeypatch.setenv("ENGRAM_SNAPSHOT_EVERY_RECORDS", "2000")
+    assert EngramSettings().snapshot_every_records == 2000

@@ -107,6 +107,23 @@ async def test_a_full_buffer_holds_the_stream_until_a_batch_takes_it() -> None:
     assert [v for b in batches[2:] for v in b] == [4, 5, 6, 7]
 
 
+async def test_a_batch_waits_within_for_more_unless_it_is_full() -> None:
+    batches: list[list[int]] = []
+
+    async def body(events: list[EventT[Any]]) -> None:
+        batches.append([e.value for e in events])
+
+    async with agent_taking(body, 3, 1.0) as agent:
+        for i in range(3):
+            await agent.put(i)
+        await until(lambda: len(batches) == 1, within=0.8)  # full: not a second's wait
+        await agent.put(3)
+        await asyncio.sleep(0.05)
+        await agent.put(4)
+        await until(lambda: len(batches) == 2)
+    assert batches == [[0, 1, 2], [3, 4]], "the lone record waited for the next"
+
+
 async def test_batches_keep_the_order_and_the_bound_and_lose_nothing() -> None:
     batches: list[list[int]] = []
     rng = random.Random(3)

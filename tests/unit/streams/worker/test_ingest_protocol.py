@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from processors.batch import RawRecord
 from projections.memory import StoredMemory
@@ -15,6 +16,7 @@ from schemas.agent_events import Observation
 from schemas.codec import decode_derived_record, encode_event
 from schemas.memory_events import DerivedEvent, DerivedUpTo, ScheduleTick, SourcePosition
 from schemas.topics import Topics
+from streams.worker.batch_send import Landed
 from streams.worker.pipeline import IngestPipeline
 from tests.agent_streams import CONFIG, EMBEDDER, START
 
@@ -147,3 +149,43 @@ async def test_a_batch_logs_its_events_then_its_markers_then_applies_them() -> N
     assert last[1].items is None
     assert last[1].lifecycle is None
     assert store.marks[(TOPICS.schedule, 1)] == 3, "the tick derived nothing, and is applied"
+
+
+async def test_markers_leave_as_record_batches_of_their_own_and_say_where_they_landed() -> None:
+    """A closed batch leaves without the producer's linger; where each marker landed is what
+    the snapshots and the agent index read."""
+    broker = Broker()
+    batches: list[tuple[str, int, int]] = []
+
+    async def send_batch(
+        topic: str, partition: int, records: Sequence[tuple[bytes | None, bytes]]
+    ) -> Any:
+        batches.append((topic, partition, len(records)))
+        sent = [await broker.send(topic, key, value, partition) for key, value in records]
+
+        async def landed() -> list[Landed]:
+            return [Landed(topic, partition, (await each).offset) for each in sent]
+
+        return landed()
+
+    pipeline = IngestPipeline(
+        CONFIG, EMBEDDER, TOPICS, Store(broker.journal), None, broker.send, send_batch
+    )
+    answering = asyncio.create_task(broker.run())
+    try:
+        await pipeline.handle([observation(0, 0), observation(1, 2)])
+        markers = [
+            DerivedUpTo(event_id=f"m{p}", occurred_at=START, partition=p, upto=(), items=None)
+            for p in (2, 0)
+        ]
+        landed = await pipeline._log_markers(markers)
+    finally:
+        answering.cancel()
+
+    lifecycle = [b for b in batches if b[0] == TOPICS.lifecycle]
+    assert lifecycle, "the markers went as batches"
+    assert all(count == 1 for _, _, count in lifecycle)
+    assert [(m.partition, m.offset) for m in landed] == [
+        (2, len(broker.logs[(TOPICS.lifecycle, 2)]) - 1),
+        (0, len(broker.logs[(TOPICS.lifecycle, 0)]) - 1),
+    ]

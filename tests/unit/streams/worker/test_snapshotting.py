@@ -62,11 +62,11 @@ class Worker:
         self.folded = FoldedState(schedule_topic=TOPICS.schedule)
         self.folded.states["alice"] = AgentMemoryState()
 
-    async def batch(self, *, marked: bool = True) -> None:
+    async def batch(self, *, marked: bool = True, records: int = 1) -> None:
         upto = (SourcePosition(topic=TOPICS.observations, partition=0, offset=5),)
         marker = DerivedUpTo(event_id="m", occurred_at=AT, partition=0, upto=upto, items=None)
         markers, landed = ([marker], [Landed(7)]) if marked else ([], [])
-        await self.snapshots.after_batch(self.folded, {"alice": 0}, {0}, markers, landed, 1)
+        await self.snapshots.after_batch(self.folded, {"alice": 0}, {0}, markers, landed, records)
 
 
 async def test_the_projections_are_synced_before_a_due_snapshot_is_sent() -> None:
@@ -128,6 +128,39 @@ async def test_a_snapshot_holds_the_state_of_the_batch_that_made_it_due() -> Non
     assert json.loads(log.values[2])["agents"]["alice"]["next_seq"] == 2
 
 
+async def test_a_snapshot_falls_due_by_records_and_counts_afresh_after_it() -> None:
+    log = Log()
+    snapshots = Snapshotter(log.send, TOPICS, every_records=10)
+    worker = Worker(snapshots)
+
+    for records, written in [(4, 0), (4, 0), (4, 1), (9, 1), (1, 2)]:
+        await worker.batch(records=records)
+        await snapshots.settled()
+        assert snapshots.written == written, (records, written)
+
+
+async def test_the_state_is_taken_when_the_batch_ends_not_once_the_sync_is_done() -> None:
+    """A slow sync (Edge's flush) lets the next batch move the state on meanwhile: the
+    snapshot must still hold what the log held at its own marker."""
+    log = Log()
+    synced = asyncio.Event()
+
+    async def slow_sync() -> None:
+        await synced.wait()
+
+    snapshots = Snapshotter(log.send, TOPICS, every_records=1, before_write=slow_sync)
+    worker = Worker(snapshots)
+    worker.folded.states["alice"] = AgentMemoryState(next_seq=1)
+    await worker.batch()
+    await asyncio.sleep(0.01)
+    worker.folded.states["alice"] = AgentMemoryState(next_seq=2)
+    synced.set()
+    await snapshots.settled()
+
+    assert snapshots.written == 1
+    assert json.loads(log.values[0])["agents"]["alice"]["next_seq"] == 1
+
+
 async def test_a_stopped_snapshotter_gives_up_its_snapshot_and_keeps_it_due() -> None:
     log = Log()
     log.hold = asyncio.Event()
@@ -158,6 +191,27 @@ async def test_waiting_for_a_snapshot_that_is_given_up_ends_quietly() -> None:
 
     await asyncio.wait_for(waiting, 1)
     assert snapshots.written == 0
+
+
+async def test_a_snapshot_given_up_during_the_sync_lets_the_sync_end_and_stays_due() -> None:
+    """Edge's sync runs a flush in a thread under the store's lock: cut short, the store
+    could be closed beneath it."""
+    log = Log()
+    release, ended = asyncio.Event(), asyncio.Event()
+
+    async def slow_sync() -> None:
+        await release.wait()
+        ended.set()
+
+    snapshots = Snapshotter(log.send, TOPICS, every_records=1, before_write=slow_sync)
+    await Worker(snapshots).batch()
+    await asyncio.sleep(0.01)
+    await snapshots.stop()
+    release.set()
+    await asyncio.wait_for(ended.wait(), 1)
+
+    assert snapshots.moved == {0}
+    assert log.happened == []
 
 
 async def test_a_released_partition_is_not_due_again_after_a_failed_snapshot() -> None:
