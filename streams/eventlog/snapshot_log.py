@@ -45,7 +45,8 @@ from streams.privacy.sealing import RecordSealer
 log = logging.getLogger("engram.takeover")
 
 LOOK_BACK = 32
-"""Records a takeover reads back past a snapshot cut short for the whole one before it."""
+"""Records a takeover reads back past a snapshot cut short, beyond its own chunks, for the whole
+one before it."""
 
 
 AppliedOffset = Callable[[str, int], Awaitable[int]]
@@ -94,8 +95,8 @@ async def read_snapshots(
         # A worker killed while it wrote a snapshot leaves chunks after the last manifest: the
         # one before them still holds (the log after it is read on), a few records back.
         back = {
-            TopicPartition(topic, p): max(0, offset - LOOK_BACK)
-            for p, (offset, _) in last.items()
+            TopicPartition(topic, p): _before_cut(offset, value)
+            for p, (offset, value) in last.items()
             if p not in manifests and offset > 0
         }
         if back:
@@ -124,6 +125,15 @@ async def read_snapshots(
         if snapshot is not None:
             snapshots[p] = snapshot
     return snapshots, read
+
+
+def _before_cut(offset: int, value: bytes | None) -> int:
+    """Where to read back from for the manifest before a snapshot cut short at ``offset``: its
+    chunks run back from the last one, whose index counts those before it (a partition of a
+    thousand agents takes some 36 chunks, more than a fixed look-back would cover)."""
+    last = decode_snapshot_record(value)
+    written = last.index if isinstance(last, SnapshotChunk) else 0
+    return max(0, offset - written - LOOK_BACK)
 
 
 async def usable_snapshots(
