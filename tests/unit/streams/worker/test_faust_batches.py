@@ -56,16 +56,24 @@ async def until(condition: Callable[[], bool], within: float = 5.0) -> None:
         await asyncio.sleep(0.005)
 
 
+class FirstHeld:
+    """A body that records each batch's values and holds the first until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.release = asyncio.Event()
+
+    async def __call__(self, events: list[EventT[Any]]) -> None:
+        self.batches.append([e.value for e in events])
+        if len(self.batches) == 1:
+            await self.release.wait()
+
+
 async def test_what_arrives_while_a_batch_runs_waits_in_the_buffer_for_the_next() -> None:
     """Faust's take_events admits one record while a batch is out and leaves the rest in the
     channel: with a channel of one, the third put would wait for the batch to end."""
-    batches: list[list[int]] = []
-    release = asyncio.Event()
-
-    async def body(events: list[EventT[Any]]) -> None:
-        batches.append([e.value for e in events])
-        if len(batches) == 1:
-            await release.wait()
+    body = FirstHeld()
+    batches, release = body.batches, body.release
 
     async with agent_taking(body, 50, 0.01, channel_size=1) as agent:
         await agent.put(0)
@@ -78,14 +86,9 @@ async def test_what_arrives_while_a_batch_runs_waits_in_the_buffer_for_the_next(
 
 
 async def test_a_full_buffer_holds_the_stream_until_a_batch_takes_it() -> None:
-    batches: list[list[int]] = []
-    release = asyncio.Event()
+    body = FirstHeld()
+    batches, release = body.batches, body.release
     puts_done = asyncio.Event()
-
-    async def body(events: list[EventT[Any]]) -> None:
-        batches.append([e.value for e in events])
-        if len(batches) == 1:
-            await release.wait()
 
     async with agent_taking(body, 3, 0.01, channel_size=1) as agent:
         await agent.put(0)
