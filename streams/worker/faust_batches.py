@@ -72,9 +72,7 @@ async def take_batches(
                 room.clear()
                 # Hold the stream until a batch takes what is here (or the stream stops).
                 await s.wait(room)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
+        except Exception as exc:  # a cancellation is no Exception: it passes
             s.log.exception("Error adding to a batch's buffer: %r", exc)
             await s.crash(exc)
         return value
