@@ -15,12 +15,12 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence, Set
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 import faust
 from faust.types import TP, EventT, StreamT
@@ -177,15 +177,7 @@ def _add_ingest_agent(
             await holder["pipeline"].handle(records, leave=partial(uncommitted, events))
             timings.batch(time.perf_counter() - started)
         except Exception:
-            # Crash-only: the batch is not acknowledged, and a restarted worker folds its
-            # state from the log and skips what was already derived. Letting Faust restart
-            # the agent instead would ack this batch and lose it (faust's take() acks in a
-            # finally), and a half-failed batch cannot be retried in place.
-            log.critical(
-                "a batch could not be processed; exiting without committing it", exc_info=True
-            )
-            logging.shutdown()
-            os._exit(70)
+            exit_without_committing("a batch could not be processed")
 
     async def ingest(stream: StreamT[bytes]) -> None:
         events: list[EventT[bytes]]
@@ -195,33 +187,19 @@ def _add_ingest_agent(
             # batch, which must happen before the consumer commits at stop.
             async with contextlib.aclosing(batches):
                 async for events in batches:
-                    # Records of partitions revoked while they waited in the batch belong to the
-                    # new owner now (it gets them redelivered); deriving them here would fork the
-                    # state.
-                    owned = app.consumer.assignment()
-                    records = []
-                    for event in events:
-                        message = event.message
-                        if message.tp not in owned:
-                            uncommitted([event], {message.partition})
+                    try:
+                        owned = app.consumer.assignment()
+                        records = owned_records(events, owned, type_of, kind_of)
+                        if trace_batch is None:
+                            await drain_on_stop(handle(records, events), len(records))
                             continue
-                        records.append(
-                            RawRecord(
-                                topic=message.topic,
-                                partition=message.partition,
-                                offset=message.offset,
-                                key=message.key,
-                                value=message.value,
-                                expected_type=type_of(message.topic),
-                                kind=kind_of.get(message.topic, "agent"),
-                                timestamp_ms=timestamp_ms(message.timestamp),
-                            )
-                        )
-                    if trace_batch is None:
-                        await drain_on_stop(handle(records, events), len(records))
-                        continue
-                    with trace_batch(e.message.headers for e in events if e.message.tp in owned):
-                        await drain_on_stop(handle(records, events), len(records))
+                        owned_headers = (e.message.headers for e in events if e.message.tp in owned)
+                        with trace_batch(owned_headers):
+                            await drain_on_stop(handle(records, events), len(records))
+                    except Exception:
+                        # Around the batch too: Faust would restart the agent, and the batch
+                        # would be acknowledged unprocessed as the generator closes.
+                        exit_without_committing("a batch could not be prepared")
         finally:
             # A snapshot still being written is given up: the one before it still holds.
             pipeline = holder.get("pipeline")
@@ -229,6 +207,46 @@ def _add_ingest_agent(
                 await pipeline.snapshots.stop()
 
     app.agent(source, name=f"{settings.topic_prefix}ingest")(ingest)
+
+
+def exit_without_committing(what: str) -> NoReturn:
+    """Crash-only: the batch is not acknowledged, and a restarted worker folds its state from
+    the log and skips what was already derived. Letting Faust restart the agent instead would
+    ack the batch and lose it (``take_batches`` acks what it yielded as it moves on or closes),
+    and a half-failed batch cannot be retried in place."""
+    log.critical(f"{what}; exiting without committing it", exc_info=True)
+    logging.shutdown()
+    os._exit(70)
+
+
+def owned_records(
+    events: Sequence[EventT[bytes]],
+    owned: Set[TP],
+    type_of: Callable[[str], str | None],
+    kind_of: Mapping[str, RecordKind],
+) -> list[RawRecord]:
+    """The batch's records of the partitions this worker still owns. Records of partitions
+    revoked while they waited in the batch belong to the new owner now (it gets them
+    redelivered); deriving them here would fork the state."""
+    records = []
+    for event in events:
+        message = event.message
+        if message.tp not in owned:
+            uncommitted([event], {message.partition})
+            continue
+        records.append(
+            RawRecord(
+                topic=message.topic,
+                partition=message.partition,
+                offset=message.offset,
+                key=message.key,
+                value=message.value,
+                expected_type=type_of(message.topic),
+                kind=kind_of.get(message.topic, "agent"),
+                timestamp_ms=timestamp_ms(message.timestamp),
+            )
+        )
+    return records
 
 
 def uncommitted(events: Sequence[EventT[bytes]], partitions: set[int]) -> None:
