@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 from dataclasses import replace
 
 import orjson
@@ -11,6 +12,8 @@ import pytest
 from schemas.agent_events import Observation
 from schemas.codec import encode_event
 from schemas.sealed import (
+    NONCE_BYTES,
+    RandomNonces,
     SealError,
     is_sealed,
     new_agent_key,
@@ -68,3 +71,26 @@ def test_a_record_moved_to_another_agent_or_tampered_with_does_not_open() -> Non
 def test_a_broken_sealed_record_is_a_seal_error(raw: bytes) -> None:
     with pytest.raises(SealError):
         sealed_header(raw)
+
+
+def test_nonces_drawn_ahead_are_never_handed_out_twice() -> None:
+    nonces = RandomNonces(block=3)
+    drawn = [nonces() for _ in range(10)]  # four blocks from the OS
+    assert all(len(n) == NONCE_BYTES for n in drawn)
+    assert len(set(drawn)) == len(drawn)
+
+
+def test_a_forked_child_does_not_seal_with_the_nonces_its_parent_drew_ahead() -> None:
+    key, plain = new_agent_key("H001"), event_bytes()
+    seal(key, plain)  # the process now holds nonces drawn ahead
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next nonce and leave without pytest's teardown
+        os.write(write, sealed_header(seal(key, plain)).nonce.encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert child
+    assert child != sealed_header(seal(key, plain)).nonce
