@@ -8,3 +8,6 @@ import os
 # Rich reads the width when it prints, as in a plain run and in a real terminal.
 for name in ("COLUMNS", "LINES"):
     os.environ.pop(name, None)
+
+# Registered here, where pytest finds hooks by name: see its module.
+from tests.traceback_lines import pytest_runtest_makereport  # noqa: E402, F401
