@@ -349,8 +349,11 @@ class IngestPipeline:
                 records = [r for r in records if r.partition in owned]
                 if leave is not None:
                     leave(partitions - owned)
-            with self.ownership.in_flight():
+            with self.ownership.in_flight(), self._snapshots_give_way():
                 return await self._handle(records)
+
+    def _snapshots_give_way(self) -> contextlib.AbstractContextManager[None]:
+        return self.snapshots.batch() if self.snapshots is not None else contextlib.nullcontext()
 
     async def _handle(self, records: Sequence[RawRecord]) -> BatchResult:
         await self._ensure_recovered(records)

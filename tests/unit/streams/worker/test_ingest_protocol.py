@@ -10,15 +10,20 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from processors.batch import RawRecord
 from projections.memory import StoredMemory
 from schemas.agent_events import Observation
 from schemas.codec import decode_derived_record, encode_event
 from schemas.memory_events import DerivedEvent, DerivedUpTo, ScheduleTick, SourcePosition
 from schemas.topics import Topics
+from streams.worker import snapshotting
 from streams.worker.batch_send import Landed
 from streams.worker.pipeline import IngestPipeline
+from streams.worker.snapshotting import Snapshotter
 from tests.agent_streams import CONFIG, EMBEDDER, START
+from tests.unit.streams.worker.test_snapshotting import Log
 
 TOPICS = Topics()
 
@@ -189,3 +194,30 @@ async def test_markers_leave_as_record_batches_of_their_own_and_say_where_they_l
         (2, len(broker.logs[(TOPICS.lifecycle, 2)]) - 1),
         (0, len(broker.logs[(TOPICS.lifecycle, 0)]) - 1),
     ]
+
+
+async def test_a_snapshot_due_after_a_batch_gives_way_to_the_next_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its sync and chunks run between batches, not at the awaits of the one in flight."""
+    monkeypatch.setattr(snapshotting, "GIVE_WAY", 30.0)  # however slow this machine
+    broker = Broker()
+    during_a_batch: list[bool] = []
+
+    async def sync() -> None:
+        during_a_batch.append(pipeline.write_lock.batch().locked())
+
+    written = Log()  # the snapshot topic
+    snapshots = Snapshotter(written.send, TOPICS, every_records=1, before_write=sync)
+    pipeline = IngestPipeline(
+        CONFIG, EMBEDDER, TOPICS, Store(broker.journal), None, broker.send, snapshots=snapshots
+    )
+    answering = asyncio.create_task(broker.run())
+    try:
+        await pipeline.handle([observation(0, 0)])  # makes partition 0's snapshot due
+        await pipeline.handle([observation(1, 0)])  # the snapshot starts during this one
+        await asyncio.wait_for(snapshots.settled(), 10)
+    finally:
+        answering.cancel()
+    assert during_a_batch == [False]
+    assert written.happened[-1] == "send b'0/manifest'"

@@ -11,10 +11,13 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from processors.recording import AgentMemoryState
 from processors.state_fold import FoldedState
 from schemas.memory_events import DerivedUpTo, SourcePosition
 from schemas.topics import Topics
+from streams.worker import snapshotting
 from streams.worker.snapshotting import Snapshotter
 
 TOPICS = Topics()
@@ -224,3 +227,29 @@ async def test_a_released_partition_is_not_due_again_after_a_failed_snapshot() -
     await snapshots.settled()
 
     assert snapshots.moved == set()
+
+
+async def test_a_snapshot_waits_for_the_batch_in_flight_to_end() -> None:
+    log = Log()
+    worker = Worker(Snapshotter(log.send, TOPICS, every_records=1, before_write=log.sync))
+    with worker.snapshots.batch():
+        await worker.batch()  # due at its end, while it is still in flight
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert log.happened == [], "neither the sync nor a chunk ran inside the batch"
+    await worker.snapshots.settled()
+    assert log.happened[0] == "sync"
+    assert log.happened[-1] == "send b'0/manifest'"
+
+
+async def test_a_snapshot_waits_for_batches_at_most_give_way_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(snapshotting, "GIVE_WAY", 0.01)
+    log = Log()
+    worker = Worker(Snapshotter(log.send, TOPICS, every_records=1, before_write=log.sync))
+    with worker.snapshots.batch():  # a backlog: batches without end
+        await worker.batch()
+        await asyncio.wait_for(worker.snapshots.settled(), 5)
+    assert log.happened[0] == "sync"
+    assert log.happened[-1] == "send b'0/manifest'"
