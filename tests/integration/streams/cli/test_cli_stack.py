@@ -88,15 +88,29 @@ def test_up_publish_retrieve_stop_and_up_again(tmp_path: Path, workers: int) -> 
         assert up.wait(60) == 0
 
 
+def child_process(pid: str) -> str:
+    """A child's command line and state, as a failure message shows it (a zombie, a process
+    that exited and was not yet waited for, has an empty command line)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].split(" ", 1)[0]
+    except OSError:
+        return f"{pid}: gone"
+    return f"{pid} [{state}]: {command[:100]}"
+
+
 def test_up_stops_when_a_worker_process_dies(tmp_path: Path) -> None:
     with engram_up(tmp_path, free_port(), 2) as (up, _):
-        children = Path(f"/proc/{up.pid}/task/{up.pid}/children").read_text().split()
-        workers = [
-            int(pid)
-            for pid in children
-            if "worker" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        children = [
+            child_process(pid)
+            for pid in Path(f"/proc/{up.pid}/task/{up.pid}/children").read_text().split()
         ]
-        assert len(workers) == 2, children
+        workers = [int(child.split(" ", 1)[0]) for child in children if "worker" in child]
+        if len(workers) != 2:
+            up.send_signal(signal.SIGTERM)
+            up.wait(60)
+            assert up.stdout is not None
+            pytest.fail(f"not two workers: {children}\n{up.stdout.read()[-4000:]}")
         os.kill(workers[0], signal.SIGKILL)
         assert up.wait(60) == 2
         assert up.stdout is not None
