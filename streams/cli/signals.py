@@ -26,11 +26,15 @@ async def until_signalled() -> None:
 
 
 async def until_signalled_or_exited(
-    children: list[subprocess.Popen[bytes]], node: Node | None = None
+    children: list[subprocess.Popen[bytes]],
+    node: Node | None = None,
+    stop: asyncio.Event | None = None,
 ) -> int | None:
     """Until SIGINT/SIGTERM (None), until a child process exits (its exit code), or until
-    ``node`` will not follow the active projection version (None; ``node.left_reason``)."""
-    signalled = asyncio.create_task(until_signalled())
+    ``node`` will not follow the active projection version (None; ``node.left_reason``).
+    ``stop``: from :func:`stop_on_signal` called before the children were started, so that a
+    signal while they start stops them too rather than leaving them behind."""
+    signalled = asyncio.create_task(stop.wait() if stop is not None else until_signalled())
     try:
         while not signalled.done():
             await asyncio.wait({signalled}, timeout=1.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -41,3 +42,25 @@ def engram_up(
             up.wait(10)
         if up.stdout is not None:
             up.stdout.close()
+        # A stack left by a failed test would load the machine for every test after it.
+        for pid in stack_processes(data_dir):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def stack_processes(data_dir: Path) -> list[int]:
+    """``engram up`` of ``data_dir`` and the processes it started (the broker, redis-server, the
+    workers), found by the data directory in their environment: they outlive an ``up`` killed
+    or ended at once by a signal."""
+    marker = f"ENGRAM_DATA_DIR={data_dir}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if any(v == marker or v.startswith(marker + b"/") for v in environ.split(b"\0")):
+            found.append(int(entry.name))
+    return found

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from streams.runtime.devstack.ports import free_port
-from tests.integration.streams.embedded_stack import ENGRAM, engram_up
+from tests.integration.streams.embedded_stack import ENGRAM, engram_up, stack_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -115,3 +115,35 @@ def test_up_stops_when_a_worker_process_dies(tmp_path: Path) -> None:
         assert up.wait(60) == 2
         assert up.stdout is not None
         assert "a worker process exited" in up.stdout.read()
+
+
+def test_sigterm_while_up_starts_stops_the_stack_and_leaves_no_process(tmp_path: Path) -> None:
+    """SIGTERM's default would end ``engram up`` at once, its broker and workers left running."""
+    up = subprocess.Popen(
+        [*ENGRAM, "up", "--port", str(free_port()), "--workers", "2"],
+        env={**os.environ, "ENGRAM_DATA_DIR": str(tmp_path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not set(stack_processes(tmp_path)) - {up.pid}:  # the broker, its first child
+            assert up.poll() is None
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        up.send_signal(signal.SIGTERM)
+        code = up.wait(120)
+        assert up.stdout is not None
+        output = up.stdout.read()
+        assert code == 0, output
+        assert "Engram is up" in output, "it stops once up"
+        assert stack_processes(tmp_path) == []
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait(10)
+        if up.stdout is not None:
+            up.stdout.close()
+        for pid in stack_processes(tmp_path):
+            os.kill(pid, signal.SIGKILL)
