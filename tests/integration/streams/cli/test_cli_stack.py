@@ -101,11 +101,18 @@ def child_process(pid: str) -> str:
 
 def test_up_stops_when_a_worker_process_dies(tmp_path: Path) -> None:
     with engram_up(tmp_path, free_port(), 2) as (up, _):
-        children = [
-            child_process(pid)
-            for pid in Path(f"/proc/{up.pid}/task/{up.pid}/children").read_text().split()
-        ]
-        workers = [int(child.split(" ", 1)[0]) for child in children if "worker" in child]
+        # Bounded: ``Popen`` returns once the child's exec is past the point of no return, and
+        # the new command line is set a moment later (on a loaded machine, after the banner).
+        deadline = time.monotonic() + 10
+        while True:
+            children = [
+                child_process(pid)
+                for pid in Path(f"/proc/{up.pid}/task/{up.pid}/children").read_text().split()
+            ]
+            workers = [int(child.split(" ", 1)[0]) for child in children if "worker" in child]
+            if len(workers) == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         if len(workers) != 2:
             up.send_signal(signal.SIGTERM)
             up.wait(60)
