@@ -4,12 +4,22 @@ is finished, flushed and committed before the process ends."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from streams.runtime.node import Node
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM as Ctrl-C until :func:`stop_on_signal` takes both over: the command is cancelled
+    and its cleanups run (``asyncio.run`` cancels its task on SIGINT), where SIGTERM's default
+    would end the process at once and leave the processes it started running."""
+    asyncio.get_running_loop().add_signal_handler(
+        signal.SIGTERM, os.kill, os.getpid(), signal.SIGINT
+    )
 
 
 def stop_on_signal() -> asyncio.Event:
@@ -26,15 +36,11 @@ async def until_signalled() -> None:
 
 
 async def until_signalled_or_exited(
-    children: list[subprocess.Popen[bytes]],
-    node: Node | None = None,
-    stop: asyncio.Event | None = None,
+    children: list[subprocess.Popen[bytes]], node: Node | None = None
 ) -> int | None:
     """Until SIGINT/SIGTERM (None), until a child process exits (its exit code), or until
-    ``node`` will not follow the active projection version (None; ``node.left_reason``).
-    ``stop``: from :func:`stop_on_signal` called before the children were started, so that a
-    signal while they start stops them too rather than leaving them behind."""
-    signalled = asyncio.create_task(stop.wait() if stop is not None else until_signalled())
+    ``node`` will not follow the active projection version (None; ``node.left_reason``)."""
+    signalled = asyncio.create_task(until_signalled())
     try:
         while not signalled.done():
             await asyncio.wait({signalled}, timeout=1.0)

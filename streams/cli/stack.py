@@ -20,15 +20,13 @@ from streams.cli.configuration import (
 from streams.cli.console import console, fail, run
 from streams.cli.progress import transfer
 from streams.cli.signals import (
-    stop_on_signal,
+    interrupt_on_sigterm,
     until_signalled_or_exited,
     until_signalled_or_left,
 )
 from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
-    import asyncio
-
     from streams.runtime.devstack.stack import DevStack
     from streams.runtime.node import Endpoints, Node
 
@@ -76,14 +74,12 @@ def up(
 
 
 async def _up(settings: EngramSettings, *, workers: int, fresh: bool) -> None:
-    # Before any child starts: SIGTERM's default would end this process at once and leave the
-    # broker, redis-server and the workers running. A signal while they start stops the
-    # stack once it is up.
-    stop = stop_on_signal()
+    # Before any child starts: SIGTERM while the stack starts then stops it as Ctrl-C does.
+    interrupt_on_sigterm()
     stack = deferred.devstack.DevStack(settings.data_dir)
     endpoints = stack.start()
     try:
-        await _run_stack(settings, stack, endpoints, workers=workers, fresh=fresh, stop=stop)
+        await _run_stack(settings, stack, endpoints, workers=workers, fresh=fresh)
     finally:
         stack.stop()
 
@@ -95,7 +91,6 @@ async def _run_stack(
     *,
     workers: int,
     fresh: bool,
-    stop: asyncio.Event,
 ) -> None:
     """The stack's processes, from the restored log until a signal, then the log archived."""
     archive = settings.data_dir / "archive"
@@ -121,7 +116,7 @@ async def _run_stack(
     stack.start_workers(workers if workers > 1 else 0, endpoints)
     _announce(node, stack, endpoints, keyring=keyring, workers=workers)
     try:
-        lost = await until_signalled_or_exited(stack.workers, node, stop)
+        lost = await until_signalled_or_exited(stack.workers, node)
     finally:
         await node.stop()
         stack.stop_workers()

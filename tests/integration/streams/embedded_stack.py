@@ -15,19 +15,36 @@ ENGRAM = [sys.executable, "-m", "streams.cli.main"]
 
 
 @contextlib.contextmanager
-def engram_up(
-    data_dir: Path, port: int, workers: int
-) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """``engram up`` running until its banner says it is up; killed if a test leaves it."""
-    env = {**os.environ, "ENGRAM_DATA_DIR": str(data_dir)}
+def up_process(data_dir: Path, port: int, workers: int) -> Iterator[subprocess.Popen[str]]:
+    """``engram up`` as it starts; killed on leaving if it still runs, and with it whatever
+    processes of its stack a failed test left (they would load the machine for every test
+    after it)."""
     up = subprocess.Popen(
         [*ENGRAM, "up", "--port", str(port), "--workers", str(workers)],
-        env=env,
+        env={**os.environ, "ENGRAM_DATA_DIR": str(data_dir)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     try:
+        yield up
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait(10)
+        if up.stdout is not None:
+            up.stdout.close()
+        for pid in stack_processes(data_dir):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def engram_up(
+    data_dir: Path, port: int, workers: int
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``engram up`` running until its banner says it is up (:func:`up_process`)."""
+    with up_process(data_dir, port, workers) as up:
         assert up.stdout is not None
         lines: list[str] = []
         deadline = time.monotonic() + 90
@@ -36,16 +53,6 @@ def engram_up(
             assert up.poll() is None, "".join(lines) + up.stdout.read()
             lines.append(up.stdout.readline())
         yield up, "".join(lines)
-    finally:
-        if up.poll() is None:
-            up.kill()
-            up.wait(10)
-        if up.stdout is not None:
-            up.stdout.close()
-        # A stack left by a failed test would load the machine for every test after it.
-        for pid in stack_processes(data_dir):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
 
 
 def stack_processes(data_dir: Path) -> list[int]:
