@@ -170,6 +170,7 @@ def demo(
 
 
 async def _demo(settings: EngramSettings, *, households: int, years: int, seed: int) -> None:
+    interrupt_on_sigterm()  # the stack is stopped whatever ends the demo
     with console.status("starting the embedded stack (broker, redis-server, Qdrant Edge)"):
         stack = deferred.devstack.DevStack(settings.data_dir)
         endpoints = stack.start()

@@ -15,36 +15,51 @@ ENGRAM = [sys.executable, "-m", "streams.cli.main"]
 
 
 @contextlib.contextmanager
-def up_process(data_dir: Path, port: int, workers: int) -> Iterator[subprocess.Popen[str]]:
-    """``engram up`` as it starts; killed on leaving if it still runs, and with it whatever
-    processes of its stack a failed test left (they would load the machine for every test
-    after it)."""
-    up = subprocess.Popen(
-        [*ENGRAM, "up", "--port", str(port), "--workers", str(workers)],
+def engram_process(args: list[str], data_dir: Path) -> Iterator[subprocess.Popen[str]]:
+    """``engram <args>`` with its data in ``data_dir``, as it starts; killed on leaving if it
+    still runs, and with it whatever processes of its stack a failed test left (they would load
+    the machine for every test after it)."""
+    process = subprocess.Popen(
+        [*ENGRAM, *args],
         env={**os.environ, "ENGRAM_DATA_DIR": str(data_dir)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     try:
-        yield up
+        yield process
     finally:
-        if up.poll() is None:
-            up.kill()
-            up.wait(10)
-        if up.stdout is not None:
-            up.stdout.close()
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+        if process.stdout is not None:
+            process.stdout.close()
         for pid in stack_processes(data_dir):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def sigterm_once_started(args: list[str], data_dir: Path) -> tuple[int, str, list[int]]:
+    """SIGTERM to ``engram <args>`` as soon as its broker runs: its exit code, its output, and
+    the processes of its stack still there once it ended."""
+    with engram_process(args, data_dir) as process:
+        deadline = time.monotonic() + 60
+        while not set(stack_processes(data_dir)) - {process.pid}:  # the broker comes first
+            assert process.poll() is None
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(120)
+        assert process.stdout is not None
+        return code, process.stdout.read(), stack_processes(data_dir)
 
 
 @contextlib.contextmanager
 def engram_up(
     data_dir: Path, port: int, workers: int
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """``engram up`` running until its banner says it is up (:func:`up_process`)."""
-    with up_process(data_dir, port, workers) as up:
+    """``engram up`` running until its banner says it is up (:func:`engram_process`)."""
+    with engram_process(["up", "--port", str(port), "--workers", str(workers)], data_dir) as up:
         assert up.stdout is not None
         lines: list[str] = []
         deadline = time.monotonic() + 90

@@ -14,12 +14,7 @@ from typing import Any
 import pytest
 
 from streams.runtime.devstack.ports import free_port
-from tests.integration.streams.embedded_stack import (
-    ENGRAM,
-    engram_up,
-    stack_processes,
-    up_process,
-)
+from tests.integration.streams.embedded_stack import ENGRAM, engram_up, sigterm_once_started
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -132,16 +127,8 @@ def test_up_stops_when_a_worker_process_dies(tmp_path: Path) -> None:
 def test_sigterm_while_up_starts_stops_the_stack_and_leaves_no_process(tmp_path: Path) -> None:
     """As Ctrl-C does; SIGTERM's default would end ``engram up`` at once, its broker left
     running."""
-    with up_process(tmp_path, free_port(), 2) as up:
-        deadline = time.monotonic() + 60
-        while not set(stack_processes(tmp_path)) - {up.pid}:  # the broker, its first child
-            assert up.poll() is None
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        up.send_signal(signal.SIGTERM)
-        code = up.wait(120)
-        assert up.stdout is not None
-        output = up.stdout.read()
-        assert code == 130, output  # Ctrl-C's, 128 + SIGINT
-        assert "Traceback" not in output
-        assert stack_processes(tmp_path) == []
+    up = ["up", "--port", str(free_port()), "--workers", "2"]
+    code, output, left = sigterm_once_started(up, tmp_path)
+    assert code == 130, output  # Ctrl-C's, 128 + SIGINT
+    assert "Traceback" not in output
+    assert left == []
