@@ -85,12 +85,7 @@ async def _up(settings: EngramSettings, *, workers: int, fresh: bool) -> None:
 
 
 async def _run_stack(
-    settings: EngramSettings,
-    stack: DevStack,
-    endpoints: Endpoints,
-    *,
-    workers: int,
-    fresh: bool,
+    settings: EngramSettings, stack: DevStack, endpoints: Endpoints, *, workers: int, fresh: bool
 ) -> None:
     """The stack's processes, from the restored log until a signal, then the log archived."""
     archive = settings.data_dir / "archive"
