@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 FAILING = """
 import sys, types
 
@@ -55,8 +57,9 @@ def test_a_traceback_entry_without_a_line_is_reported_with_its_test(tmp_path: Pa
 
 
 def test_without_it_pytest_reports_an_internal_error(tmp_path: Path) -> None:
-    """Why the plugin is there (if a pytest release handles such entries, this fails, and the
-    plugin can go)."""
+    """Why the hook is there; a pytest release that handles such entries skips this (pytest is
+    not pinned, and a fix upstream must not fail the suite)."""
     output = run_pytest(tmp_path)
-    assert "INTERNALERROR" in output
-    assert "tb_lineno - 1" in output
+    if "INTERNALERROR" not in output:
+        pytest.skip("this pytest reports such an entry itself: tests/traceback_lines.py can go")
+    assert "tb_lineno" in output
