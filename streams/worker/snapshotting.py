@@ -90,9 +90,12 @@ class Snapshotter:
             self._between_batches.set()
 
     async def _give_way(self) -> None:
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns, rather than raise, when
+        # it is cancelled just as the batch ends, and stop() would then wait for the whole write.
         if not self._between_batches.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._between_batches.wait(), GIVE_WAY)
+                async with asyncio.timeout(GIVE_WAY):
+                    await self._between_batches.wait()
 
     def took_over(self, folded: FoldedState, partitions: set[int]) -> None:
         self.covered.took_over(folded, partitions)

@@ -229,7 +229,10 @@ async def test_a_released_partition_is_not_due_again_after_a_failed_snapshot() -
     assert snapshots.moved == set()
 
 
-async def test_a_snapshot_waits_for_the_batch_in_flight_to_end() -> None:
+async def test_a_snapshot_waits_for_the_batch_in_flight_to_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(snapshotting, "GIVE_WAY", 30.0)  # however slow this machine
     log = Log()
     worker = Worker(Snapshotter(log.send, TOPICS, every_records=1, before_write=log.sync))
     with worker.snapshots.batch():
@@ -253,3 +256,36 @@ async def test_a_snapshot_waits_for_batches_at_most_give_way_seconds(
         await asyncio.wait_for(worker.snapshots.settled(), 5)
     assert log.happened[0] == "sync"
     assert log.happened[-1] == "send b'0/manifest'"
+
+
+async def test_a_batch_that_fails_lets_the_snapshot_go_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(snapshotting, "GIVE_WAY", 30.0)
+    log = Log()
+    worker = Worker(Snapshotter(log.send, TOPICS, every_records=1, before_write=log.sync))
+
+    async def failing_batch() -> None:
+        with worker.snapshots.batch():
+            await worker.batch()
+            raise RuntimeError("the batch failed")
+
+    with pytest.raises(RuntimeError):
+        await failing_batch()
+    await asyncio.wait_for(worker.snapshots.settled(), 5)
+    assert log.happened[-1] == "send b'0/manifest'"
+
+
+@pytest.mark.parametrize("turns", [0, 1, 2, 3])
+async def test_a_stop_as_the_batch_ends_gives_up_the_snapshot_waiting_for_it(turns: int) -> None:
+    """The agent stops its snapshotter right after its last batch: no chunk is sent after."""
+    log = Log()
+    worker = Worker(Snapshotter(log.send, TOPICS, every_records=1, before_write=log.sync))
+    with worker.snapshots.batch():
+        await worker.batch()
+        await asyncio.sleep(0)  # the snapshot now waits for the batch to end
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    before = len(log.happened)
+    await worker.snapshots.stop()
+    await asyncio.sleep(0.01)  # a sync already started is shielded and ends; nothing else runs
+    assert [step for step in log.happened[before:] if step.startswith("send")] == []
+    assert "send b'0/manifest'" not in log.happened
