@@ -4,7 +4,6 @@ is finished, flushed and committed before the process ends."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 from typing import TYPE_CHECKING
@@ -13,13 +12,14 @@ if TYPE_CHECKING:
     from streams.runtime.node import Node
 
 
-def interrupt_on_sigterm() -> None:
-    """SIGTERM as Ctrl-C until :func:`stop_on_signal` takes both over: the command is cancelled
-    and its cleanups run (``asyncio.run`` cancels its task on SIGINT), where SIGTERM's default
-    would end the process at once and leave the processes it started running."""
-    asyncio.get_running_loop().add_signal_handler(
-        signal.SIGTERM, os.kill, os.getpid(), signal.SIGINT
-    )
+def stop_on_sigterm() -> asyncio.Event:
+    """An event set on SIGTERM from now on, for a command that starts processes before it
+    waits for signals (:func:`until_signalled_or_exited` then reads it): SIGTERM's default
+    would end the command at once and leave them running. Ctrl-C keeps its meaning (the start
+    is cancelled)."""
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    return stop
 
 
 def stop_on_signal() -> asyncio.Event:
@@ -36,13 +36,17 @@ async def until_signalled() -> None:
 
 
 async def until_signalled_or_exited(
-    children: list[subprocess.Popen[bytes]], node: Node | None = None
+    children: list[subprocess.Popen[bytes]],
+    node: Node | None = None,
+    sigterm: asyncio.Event | None = None,
 ) -> int | None:
     """Until SIGINT/SIGTERM (None), until a child process exits (its exit code), or until
-    ``node`` will not follow the active projection version (None; ``node.left_reason``)."""
+    ``node`` will not follow the active projection version (None; ``node.left_reason``).
+    ``sigterm``: from :func:`stop_on_sigterm`, set if SIGTERM came while the children
+    started."""
     signalled = asyncio.create_task(until_signalled())
     try:
-        while not signalled.done():
+        while not signalled.done() and not (sigterm is not None and sigterm.is_set()):
             await asyncio.wait({signalled}, timeout=1.0)
             if node is not None and node.left.is_set():
                 return None

@@ -20,13 +20,15 @@ from streams.cli.configuration import (
 from streams.cli.console import console, fail, run
 from streams.cli.progress import transfer
 from streams.cli.signals import (
-    interrupt_on_sigterm,
+    stop_on_sigterm,
     until_signalled_or_exited,
     until_signalled_or_left,
 )
 from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
+    import asyncio
+
     from streams.runtime.devstack.stack import DevStack
     from streams.runtime.node import Endpoints, Node
 
@@ -74,18 +76,24 @@ def up(
 
 
 async def _up(settings: EngramSettings, *, workers: int, fresh: bool) -> None:
-    # Before any child starts: SIGTERM while the stack starts then stops it as Ctrl-C does.
-    interrupt_on_sigterm()
+    # Before any child starts: SIGTERM while the stack starts stops it once it is up.
+    sigterm = stop_on_sigterm()
     stack = deferred.devstack.DevStack(settings.data_dir)
     endpoints = stack.start()
     try:
-        await _run_stack(settings, stack, endpoints, workers=workers, fresh=fresh)
+        await _run_stack(settings, stack, endpoints, workers=workers, fresh=fresh, sigterm=sigterm)
     finally:
         stack.stop()
 
 
 async def _run_stack(
-    settings: EngramSettings, stack: DevStack, endpoints: Endpoints, *, workers: int, fresh: bool
+    settings: EngramSettings,
+    stack: DevStack,
+    endpoints: Endpoints,
+    *,
+    workers: int,
+    fresh: bool,
+    sigterm: asyncio.Event,
 ) -> None:
     """The stack's processes, from the restored log until a signal, then the log archived."""
     archive = settings.data_dir / "archive"
@@ -111,7 +119,7 @@ async def _run_stack(
     stack.start_workers(workers if workers > 1 else 0, endpoints)
     _announce(node, stack, endpoints, keyring=keyring, workers=workers)
     try:
-        lost = await until_signalled_or_exited(stack.workers, node)
+        lost = await until_signalled_or_exited(stack.workers, node, sigterm)
     finally:
         await node.stop()
         stack.stop_workers()
@@ -165,7 +173,6 @@ def demo(
 
 
 async def _demo(settings: EngramSettings, *, households: int, years: int, seed: int) -> None:
-    interrupt_on_sigterm()  # the stack is stopped whatever ends the demo
     with console.status("starting the embedded stack (broker, redis-server, Qdrant Edge)"):
         stack = deferred.devstack.DevStack(settings.data_dir)
         endpoints = stack.start()

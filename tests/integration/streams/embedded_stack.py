@@ -39,15 +39,18 @@ def engram_process(args: list[str], data_dir: Path) -> Iterator[subprocess.Popen
                 os.kill(pid, signal.SIGKILL)
 
 
-def sigterm_once_started(args: list[str], data_dir: Path) -> tuple[int, str, list[int]]:
-    """SIGTERM to ``engram <args>`` as soon as its broker runs: its exit code, its output, and
-    the processes of its stack still there once it ended."""
+def sigterm_once_started(
+    args: list[str], data_dir: Path, delay: float = 0.0
+) -> tuple[int, str, list[int]]:
+    """SIGTERM to ``engram <args>`` ``delay`` seconds after its broker runs: its exit code, its
+    output, and the processes of its stack still there once it ended."""
     with engram_process(args, data_dir) as process:
         deadline = time.monotonic() + 60
         while not set(stack_processes(data_dir)) - {process.pid}:  # the broker comes first
             assert process.poll() is None
             assert time.monotonic() < deadline
             time.sleep(0.01)
+        time.sleep(delay)
         process.send_signal(signal.SIGTERM)
         code = process.wait(120)
         assert process.stdout is not None

@@ -14,7 +14,6 @@ from schemas.topics import Topics
 from streams.demo import TRACE_AGENT, run_demo
 from streams.eventlog.publisher import AsyncPublisher
 from streams.runtime.node import Endpoints, Node
-from tests.integration.streams.embedded_stack import sigterm_once_started
 from tests.integration.streams.isolated import isolated_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -78,11 +77,3 @@ async def test_the_flood_households_recall_their_floods_and_the_trace_reproduces
     assert first.content.startswith("Year 1: A massive flood")
     assert first.score == pytest.approx(0.384, abs=1e-3)
     assert second.score == pytest.approx(0.315, abs=1e-3)
-
-
-def test_sigterm_during_the_demo_stops_its_stack(tmp_path: Path) -> None:
-    """As Ctrl-C does; SIGTERM's default would end ``engram demo`` with its broker running."""
-    code, output, left = sigterm_once_started(["demo"], tmp_path)
-    assert code == 130, output  # Ctrl-C's, 128 + SIGINT
-    assert "Traceback" not in output
-    assert left == []
