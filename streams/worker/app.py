@@ -209,12 +209,13 @@ def _add_ingest_agent(
     app.agent(source, name=f"{settings.topic_prefix}ingest")(ingest)
 
 
-def exit_without_committing(what: str) -> NoReturn:
+def exit_without_committing(what: str, *, error: bool = True, **extra: Any) -> NoReturn:
     """Crash-only: the batch is not acknowledged, and a restarted worker folds its state from
     the log and skips what was already derived. Letting Faust restart the agent instead would
     ack the batch and lose it (``take_batches`` acks what it yielded as it moves on or closes),
-    and a half-failed batch cannot be retried in place."""
-    log.critical(f"{what}; exiting without committing it", exc_info=True)
+    and a half-failed batch cannot be retried in place. ``error``: log the exception being
+    handled."""
+    log.critical(f"{what}; exiting without committing it", exc_info=error, extra=extra or None)
     logging.shutdown()
     os._exit(70)
 
@@ -313,13 +314,11 @@ def _release_on_revocation(
         try:
             await pipeline.revoke(partitions, within=settings.session_timeout)
         except RebalanceTimeoutError:
-            log.critical(
-                "partitions were revoked during a batch that did not end in time; exiting "
-                "without committing it",
-                extra={"partitions": sorted(partitions)},
+            exit_without_committing(
+                "partitions were revoked during a batch that did not end in time",
+                error=False,
+                partitions=sorted(partitions),
             )
-            logging.shutdown()
-            os._exit(70)
 
     @app.on_partitions_assigned.connect
     async def assign(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
@@ -358,9 +357,7 @@ async def drain_on_stop(batch: Awaitable[None], size: int) -> None:
             stopping = exc
     if task.cancelled():
         # Only the loop's own teardown cancels it: a batch cut short must never be acked.
-        log.critical("a batch was cancelled half done; exiting without committing it")
-        logging.shutdown()
-        os._exit(70)
+        exit_without_committing("a batch was cancelled half done", error=False)
     task.result()
     if stopping is not None:
         log.info("drained the batch in flight (%d records); committing its offsets", size)
