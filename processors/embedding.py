@@ -12,7 +12,7 @@ import itertools
 import re
 import zlib
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -189,13 +189,14 @@ class HashingEmbedder:
         return rows_f32
 
 
-def embedder_from_name(name: str) -> Embedder:
-    """Embedders by configuration name (``ENGRAM_EMBEDDER``)."""
+def embedder_from_name(name: str, *, minilm_precision: str = "auto") -> Embedder:
+    """Embedders by configuration name (``ENGRAM_EMBEDDER``); ``minilm_precision`` is
+    ``ENGRAM_MINILM_PRECISION`` (:data:`processors.semantic_embedding.PRECISIONS`)."""
     match = re.fullmatch(r"hashing(?:-(\d+))?", name)
     if match:
         return HashingEmbedder(int(match.group(1) or 384))
     if name in ("minilm", "minilm-l6-v2", "minilm-l6-v2-384"):
-        from processors.semantic_embedding import MiniLMEmbedder
+        from processors.semantic_embedding import MiniLMEmbedder, Precision
 
-        return MiniLMEmbedder()
+        return MiniLMEmbedder(cast(Precision, minilm_precision))  # checked there
     raise ValueError(f"unknown embedder {name!r}; known: hashing, hashing-<dim>, minilm")

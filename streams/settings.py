@@ -101,6 +101,13 @@ class EngramSettings(BaseSettings):
         description="'hashing' (fast, model-free) or 'minilm' (all-MiniLM-L6-v2, the 'semantic' "
         "extra). A projection is built with one embedder: changing it needs a rebuild.",
     )
+    minilm_precision: Literal["auto", "bfloat16", "float32"] = Field(
+        default="auto",
+        description="How the 'minilm' embedder computes: 'bfloat16' runs its matrix products "
+        "in bfloat16 (2.5x the texts/s on a CPU with AVX512-BF16 or AMX, each vector within a "
+        "cosine of 2.5e-5 of float32's), 'float32' the model's own arithmetic; 'auto' takes "
+        "bfloat16 where the CPU computes it natively.",
+    )
     dense_share: float | None = Field(
         default=None,
         ge=0.0,

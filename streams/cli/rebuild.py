@@ -274,7 +274,9 @@ def _reprocess_job(
     """The reprocess the configuration asks for, given how to seal (once the keyring is open);
     a configuration that names an unknown embedder or summariser fails here, before any work."""
     config = deferred.node.processing_config(settings)
-    embedder = deferred.embedding.embedder_from_name(settings.embedder)
+    embedder = deferred.embedding.embedder_from_name(
+        settings.embedder, minilm_precision=settings.minilm_precision
+    )
     api_key = settings.summariser_api_key
     summariser = deferred.chat_summariser.summariser_from_url(
         settings.summariser_url,

@@ -239,7 +239,9 @@ async def _recaller(settings: EngramSettings, timeout: float) -> AsyncIterator[L
             settings.partitions,
             redis_url,
             settings.redis_namespace,
-            deferred.embedding.embedder_from_name(settings.embedder),
+            deferred.embedding.embedder_from_name(
+                settings.embedder, minilm_precision=settings.minilm_precision
+            ),
             dense_share=settings.dense_share,
             candidate_limit=settings.retrieval_candidates,
             relevance_candidate_limit=settings.relevance_candidates,

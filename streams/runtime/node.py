@@ -150,7 +150,9 @@ class Node:
             self.api_keys = api_keys_for(
                 settings.api_keys_file, "query service", settings.http_host
             )
-        self.embedder = embedder_from_name(settings.embedder)
+        self.embedder = embedder_from_name(
+            settings.embedder, minilm_precision=settings.minilm_precision
+        )
         self.keyring = await open_keyring(
             settings.keyring,
             redis_url=self.endpoints.redis_url,

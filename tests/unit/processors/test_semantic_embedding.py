@@ -51,9 +51,11 @@ PARAPHRASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def minilm() -> MiniLMEmbedder:
-    return MiniLMEmbedder()
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def minilm(request: pytest.FixtureRequest) -> MiniLMEmbedder:
+    """Both precisions: ``auto`` takes bfloat16 on a CPU that computes it natively, and every
+    promise below holds in either."""
+    return MiniLMEmbedder(request.param)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -83,8 +85,53 @@ def test_the_same_text_always_gives_the_same_vector(minilm: MiniLMEmbedder) -> N
     assert np.array_equal(first, minilm.embed(texts[0]))
     batch = minilm.embed_many(texts)
     assert batch.shape == (3, 384)
+    assert np.array_equal(batch, minilm.embed_many(texts))  # what a reprocess relies on
+    # Padded beside other texts, a row moves a little: 1e-7 in float32, 1e-3 in bfloat16.
+    atol = 1e-5 if minilm.precision == "float32" else 2e-3
     for row, text in zip(batch, texts, strict=True):
-        np.testing.assert_allclose(row, minilm.embed(text), atol=1e-5)
+        single = minilm.embed(text)
+        np.testing.assert_allclose(row, single, atol=atol)
+        assert cosine(row, single) > 1 - 1e-4
+
+
+@needs_extra
+def test_bfloat16_gives_the_vectors_of_float32() -> None:
+    """bfloat16 is a speed choice, not another model: a projection built in one precision is
+    read with query vectors of the other (a worker and a query service on different CPUs)."""
+    texts = [
+        "Year 3: A minor flood left 40 cm of water in the basement after the storm",
+        "We brought home a beagle puppy from the shelter on Saturday.",
+        "How is her health after the operation?",
+        "I've taught algebra at the high school for six years, mostly ninth grade, and I coach "
+        "the chess club on Thursdays after the last bell.",
+    ]
+    exact = MiniLMEmbedder("float32").embed_many(texts)
+    fast = MiniLMEmbedder("bfloat16")
+    assert fast.precision == "bfloat16"
+    rows = fast.embed_many(texts)
+    assert rows.dtype == np.float32
+    for row, reference in zip(rows, exact, strict=True):
+        assert np.linalg.norm(row) == pytest.approx(1.0, abs=1e-5)
+        assert cosine(row, reference) > 0.9999
+    assert not np.array_equal(rows, exact)  # the switch did change the arithmetic
+
+
+@needs_extra
+def test_auto_takes_bfloat16_only_where_the_cpu_computes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(semantic_embedding, "native_bfloat16", lambda: True)
+    assert MiniLMEmbedder().precision == "bfloat16"
+    monkeypatch.setattr(semantic_embedding, "native_bfloat16", lambda: False)
+    assert MiniLMEmbedder("auto").precision == "float32"
+    assert MiniLMEmbedder("bfloat16").precision == "bfloat16"
+
+
+def test_an_unknown_precision_is_refused_before_anything_loads() -> None:
+    with pytest.raises(
+        ValueError, match=r"unknown MiniLM precision 'half'.*auto, bfloat16, float32"
+    ):
+        embedder_from_name("minilm", minilm_precision="half")
 
 
 @needs_extra

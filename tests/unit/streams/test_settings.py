@@ -26,6 +26,19 @@ def test_unknown_edge_vectors_are_refused_naming_the_setting(
         EngramSettings()
 
 
+def test_minilm_precision_defaults_to_auto_and_refuses_what_it_does_not_know(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ENGRAM_MINILM_PRECISION", raising=False)
+    assert EngramSettings().minilm_precision == "auto"
+    for precision in ("bfloat16", "float32"):
+        monkeypatch.setenv("ENGRAM_MINILM_PRECISION", precision)
+        assert EngramSettings().minilm_precision == precision
+    monkeypatch.setenv("ENGRAM_MINILM_PRECISION", "half")
+    with pytest.raises(ValidationError, match="minilm_precision"):
+        EngramSettings()
+
+
 def test_relevance_has_its_own_candidate_bound_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
