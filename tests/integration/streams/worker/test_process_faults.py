@@ -383,21 +383,28 @@ async def test_sigterm_drains_the_batch_in_flight_commits_and_exits(
         await episodic.close()
     for tp, (in_redis, in_edge) in marks.items():
         # Nothing applied but uncommitted (a redelivery to skip), nothing committed unapplied.
-        assert in_redis == in_edge, f"{tp}: Redis applied {in_redis}, Edge {in_edge}"
+        # The test leans on timing (Redis paused under a batch): a failure must show what
+        # the worker did, so each assertion carries its last log lines.
+        assert in_redis == in_edge, (
+            f"{tp}: Redis applied {in_redis}, Edge {in_edge}\n{stream.worker.tail()}"
+        )
         expected = None if in_redis is None else in_redis + 1
         assert committed[tp] == expected, (
-            f"{tp}: committed {committed[tp]}, but the stores applied up to {in_redis}"
+            f"{tp}: committed {committed[tp]}, but the stores applied up to {in_redis}\n"
+            f"{stream.worker.tail()}"
         )
 
     # Redis held the batch's writes when SIGTERM came: the worker finished it before exiting.
     stopped_at = await applied_count(stream)
     assert held_at < stopped_at < total, (
         f"the batch in flight was not finished: {held_at} applied while Redis held writes, "
-        f"{stopped_at} at exit, of {total}"
+        f"{stopped_at} at exit, of {total}\n{stream.worker.tail()}"
     )
     messages = [str(r.get("msg", "")) for r in stream.worker.log_records()]
     assert any(m.startswith("signalled: stopping") for m in messages), stream.worker.tail()
-    assert any(m.startswith("stopping: draining the batch in flight") for m in messages)
+    assert any(m.startswith("stopping: draining the batch in flight") for m in messages), (
+        stream.worker.tail()
+    )
 
     stream.worker.start()
     await wait_until_applied(stream, total, ALL_APPLIED_WITHIN_S)
