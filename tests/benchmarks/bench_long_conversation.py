@@ -42,6 +42,7 @@ from processors.semantic_embedding import (
 )
 from projections.episodic.scope import Scope
 from projections.memory import StoredMemory
+from streams.settings import EngramSettings
 from tests.benchmarks.bench_retrieval_quality import Dataset, Question, bm25_scorer, load, ranked
 
 KS = (5, 10, 20)
@@ -225,7 +226,8 @@ async def run(turns: int, seed: int) -> None:
         print(f"semantic left out: the 'semantic' extra is not installed ({', '.join(missing)})")
     else:
         try:
-            embedders.append(("semantic (MiniLM)", MiniLMEmbedder()))
+            precision = EngramSettings().minilm_precision  # ENGRAM_MINILM_PRECISION
+            embedders.append(("semantic (MiniLM)", MiniLMEmbedder(precision)))
         except SemanticExtraMissingError as exc:
             print(f"semantic left out: {exc}")
     with RedisServer() as redis, tempfile.TemporaryDirectory(prefix="engram-long-") as edge:

@@ -51,6 +51,7 @@ from processors.embedding import Embedder, HashingEmbedder, keywords
 from processors.semantic_embedding import SemanticExtraMissingError, semantic_extra_missing
 from projections.memory import StoredMemory
 from projections.retrieval.scoring import overlap
+from streams.settings import EngramSettings
 
 DATA = Path(__file__).parent / "data"
 KS = (1, 5, 10)
@@ -350,7 +351,8 @@ def scorers(signals: Sequence[str], dataset: Dataset) -> tuple[dict[str, Scorer]
 
                 started = time.perf_counter()
                 try:
-                    dense[name] = DenseScorer(MiniLMEmbedder())
+                    precision = EngramSettings().minilm_precision  # ENGRAM_MINILM_PRECISION
+                    dense[name] = DenseScorer(MiniLMEmbedder(precision))
                 except SemanticExtraMissingError as error:
                     notes.append(f"minilm left out: {error}")
                     return None

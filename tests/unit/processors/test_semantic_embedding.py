@@ -7,6 +7,7 @@ extra is not installed; the test of the error a missing extra gives always runs.
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,6 +126,59 @@ def test_auto_takes_bfloat16_only_where_the_cpu_computes_it(
     monkeypatch.setattr(semantic_embedding, "native_bfloat16", lambda: False)
     assert MiniLMEmbedder("auto").precision == "float32"
     assert MiniLMEmbedder("bfloat16").precision == "bfloat16"
+
+
+@needs_extra
+def test_bfloat16_is_what_the_model_computes_in(minilm: MiniLMEmbedder) -> None:
+    """The layers that run under the precision: a Linear's output is bfloat16 in bfloat16 (not
+    float16, not float32), float32 in float32."""
+    import torch
+
+    seen: list[torch.dtype] = []
+    linear = next(m for m in minilm._model.modules() if isinstance(m, torch.nn.Linear))
+    hook = linear.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    try:
+        minilm.embed("I started a pottery class on Thursday nights.")
+    finally:
+        hook.remove()
+    expected = torch.bfloat16 if minilm.precision == "bfloat16" else torch.float32
+    assert seen, "the hook saw no forward pass"
+    assert set(seen) == {expected}
+
+
+def _cpu_flags() -> set[str] | None:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return None
+
+
+@needs_extra
+def test_native_bfloat16_reads_the_cpu_flags() -> None:
+    flags = _cpu_flags()
+    if flags is None:
+        pytest.skip("no /proc/cpuinfo flags to compare with")
+    native = "avx512_bf16" in flags or "amx_bf16" in flags
+    assert semantic_embedding.native_bfloat16() is native
+
+
+@needs_extra
+def test_a_probe_that_fails_reads_as_no_native_bfloat16(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    def broken() -> bool:
+        raise RuntimeError("probe gone")
+
+    for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, name, broken, raising=False)
+    assert semantic_embedding.native_bfloat16() is False
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert semantic_embedding.native_bfloat16() is True
 
 
 def test_an_unknown_precision_is_refused_before_anything_loads() -> None:
