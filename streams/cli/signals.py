@@ -4,9 +4,11 @@ is finished, flushed and committed before the process ends."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from streams.runtime.node import Node
@@ -20,6 +22,26 @@ def stop_on_sigterm() -> asyncio.Event:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     return stop
+
+
+async def unless_set(stop: asyncio.Event, work: Coroutine[Any, Any, None]) -> None:
+    """``work`` to its end, or cancelled as soon as ``stop`` is set (at once if it already
+    is, without starting it)."""
+    if stop.is_set():
+        work.close()
+        return
+    task = asyncio.create_task(work)
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if not task.cancelled():
+        task.result()  # the work's own failure
 
 
 def stop_on_signal() -> asyncio.Event:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -21,6 +22,7 @@ from streams.cli.console import console, fail, run
 from streams.cli.progress import transfer
 from streams.cli.signals import (
     stop_on_sigterm,
+    unless_set,
     until_signalled_or_exited,
     until_signalled_or_left,
 )
@@ -173,6 +175,10 @@ def demo(
 
 
 async def _demo(settings: EngramSettings, *, households: int, years: int, seed: int) -> None:
+    # Before any child starts: SIGTERM's default would end the demo and leave its broker,
+    # redis-server and Faust's threads running. It stops the demo instead, once the node is
+    # up (a start cancelled half way left a Faust thread running: the process hung).
+    sigterm = stop_on_sigterm()
     with console.status("starting the embedded stack (broker, redis-server, Qdrant Edge)"):
         stack = deferred.devstack.DevStack(settings.data_dir)
         endpoints = stack.start()
@@ -182,34 +188,51 @@ async def _demo(settings: EngramSettings, *, households: int, years: int, seed: 
         with console.status("starting processors and the query service"):
             node = await deferred.node.Node(local, endpoints).start()
         try:
-            assert node.pipeline is not None
-            assert node.http_url is not None
-            async with (
-                deferred.publisher.AsyncPublisher(
-                    endpoints.kafka_bootstrap,
-                    topics=deferred.topics.Topics(settings.topic_prefix),
-                    linger=0.005,
-                    keyring=node.keyring,
-                ) as publisher,
-                deferred.query_client.AsyncEngramClient(node.http_url) as client,
-            ):
-                outcome = await deferred.demo.run_demo(
-                    publisher,
-                    client,
-                    node.pipeline.stats,
-                    households=households,
-                    years=years,
-                    seed=seed,
-                    console=console,
-                )
-            console.print(
-                f"{outcome.events_published} events published, "
-                f"{node.pipeline.stats.memories} memories recorded."
+            demo = _demo_on(
+                node, settings, endpoints, households=households, years=years, seed=seed
             )
+            await unless_set(sigterm, demo)
         finally:
             await node.stop()
     finally:
         stack.stop()
+    if sigterm.is_set():
+        fail("stopped by SIGTERM before the demo ended", code=128 + signal.SIGTERM)
+
+
+async def _demo_on(
+    node: Node,
+    settings: EngramSettings,
+    endpoints: Endpoints,
+    *,
+    households: int,
+    years: int,
+    seed: int,
+) -> None:
+    assert node.pipeline is not None
+    assert node.http_url is not None
+    async with (
+        deferred.publisher.AsyncPublisher(
+            endpoints.kafka_bootstrap,
+            topics=deferred.topics.Topics(settings.topic_prefix),
+            linger=0.005,
+            keyring=node.keyring,
+        ) as publisher,
+        deferred.query_client.AsyncEngramClient(node.http_url) as client,
+    ):
+        outcome = await deferred.demo.run_demo(
+            publisher,
+            client,
+            node.pipeline.stats,
+            households=households,
+            years=years,
+            seed=seed,
+            console=console,
+        )
+    console.print(
+        f"{outcome.events_published} events published, "
+        f"{node.pipeline.stats.memories} memories recorded."
+    )
 
 
 def run_node(settings: EngramSettings, **roles: bool) -> None:

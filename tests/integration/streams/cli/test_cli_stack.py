@@ -1,4 +1,5 @@
-"""The README's own flow: ``engram up``, publish and retrieve from the command line, SIGTERM."""
+"""The README's own flow: ``engram up``, publish and retrieve from the command line, SIGTERM
+(to ``up`` and to ``demo``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ from typing import Any
 import pytest
 
 from streams.runtime.devstack.ports import free_port
-from tests.integration.streams.embedded_stack import ENGRAM, engram_up, sigterm_once_started
+from tests.integration.streams.embedded_stack import (
+    ENGRAM,
+    engram_process,
+    engram_up,
+    sigterm_once_started,
+    stack_processes,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -136,3 +143,30 @@ def test_sigterm_while_up_starts_stops_the_stack_and_leaves_no_process(
     assert code == 0, output
     assert "Engram is up" in output, "it stops once up"
     assert left == []
+
+
+def test_sigterm_while_the_demo_starts_stops_it_and_leaves_no_process(tmp_path: Path) -> None:
+    """Right after its broker starts, while its processors start: the demo does not begin."""
+    code, output, left = sigterm_once_started(["demo"], tmp_path)
+    assert code == 128 + signal.SIGTERM, output
+    assert "stopped by SIGTERM before the demo ended" in output
+    assert "recalls before deciding" not in output
+    assert left == []
+
+
+def test_sigterm_during_the_demo_stops_it_and_leaves_no_process(tmp_path: Path) -> None:
+    with engram_process(["demo"], tmp_path) as demo:
+        assert demo.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 90
+        while not any("recalls before deciding" in line for line in lines):
+            assert time.monotonic() < deadline, "".join(lines)
+            assert demo.poll() is None, "".join(lines) + demo.stdout.read()
+            lines.append(demo.stdout.readline())
+        demo.send_signal(signal.SIGTERM)
+        code = demo.wait(120)
+        output = "".join(lines) + demo.stdout.read()
+    assert code == 128 + signal.SIGTERM, output
+    assert "stopped by SIGTERM before the demo ended" in output
+    assert "memories recorded" not in output, "the demo ran on to its end"
+    assert stack_processes(tmp_path) == []

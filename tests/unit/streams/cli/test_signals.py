@@ -1,0 +1,68 @@
+"""``unless_set``: how ``engram demo`` stops its work when SIGTERM comes."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pytest
+
+from streams.cli.signals import unless_set
+
+
+async def test_the_work_runs_to_its_end_when_nothing_stops_it() -> None:
+    done: list[str] = []
+
+    async def work() -> None:
+        await asyncio.sleep(0)
+        done.append("ended")
+
+    await unless_set(asyncio.Event(), work())
+    assert done == ["ended"]
+
+
+async def test_a_stop_already_set_starts_no_work() -> None:
+    started: list[str] = []
+
+    async def work() -> None:
+        started.append("started")
+
+    stop = asyncio.Event()
+    stop.set()
+    coroutine = work()
+    await unless_set(stop, coroutine)
+    assert started == []
+    # Closed, not left pending (which would warn "never awaited" when collected).
+    assert inspect.getcoroutinestate(coroutine) == inspect.CORO_CLOSED
+
+
+async def test_a_stop_cancels_the_work_and_waits_for_its_cleanup() -> None:
+    cleaned: list[str] = []
+    running = asyncio.Event()
+
+    async def work() -> None:
+        running.set()
+        try:
+            await asyncio.sleep(60)
+        finally:
+            await asyncio.sleep(0)  # a cleanup that awaits, as closing a producer does
+            cleaned.append("cleaned up")
+
+    stop = asyncio.Event()
+
+    async def stop_once_running() -> None:
+        await running.wait()
+        stop.set()
+
+    stopper = asyncio.create_task(stop_once_running())
+    await asyncio.wait_for(unless_set(stop, work()), 5)
+    await stopper
+    assert cleaned == ["cleaned up"]
+
+
+async def test_the_work_s_own_failure_is_raised() -> None:
+    async def work() -> None:
+        raise ValueError("the demo failed")
+
+    with pytest.raises(ValueError, match="the demo failed"):
+        await unless_set(asyncio.Event(), work())
