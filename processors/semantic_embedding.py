@@ -43,12 +43,12 @@ Precision = Literal["auto", "bfloat16", "float32"]
 PRECISIONS: tuple[Precision, ...] = ("auto", "bfloat16", "float32")
 """How the model computes (``ENGRAM_MINILM_PRECISION``). ``bfloat16`` runs its matrix products,
 attention and activations in bfloat16 (torch's CPU autocast; the weights, the layer norms, the
-residual sums and the output stay float32): on this
-machine's CPU, which multiplies bfloat16 natively (AVX512-BF16), 804-875 texts/s against
-338-356 in float32 on two cores, and every row within a cosine of 2.5e-5 of the float32 one
-(1,024 texts of the ingest benchmark), a twentieth of what a float16 shard's storage moves it.
-Without that instruction bfloat16 is emulated and slower, so ``auto`` takes it only where the
-CPU has it (AVX512-BF16 or AMX); ``float32`` keeps the model's own arithmetic everywhere."""
+residual sums and the output stay float32): on this machine's CPU, which multiplies bfloat16
+natively (AVX512-BF16), 804-875 texts/s against 338-356 in float32 on two cores, and every row
+within a cosine of 2.5e-5 of the float32 one (1,024 texts of the ingest benchmark), a twentieth
+of what a float16 shard's storage moves it. Without that instruction bfloat16 is emulated and
+slower, so ``auto`` takes it only where the CPU has it (AVX512-BF16 or AMX); ``float32`` keeps
+the model's own arithmetic everywhere."""
 
 
 class SemanticExtraMissingError(EngramError, RuntimeError):

@@ -24,12 +24,12 @@ def stop_on_sigterm() -> asyncio.Event:
     return stop
 
 
-async def unless_set(stop: asyncio.Event, work: Coroutine[Any, Any, None]) -> None:
-    """``work`` to its end, or cancelled as soon as ``stop`` is set (at once if it already
-    is, without starting it)."""
+async def unless_set(stop: asyncio.Event, work: Coroutine[Any, Any, None]) -> bool:
+    """``work`` to its end (True), or cancelled as soon as ``stop`` is set (False; at once,
+    without starting it, if it already is)."""
     if stop.is_set():
         work.close()
-        return
+        return False
     task = asyncio.create_task(work)
     stopped = asyncio.create_task(stop.wait())
     try:
@@ -40,8 +40,10 @@ async def unless_set(stop: asyncio.Event, work: Coroutine[Any, Any, None]) -> No
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-    if not task.cancelled():
-        task.result()  # the work's own failure
+    if task.cancelled():
+        return False
+    task.result()  # the work's own failure
+    return True
 
 
 def stop_on_signal() -> asyncio.Event:

@@ -191,12 +191,12 @@ async def _demo(settings: EngramSettings, *, households: int, years: int, seed: 
             demo = _demo_on(
                 node, settings, endpoints, households=households, years=years, seed=seed
             )
-            await unless_set(sigterm, demo)
+            ended = await unless_set(sigterm, demo)
         finally:
             await node.stop()
     finally:
         stack.stop()
-    if sigterm.is_set():
+    if not ended:
         fail("stopped by SIGTERM before the demo ended", code=128 + signal.SIGTERM)
 
 

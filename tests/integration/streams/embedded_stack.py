@@ -63,14 +63,20 @@ def engram_up(
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """``engram up`` running until its banner says it is up (:func:`engram_process`)."""
     with engram_process(["up", "--port", str(port), "--workers", str(workers)], data_dir) as up:
-        assert up.stdout is not None
-        lines: list[str] = []
-        deadline = time.monotonic() + 90
-        while not any("Ctrl-C stops" in line for line in lines):
-            assert time.monotonic() < deadline, "".join(lines)
-            assert up.poll() is None, "".join(lines) + up.stdout.read()
-            lines.append(up.stdout.readline())
-        yield up, "".join(lines)
+        yield up, output_until(up, "Ctrl-C stops")
+
+
+def output_until(process: subprocess.Popen[str], marker: str, within: float = 90) -> str:
+    """The output of ``process`` up to the first line holding ``marker`` (at most ``within``
+    seconds; a process that exits first fails the test with its output)."""
+    assert process.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + within
+    while not any(marker in line for line in lines):
+        assert time.monotonic() < deadline, "".join(lines)
+        assert process.poll() is None, "".join(lines) + process.stdout.read()
+        lines.append(process.stdout.readline())
+    return "".join(lines)
 
 
 def stack_processes(data_dir: Path) -> list[int]:

@@ -19,6 +19,7 @@ from tests.integration.streams.embedded_stack import (
     ENGRAM,
     engram_process,
     engram_up,
+    output_until,
     sigterm_once_started,
     stack_processes,
 )
@@ -156,16 +157,11 @@ def test_sigterm_while_the_demo_starts_stops_it_and_leaves_no_process(tmp_path: 
 
 def test_sigterm_during_the_demo_stops_it_and_leaves_no_process(tmp_path: Path) -> None:
     with engram_process(["demo"], tmp_path) as demo:
-        assert demo.stdout is not None
-        lines: list[str] = []
-        deadline = time.monotonic() + 90
-        while not any("recalls before deciding" in line for line in lines):
-            assert time.monotonic() < deadline, "".join(lines)
-            assert demo.poll() is None, "".join(lines) + demo.stdout.read()
-            lines.append(demo.stdout.readline())
+        started = output_until(demo, "recalls before deciding")
         demo.send_signal(signal.SIGTERM)
         code = demo.wait(120)
-        output = "".join(lines) + demo.stdout.read()
+        assert demo.stdout is not None
+        output = started + demo.stdout.read()
     assert code == 128 + signal.SIGTERM, output
     assert "stopped by SIGTERM before the demo ended" in output
     assert "memories recorded" not in output, "the demo ran on to its end"

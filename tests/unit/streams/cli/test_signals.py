@@ -17,7 +17,7 @@ async def test_the_work_runs_to_its_end_when_nothing_stops_it() -> None:
         await asyncio.sleep(0)
         done.append("ended")
 
-    await unless_set(asyncio.Event(), work())
+    assert await unless_set(asyncio.Event(), work()) is True
     assert done == ["ended"]
 
 
@@ -30,7 +30,7 @@ async def test_a_stop_already_set_starts_no_work() -> None:
     stop = asyncio.Event()
     stop.set()
     coroutine = work()
-    await unless_set(stop, coroutine)
+    assert await unless_set(stop, coroutine) is False
     assert started == []
     # Closed, not left pending (which would warn "never awaited" when collected).
     assert inspect.getcoroutinestate(coroutine) == inspect.CORO_CLOSED
@@ -55,7 +55,7 @@ async def test_a_stop_cancels_the_work_and_waits_for_its_cleanup() -> None:
         stop.set()
 
     stopper = asyncio.create_task(stop_once_running())
-    await asyncio.wait_for(unless_set(stop, work()), 5)
+    assert await asyncio.wait_for(unless_set(stop, work()), 5) is False
     await stopper
     assert cleaned == ["cleaned up"]
 
