@@ -37,6 +37,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 from starlette.applications import Starlette
 
 from projections.service.auth import ApiKey, ApiKeys, authorize
+from projections.service.embedded_server import EmbeddedServer
 from projections.service.http_auth import API_KEY_SCOPE, AsgiApp, McpBearerAuth
 from projections.service.tools import MemoryTool, ToolContext, ToolError, ToolRegistry
 
@@ -201,8 +202,7 @@ async def serve_http(
         access_log=False,
         lifespan="on",
     )
-    web = uvicorn.Server(config)
-    web.install_signal_handlers = False  # type: ignore[attr-defined]
+    web = EmbeddedServer(config)
     serving = asyncio.create_task(_serve(web, f"{host}:{port}"))
     stopped = asyncio.create_task((stop or asyncio.Event()).wait())
     try:

@@ -28,6 +28,7 @@ from projections.retrieval.as_of import RECALL_TIMEOUT_S
 from projections.retrieval.engine import RetrievalEngine
 from projections.service.app import HistoryReader, RetrievalHook, create_app
 from projections.service.auth import ApiKeys
+from projections.service.embedded_server import EmbeddedServer
 from projections.service.http_auth import api_keys_for
 from projections.service.metrics import ServiceMetrics
 from projections.versions import (
@@ -396,8 +397,7 @@ class Node:
             lifespan="off",
             access_log=False,
         )
-        self._server = uvicorn.Server(config)
-        self._server.install_signal_handlers = False  # type: ignore[attr-defined]
+        self._server = EmbeddedServer(config)
         self._server_task = asyncio.create_task(self._server.serve())
         for _ in range(200):
             if self._server.started:

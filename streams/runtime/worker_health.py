@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Mount, Route
 
+from projections.service.embedded_server import EmbeddedServer
 from streams.eventlog.kafka_clients import log_end_reader
 from streams.eventlog.log_ends import BrokerLogEnds
 from streams.rebuild.replay import committed_offsets
@@ -177,8 +178,7 @@ class ProbeServer:
             lifespan="off",
             access_log=False,
         )
-        server = self._server = uvicorn.Server(config)
-        server.install_signal_handlers = False  # type: ignore[attr-defined]
+        server = self._server = EmbeddedServer(config)
         self._task = asyncio.create_task(server.serve())
         for _ in range(200):
             if server.started:

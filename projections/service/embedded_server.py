@@ -1,0 +1,24 @@
+"""A uvicorn server that serves beside other work in one process and leaves the process's
+signals to it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import uvicorn
+
+__all__ = ["EmbeddedServer"]
+
+
+class EmbeddedServer(uvicorn.Server):
+    """uvicorn (0.29 and later) takes SIGINT and SIGTERM for itself while it serves, whatever
+    ``install_signal_handlers`` says: on the first signal it stops serving on its own, and the
+    process hears of the signal only once the server is down (uvicorn raises it again). Engram
+    serves beside other work (a worker's probes; the dev stack's query service, which the demo
+    calls): the process stops in its own order, finishing its work before its server, so its
+    own handlers must stay in place. The server stops when told (``should_exit``)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield

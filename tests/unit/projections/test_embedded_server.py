@@ -1,0 +1,51 @@
+"""``EmbeddedServer``: serving leaves the process's SIGINT and SIGTERM handlers alone."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+
+from projections.service.embedded_server import EmbeddedServer
+
+
+async def app(scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+    raise AssertionError("no request is made")
+
+
+def handlers() -> dict[int, Any]:
+    return {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+async def handlers_while_serving(server: uvicorn.Server) -> dict[int, Any]:
+    serving = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(10):
+            while not server.started:
+                assert not serving.done(), serving.result()
+                await asyncio.sleep(0.01)
+        return handlers()
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(serving, 10)
+
+
+def config() -> uvicorn.Config:
+    return uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+
+
+async def test_the_process_keeps_its_signal_handlers_while_it_serves() -> None:
+    before = handlers()
+    assert await handlers_while_serving(EmbeddedServer(config())) == before
+    assert handlers() == before
+
+
+async def test_uvicorn_alone_takes_them_which_is_why_the_class_exists() -> None:
+    """If a uvicorn release stops taking the signals, this fails: the class can then go."""
+    before = handlers()
+    during = await handlers_while_serving(uvicorn.Server(config()))
+    assert during != before
+    assert handlers() == before  # given back once it stops
