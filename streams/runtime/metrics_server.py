@@ -11,6 +11,8 @@ import logging
 import uvicorn
 from prometheus_client import CollectorRegistry, make_asgi_app
 
+from projections.service.embedded_server import EmbeddedServer
+
 __all__ = ["MetricsServer"]
 
 log = logging.getLogger("engram.metrics")
@@ -28,8 +30,7 @@ class MetricsServer:
             lifespan="off",
             access_log=False,
         )
-        self._server = uvicorn.Server(config)
-        self._server.install_signal_handlers = False  # type: ignore[attr-defined]
+        self._server = EmbeddedServer(config)
         self._task: asyncio.Task[None] | None = None
         self.port: int | None = None
 
