@@ -37,7 +37,6 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 from starlette.applications import Starlette
 
 from projections.service.auth import ApiKey, ApiKeys, authorize
-from projections.service.embedded_server import EmbeddedServer
 from projections.service.http_auth import API_KEY_SCOPE, AsgiApp, McpBearerAuth
 from projections.service.tools import MemoryTool, ToolContext, ToolError, ToolRegistry
 
@@ -202,7 +201,10 @@ async def serve_http(
         access_log=False,
         lifespan="on",
     )
-    web = EmbeddedServer(config)
+    # Not an EmbeddedServer: the SDK's event streams (sse-starlette) end only when uvicorn's
+    # own signal handler runs, so this server keeps it; it stops serving on the first signal
+    # and raises it again for ``engram mcp`` once down.
+    web = uvicorn.Server(config)
     serving = asyncio.create_task(_serve(web, f"{host}:{port}"))
     stopped = asyncio.create_task((stop or asyncio.Event()).wait())
     try:

@@ -40,6 +40,9 @@ async def unless_set(stop: asyncio.Event, work: Coroutine[Any, Any, None]) -> bo
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+    current = asyncio.current_task()
+    if current is not None and current.cancelling():
+        raise asyncio.CancelledError  # the caller's own cancel, come while the work cleaned up
     if task.cancelled():
         return False
     task.result()  # the work's own failure

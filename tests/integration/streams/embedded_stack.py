@@ -81,8 +81,9 @@ def output_until(process: subprocess.Popen[str], marker: str, within: float = 90
 
 def stack_processes(data_dir: Path) -> list[int]:
     """``engram up`` of ``data_dir`` and the processes it started (the broker, redis-server, the
-    workers), found by the data directory in their environment: they outlive an ``up`` killed
-    or ended at once by a signal."""
+    workers), found by the data directory in their environment, or in their working directory
+    (redis-server rewrites its process title over its environment): they outlive an ``up``
+    killed or ended at once by a signal."""
     marker = f"ENGRAM_DATA_DIR={data_dir}".encode()
     found = []
     for entry in Path("/proc").iterdir():
@@ -90,8 +91,10 @@ def stack_processes(data_dir: Path) -> list[int]:
             continue
         try:
             environ = (entry / "environ").read_bytes()
+            cwd = os.readlink(entry / "cwd")
         except OSError:
             continue
-        if any(v == marker or v.startswith(marker + b"/") for v in environ.split(b"\0")):
+        inside = cwd == str(data_dir) or cwd.startswith(f"{data_dir}/")
+        if inside or any(v == marker or v.startswith(marker + b"/") for v in environ.split(b"\0")):
             found.append(int(entry.name))
     return found

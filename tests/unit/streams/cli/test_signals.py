@@ -66,3 +66,26 @@ async def test_the_work_s_own_failure_is_raised() -> None:
 
     with pytest.raises(ValueError, match="the demo failed"):
         await unless_set(asyncio.Event(), work())
+
+
+async def test_a_cancel_of_the_caller_during_the_cleanup_is_not_lost() -> None:
+    """SIGTERM, then Ctrl-C while the demo cleans up: the caller is cancelled, not told that
+    the work was merely stopped."""
+    cleaning = asyncio.Event()
+
+    async def work() -> None:
+        try:
+            await asyncio.sleep(60)
+        finally:
+            cleaning.set()
+            await asyncio.sleep(60)  # a cleanup that takes long
+
+    stop = asyncio.Event()
+    caller = asyncio.create_task(unless_set(stop, work()))
+    await asyncio.sleep(0)
+    stop.set()
+    await asyncio.wait_for(cleaning.wait(), 5)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(caller, 5)
+    assert caller.cancelled()
