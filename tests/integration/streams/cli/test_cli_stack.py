@@ -155,30 +155,32 @@ def test_sigterm_while_the_demo_starts_stops_it_and_leaves_no_process(tmp_path: 
     assert left == []
 
 
-def signalled_during_the_demo(tmp_path: Path, sig: signal.Signals) -> tuple[int, str]:
-    """``engram demo`` sent ``sig`` once a household recalls: its exit code and output."""
+def signalled_during_the_demo(tmp_path: Path, sig: signal.Signals) -> tuple[int, str, list[int]]:
+    """``engram demo`` sent ``sig`` once a household recalls: its exit code, its output, and
+    the processes of its stack still there once it ended (looked for before
+    :func:`engram_process` kills what is left)."""
     with engram_process(["demo"], tmp_path) as demo:
         started = output_until(demo, "recalls before deciding")
         demo.send_signal(sig)
         code = demo.wait(120)
         assert demo.stdout is not None
-        return code, started + demo.stdout.read()
+        return code, started + demo.stdout.read(), stack_processes(tmp_path)
 
 
 def test_sigterm_during_the_demo_stops_it_and_leaves_no_process(tmp_path: Path) -> None:
-    code, output = signalled_during_the_demo(tmp_path, signal.SIGTERM)
+    code, output, left = signalled_during_the_demo(tmp_path, signal.SIGTERM)
     assert code == 128 + signal.SIGTERM, output
     assert "stopped by SIGTERM before the demo ended" in output
     assert "memories recorded" not in output, "the demo ran on to its end"
     assert "Traceback" not in output
-    assert stack_processes(tmp_path) == []
+    assert left == []
 
 
 def test_ctrl_c_during_the_demo_stops_it_without_a_traceback(tmp_path: Path) -> None:
     """The query service's server took SIGINT for itself and stopped serving while the demo
     still called it: the demo failed with a traceback (httpx.ConnectError)."""
-    code, output = signalled_during_the_demo(tmp_path, signal.SIGINT)
+    code, output, left = signalled_during_the_demo(tmp_path, signal.SIGINT)
     assert code == 128 + signal.SIGINT, output
     assert "memories recorded" not in output, "the demo ran on to its end"
     assert "Traceback" not in output, output
-    assert stack_processes(tmp_path) == []
+    assert left == []
