@@ -186,10 +186,11 @@ def process_batch(
     """Derive from a batch in record order. ``agents_of_partition`` names the agents a tick
     of that partition concerns, besides those this batch already touched.
 
-    With an embedder whose calls are dear, a first pass notes the texts the rules make and
-    one call embeds them (:mod:`processors.batch_embedding`); it forgets no keys, so that
-    the pass that counts opens the batch's records as a single pass would, and it counts
-    itself only when it found no such text and forgot no agent."""
+    With an embedder whose calls are dear, the texts the rules make are answered with
+    placeholders, one call embeds them after, and their rows take the placeholders' places
+    (:mod:`processors.batch_embedding`). That pass keeps every key (a request to forget one
+    is only noted), so a batch that forgets an agent is derived again, with the keys
+    forgotten and every row prepared, as is one whose placeholders cannot all be filled."""
     opener = opener or PlainRecords()
     early = _decode_agent_events(records, opener)
     prepared = _prepared(ctx)
@@ -200,11 +201,15 @@ def process_batch(
         _derive, records, early, load_state, replace(ctx, embedder=prepared), failed_at
     )
     if prepared.batches_misses and not ctx.summariser.blocking:
-        with prepared.noting_misses() as noted:
+        with prepared.noting_misses() as misses:
             first = derive(agents_of_partition, _KeepingKeys(opener))
-        if not noted and not first.forgotten_agents:
-            return first
-        prepared.add(noted)
+        if misses:
+            prepared.add(misses)
+        if not first.forgotten_agents:
+            filled = prepared.filled(first.derived, misses) if misses else first.derived
+            if filled is not None:
+                first.derived = filled
+                return first
     return derive(agents_of_partition, opener)
 
 

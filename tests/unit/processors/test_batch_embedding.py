@@ -9,11 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel, ConfigDict
 
+from processors import batch as batch_module
 from processors.batch import RawRecord, RecordOpener, process_batch
-from processors.batch_embedding import PreparedEmbedder
+from processors.batch_embedding import Misses, PreparedEmbedder
 from processors.embedding import EmbedsMany, HashingEmbedder
 from processors.lifecycle import Deriving
 from processors.recording import AgentMemoryState
@@ -21,6 +24,7 @@ from processors.state_fold import FoldedState
 from processors.worker_step import carry, derive_batch
 from schemas.agent_events import Observation
 from schemas.codec import encode_event
+from schemas.derived_fields import encode_vector
 from schemas.memory_events import ForgetAgent, MemoryRetrieved, MemorySummarised
 from streams.privacy.keyring import FileKeyring
 from streams.privacy.sealing import RecordSealer
@@ -236,3 +240,109 @@ async def test_a_batch_that_forgets_an_agent_is_derived_again_with_its_keys_forg
     assert plain[3] == 1  # the record after the request is forgotten
     assert dear_result == plain
     assert dear.calls == []
+
+
+class PassCounter:
+    """Counts the derivations of a batch (:func:`processors.batch._derive`)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.passes = 0
+        derive = batch_module._derive
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.passes += 1
+            return derive(*args, **kwargs)
+
+        monkeypatch.setattr(batch_module, "_derive", counted)
+
+
+def _year_records() -> list[RawRecord]:
+    """H001 observes in year 1 and year 2: the year's end makes a summary, a text of the rules."""
+    records = [
+        RawRecord(TOPICS.observations, 0, n, b"H001", encode_event(event), "observation")
+        for n, event in enumerate(
+            [
+                observation("water in the cellar", year=1),
+                observation("water in the garden", year=1),
+                observation("the levee held", year=2),
+            ]
+        )
+    ]
+    return records
+
+
+def test_a_dear_embedder_derives_a_batch_once_and_fills_in_the_rows_of_what_the_rules_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    records = _year_records()
+    plain = _derived(records, CTX)
+    summaries = [e for e in plain[0] if isinstance(e, MemorySummarised)]
+    assert summaries
+    counter = PassCounter(monkeypatch)
+    dear = DearEmbedder()
+    assert _derived(records, replace(CTX, embedder=dear)) == plain
+    assert counter.passes == 1
+    assert dear.batched_calls == 2
+    assert dear.calls == []
+
+
+def test_a_placeholder_not_found_whole_in_an_event_derives_the_batch_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rule that kept a row elsewhere than in an event's field, or used it twice, would
+    leave a placeholder where no filling reaches: ``filled`` says so and the batch is
+    derived again with every row prepared."""
+    records = _year_records()
+    plain = _derived(records, CTX)
+    counter = PassCounter(monkeypatch)
+    handed = Misses.placeholder
+
+    def handed_twice(self: Misses, text: str) -> np.ndarray:
+        handed(self, text)
+        return handed(self, text)
+
+    monkeypatch.setattr(Misses, "placeholder", handed_twice)
+    dear = DearEmbedder()
+    assert _derived(records, replace(CTX, embedder=dear)) == plain
+    assert counter.passes == 2
+    assert dear.batched_calls == 2
+
+
+def test_filled_puts_each_text_s_row_in_its_placeholders_places() -> None:
+    hashing = HashingEmbedder(16)
+    prepared = PreparedEmbedder(hashing)
+    prepared.prepare(["flood in the street"])
+    with prepared.noting_misses() as misses:
+        first = prepared.embed("a summary of the year")
+        again = prepared.embed("a summary of the year")
+        other = prepared.embed("levee broke")
+        known = prepared.embed("flood in the street")
+    assert list(misses) == ["a summary of the year", "levee broke"]
+    assert misses.handed == 3
+    assert np.array_equal(first, again)
+    assert not np.array_equal(first, other)
+    assert np.array_equal(known, hashing.embed("flood in the street"))
+    prepared.add(misses)
+    events = [
+        Pair(a=encode_vector(first), b=encode_vector(other)),
+        Pair(a=encode_vector(known), b=encode_vector(again)),
+    ]
+    filled = prepared.filled(events, misses)
+    assert filled == [
+        Pair(
+            a=encode_vector(hashing.embed("a summary of the year")),
+            b=encode_vector(hashing.embed("levee broke")),
+        ),
+        Pair(a=encode_vector(known), b=encode_vector(hashing.embed("a summary of the year"))),
+    ]
+    assert filled is not None
+    assert filled[1] is not events[1]  # a copy: the events given are immutable
+    assert events[1].b == encode_vector(again)
+    # A placeholder handed out three times but found twice: not filled.
+    assert prepared.filled(events[:1] + events[:1], misses) is None
+
+
+class Pair(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    a: str
+    b: str
