@@ -214,7 +214,7 @@ def process_batch(
 
 
 class _KeepingKeys:
-    """An opener that forgets no keys: a first pass must leave the real one as it was."""
+    """An opener that forgets no keys: a pass that may be derived again must leave them as they were."""
 
     def __init__(self, opener: RecordOpener) -> None:
         self._opener = opener

@@ -71,7 +71,7 @@ class PreparedEmbedder:
 
     @property
     def batches_misses(self) -> bool:
-        """Whether the texts the rules make are worth a second derivation of the batch: an
+        """Whether the texts the rules make are worth placeholders and one more call: an
         embedder that embeds many at once and says so (``batches_misses``: a model)."""
         return isinstance(self.inner, EmbedsMany) and bool(
             getattr(self.inner, "batches_misses", False)

@@ -83,7 +83,7 @@ class MiniLMEmbedder:
     MODEL_ID = "minilm-l6-v2-384"
     batches_misses = True
     """A call costs a forward pass (~8 ms for one short text on two cores, ~2.5 ms a text in
-    a batch of 32): a batch's summaries are worth a second derivation
+    a batch of 32): a batch's summaries are embedded together after it is derived
     (:mod:`processors.batch_embedding`)."""
 
     def __init__(self, precision: Precision = "auto") -> None:
