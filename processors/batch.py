@@ -214,7 +214,7 @@ def process_batch(
 
 
 class _KeepingKeys:
-    """An opener that forgets no keys: a pass that may be derived again must leave them as they were."""
+    """An opener that forgets no keys: a pass that may be derived again leaves them as they were."""
 
     def __init__(self, opener: RecordOpener) -> None:
         self._opener = opener
