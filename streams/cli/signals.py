@@ -14,16 +14,6 @@ if TYPE_CHECKING:
     from streams.runtime.node import Node
 
 
-def stop_on_sigterm() -> asyncio.Event:
-    """An event set on SIGTERM from now on, for a command that starts processes before it
-    waits for signals (:func:`until_signalled_or_exited` then reads it): SIGTERM's default
-    would end the command at once and leave them running. Ctrl-C keeps its meaning (the start
-    is cancelled)."""
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    return stop
-
-
 async def unless_set(stop: asyncio.Event, work: Coroutine[Any, Any, None]) -> bool:
     """``work`` to its end (True), or cancelled as soon as ``stop`` is set (False; at once,
     without starting it, if it already is)."""
@@ -49,47 +39,57 @@ async def unless_set(stop: asyncio.Event, work: Coroutine[Any, Any, None]) -> bo
     return True
 
 
-def stop_on_signal() -> asyncio.Event:
-    """An event set on the first SIGINT or SIGTERM (on the running loop)."""
-    stop = asyncio.Event()
+class StopSignal(asyncio.Event):
+    """Set by the first SIGINT or SIGTERM; :attr:`signal` says which came first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signal: signal.Signals | None = None
+
+    def received(self, sig: signal.Signals) -> None:
+        if self.signal is None:
+            self.signal = sig
+        self.set()
+
+
+def stop_on_signal() -> StopSignal:
+    """An event set on the first SIGINT or SIGTERM (on the running loop), from now on.
+
+    A command that starts processes or a node takes it before it starts anything and waits on
+    it once started: a signal while it starts is kept, and honoured once it is up. Their
+    defaults would do harm there: SIGTERM's ends the process at once and leaves its children
+    running; Ctrl-C's (asyncio cancels the main task) cancels Faust's start half way, which
+    leaves one of its threads running, and the process hung until killed."""
+    stop = StopSignal()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, stop.received, sig)
     return stop
 
 
-async def until_signalled() -> None:
-    await stop_on_signal().wait()
-
-
 async def until_signalled_or_exited(
-    children: list[subprocess.Popen[bytes]],
-    node: Node | None = None,
-    sigterm: asyncio.Event | None = None,
+    children: list[subprocess.Popen[bytes]], node: Node | None, stop: asyncio.Event
 ) -> int | None:
-    """Until SIGINT/SIGTERM (None), until a child process exits (its exit code), or until
-    ``node`` will not follow the active projection version (None; ``node.left_reason``).
-    ``sigterm``: from :func:`stop_on_sigterm`, set if SIGTERM came while the children
-    started."""
-    signalled = asyncio.create_task(until_signalled())
-    try:
-        while not signalled.done() and not (sigterm is not None and sigterm.is_set()):
-            await asyncio.wait({signalled}, timeout=1.0)
-            if node is not None and node.left.is_set():
-                return None
-            for child in children:
-                code = child.poll()
-                if code is not None:
-                    return int(code)
-        return None
-    finally:
-        signalled.cancel()
+    """Until ``stop`` is set (None; :func:`stop_on_signal`, taken before the children started),
+    until a child process exits (its exit code), or until ``node`` will not follow the active
+    projection version (None; ``node.left_reason``)."""
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
+        if node is not None and node.left.is_set():
+            return None
+        for child in children:
+            code = child.poll()
+            if code is not None:
+                return int(code)
+    return None
 
 
-async def until_signalled_or_left(node: Node) -> str | None:
-    """Until SIGINT/SIGTERM (None), or until ``node`` will not follow the active projection
-    version (why, naming the configuration to restart with)."""
-    signalled = asyncio.create_task(until_signalled())
+async def until_signalled_or_left(node: Node, stop: asyncio.Event) -> str | None:
+    """Until ``stop`` is set (None; :func:`stop_on_signal`, taken before the node started), or
+    until ``node`` will not follow the active projection version (why, naming the
+    configuration to restart with)."""
+    signalled = asyncio.create_task(stop.wait())
     left = asyncio.create_task(node.left.wait())
     try:
         await asyncio.wait({signalled, left}, return_when=asyncio.FIRST_COMPLETED)

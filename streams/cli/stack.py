@@ -21,7 +21,7 @@ from streams.cli.configuration import (
 from streams.cli.console import console, fail, run
 from streams.cli.progress import transfer
 from streams.cli.signals import (
-    stop_on_sigterm,
+    stop_on_signal,
     unless_set,
     until_signalled_or_exited,
     until_signalled_or_left,
@@ -78,12 +78,12 @@ def up(
 
 
 async def _up(settings: EngramSettings, *, workers: int, fresh: bool) -> None:
-    # Before any child starts: SIGTERM while the stack starts stops it once it is up.
-    sigterm = stop_on_sigterm()
+    # Before any child starts: a signal while the stack starts stops it once it is up.
+    stop = stop_on_signal()
     stack = deferred.devstack.DevStack(settings.data_dir)
     endpoints = stack.start()
     try:
-        await _run_stack(settings, stack, endpoints, workers=workers, fresh=fresh, sigterm=sigterm)
+        await _run_stack(settings, stack, endpoints, workers=workers, fresh=fresh, stop=stop)
     finally:
         stack.stop()
 
@@ -95,7 +95,7 @@ async def _run_stack(
     *,
     workers: int,
     fresh: bool,
-    sigterm: asyncio.Event,
+    stop: asyncio.Event,
 ) -> None:
     """The stack's processes, from the restored log until a signal, then the log archived."""
     archive = settings.data_dir / "archive"
@@ -121,7 +121,7 @@ async def _run_stack(
     stack.start_workers(workers if workers > 1 else 0, endpoints)
     _announce(node, stack, endpoints, keyring=keyring, workers=workers)
     try:
-        lost = await until_signalled_or_exited(stack.workers, node, sigterm)
+        lost = await until_signalled_or_exited(stack.workers, node, stop)
     finally:
         await node.stop()
         stack.stop_workers()
@@ -175,10 +175,9 @@ def demo(
 
 
 async def _demo(settings: EngramSettings, *, households: int, years: int, seed: int) -> None:
-    # Before any child starts: SIGTERM's default would end the demo and leave its broker,
-    # redis-server and Faust's threads running. It stops the demo instead, once the node is
-    # up (a start cancelled half way left a Faust thread running: the process hung).
-    sigterm = stop_on_sigterm()
+    # Before any child starts: a signal while the stack starts stops the demo once the node
+    # is up (see stop_on_signal), one during the demo cancels it.
+    stop = stop_on_signal()
     with console.status("starting the embedded stack (broker, redis-server, Qdrant Edge)"):
         stack = deferred.devstack.DevStack(settings.data_dir)
         endpoints = stack.start()
@@ -191,13 +190,15 @@ async def _demo(settings: EngramSettings, *, households: int, years: int, seed: 
             demo = _demo_on(
                 node, settings, endpoints, households=households, years=years, seed=seed
             )
-            ended = await unless_set(sigterm, demo)
+            ended = await unless_set(stop, demo)
         finally:
             await node.stop()
     finally:
         stack.stop()
     if not ended:
-        fail("stopped by SIGTERM before the demo ended", code=128 + signal.SIGTERM)
+        by = signal.SIGINT if stop.signal == signal.SIGINT else signal.SIGTERM
+        name = "Ctrl-C" if by == signal.SIGINT else "SIGTERM"
+        fail(f"stopped by {name} before the demo ended", code=128 + by)
 
 
 async def _demo_on(
@@ -245,6 +246,7 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
         writable_data_dir(settings)
 
     async def main() -> None:
+        stop = stop_on_signal()  # before the node starts: see stop_on_signal
         node = await deferred.node.Node(settings, endpoints, **roles).start()
         metrics = None
         if node.http_url is not None:
@@ -264,7 +266,7 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
                 await node.stop()
                 raise
         try:
-            reason = await until_signalled_or_left(node)
+            reason = await until_signalled_or_left(node, stop)
             log.info(
                 "%s: stopping; work in flight is finished, flushed and committed first",
                 "signalled" if reason is None else "the active projection version moved",

@@ -181,6 +181,9 @@ class RedisServer:
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 cwd=directory,
+                # Not in the terminal's process group: Ctrl-C there is for the command that
+                # owns this server, which stops it once its own work is stopped.
+                start_new_session=True,
             )
         except OSError as exc:
             raise RedisServerError(f"could not run {executable}: {exc}") from exc

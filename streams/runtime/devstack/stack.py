@@ -58,9 +58,11 @@ class DevStack:
                 "ENGRAM_METRICS_PORT": "0",  # several workers on one host: each its own port
                 "ENGRAM_DATA_DIR": str((self.data_dir / "stack" / f"worker-{i + 1}").resolve()),
             }
-            self.workers.append(
-                subprocess.Popen([sys.executable, "-m", "streams.cli.main", "worker"], env=env)
-            )
+            # Out of the terminal's process group (as the broker and redis-server): Ctrl-C is
+            # for `engram up`, which stops the workers with SIGTERM; a worker still importing
+            # would print a KeyboardInterrupt traceback.
+            worker = [sys.executable, "-m", "streams.cli.main", "worker"]
+            self.workers.append(subprocess.Popen(worker, env=env, start_new_session=True))
 
     def stop_workers(self, timeout: float = 30.0) -> None:
         """SIGTERM: each worker finishes its batch, flushes and commits; then kill stragglers."""

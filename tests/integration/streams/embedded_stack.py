@@ -15,16 +15,20 @@ ENGRAM = [sys.executable, "-m", "streams.cli.main"]
 
 
 @contextlib.contextmanager
-def engram_process(args: list[str], data_dir: Path) -> Iterator[subprocess.Popen[str]]:
+def engram_process(
+    args: list[str], data_dir: Path, *, session: bool = False
+) -> Iterator[subprocess.Popen[str]]:
     """``engram <args>`` with its data in ``data_dir``, as it starts; killed on leaving if it
     still runs, and with it whatever processes of its stack a failed test left (they would load
-    the machine for every test after it)."""
+    the machine for every test after it). ``session``: in a process group of its own, as a
+    terminal starts a command (see :func:`signal_as_a_user`)."""
     process = subprocess.Popen(
         [*ENGRAM, *args],
         env={**os.environ, "ENGRAM_DATA_DIR": str(data_dir)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=session,
     )
     try:
         yield process
@@ -39,22 +43,33 @@ def engram_process(args: list[str], data_dir: Path) -> Iterator[subprocess.Popen
                 os.kill(pid, signal.SIGKILL)
 
 
-def sigterm_once_started(
-    args: list[str], data_dir: Path, delay: float = 0.0
+def signalled_once_started(
+    args: list[str], data_dir: Path, delay: float = 0.0, sig: signal.Signals = signal.SIGTERM
 ) -> tuple[int, str, list[int]]:
-    """SIGTERM to ``engram <args>`` ``delay`` seconds after its broker runs: its exit code, its
-    output, and the processes of its stack still there once it ended."""
-    with engram_process(args, data_dir) as process:
+    """``sig`` to ``engram <args>`` ``delay`` seconds after its broker runs: its exit code, its
+    output, and the processes of its stack still there once it ended. SIGINT goes to the
+    whole process group, as Ctrl-C in a terminal does."""
+    with engram_process(args, data_dir, session=True) as process:
         deadline = time.monotonic() + 60
         while not set(stack_processes(data_dir)) - {process.pid}:  # the broker comes first
             assert process.poll() is None
             assert time.monotonic() < deadline
             time.sleep(0.01)
         time.sleep(delay)
-        process.send_signal(signal.SIGTERM)
+        signal_as_a_user(process, sig)
         code = process.wait(120)
         assert process.stdout is not None
         return code, process.stdout.read(), stack_processes(data_dir)
+
+
+def signal_as_a_user(process: subprocess.Popen[str], sig: signal.Signals) -> None:
+    """SIGINT as Ctrl-C in a terminal sends it, to the whole process group (``process`` started
+    with ``session=True``): whatever of the stack is in that group gets it too. Other signals
+    to the process alone, as ``kill`` or an orchestrator sends them."""
+    if sig == signal.SIGINT:
+        os.killpg(process.pid, sig)
+    else:
+        process.send_signal(sig)
 
 
 @contextlib.contextmanager

@@ -94,10 +94,11 @@ class WorkerProcess:
         self.process.wait(30)
         self._close()
 
-    def terminate(self, timeout: float) -> int | None:
-        """SIGTERM, then the exit code within ``timeout`` seconds (None: still running)."""
+    def terminate(self, timeout: float, sig: signal.Signals = signal.SIGTERM) -> int | None:
+        """SIGTERM (or ``sig``), then the exit code within ``timeout`` seconds (None: still
+        running)."""
         assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
+        self.process.send_signal(sig)
         try:
             return self.process.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -1,5 +1,5 @@
 """The README's own flow: ``engram up``, publish and retrieve from the command line, SIGTERM
-(to ``up`` and to ``demo``)."""
+and Ctrl-C (to ``up`` and to ``demo``)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from tests.integration.streams.embedded_stack import (
     engram_process,
     engram_up,
     output_until,
-    sigterm_once_started,
+    signal_as_a_user,
+    signalled_once_started,
     stack_processes,
 )
 
@@ -132,26 +133,42 @@ def test_up_stops_when_a_worker_process_dies(tmp_path: Path) -> None:
         assert "a worker process exited" in up.stdout.read()
 
 
-@pytest.mark.parametrize(("workers", "delay"), [(2, 0.0), (1, 1.5), (2, 1.5)])
-def test_sigterm_while_up_starts_stops_the_stack_and_leaves_no_process(
-    tmp_path: Path, workers: int, delay: float
+@pytest.mark.parametrize(
+    ("workers", "delay", "sig"),
+    [
+        (2, 0.0, signal.SIGTERM),
+        (1, 1.5, signal.SIGTERM),
+        (2, 1.5, signal.SIGTERM),
+        (1, 1.5, signal.SIGINT),
+        (2, 1.5, signal.SIGINT),
+    ],
+)
+def test_a_signal_while_up_starts_stops_the_stack_and_leaves_no_process(
+    tmp_path: Path, workers: int, delay: float, sig: signal.Signals
 ) -> None:
     """Once it is up; SIGTERM's default would end ``engram up`` at once, its broker left
     running. ``delay``: after the broker starts, while the processors start (cancelling them
-    there left a thread of Faust's running and the process hung)."""
+    there, as Ctrl-C did, left a thread of Faust's running and the process hung). Ctrl-C goes
+    to the whole process group: the workers, still importing, printed tracebacks."""
     up = ["up", "--port", str(free_port()), "--workers", str(workers)]
-    code, output, left = sigterm_once_started(up, tmp_path, delay)
+    code, output, left = signalled_once_started(up, tmp_path, delay, sig)
     assert code == 0, output
     assert "Engram is up" in output, "it stops once up"
+    assert "Traceback" not in output, output
     assert left == []
 
 
-def test_sigterm_while_the_demo_starts_stops_it_and_leaves_no_process(tmp_path: Path) -> None:
-    """Right after its broker starts, while its processors start: the demo does not begin."""
-    code, output, left = sigterm_once_started(["demo"], tmp_path)
-    assert code == 128 + signal.SIGTERM, output
-    assert "stopped by SIGTERM before the demo ended" in output
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_the_demo_starts_stops_it_and_leaves_no_process(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """While its processors start: the demo does not begin."""
+    code, output, left = signalled_once_started(["demo"], tmp_path, 1.0, sig)
+    assert code == 128 + sig, output
+    name = "Ctrl-C" if sig == signal.SIGINT else "SIGTERM"
+    assert f"stopped by {name} before the demo ended" in output
     assert "recalls before deciding" not in output
+    assert "Traceback" not in output, output
     assert left == []
 
 
@@ -159,9 +176,9 @@ def signalled_during_the_demo(tmp_path: Path, sig: signal.Signals) -> tuple[int,
     """``engram demo`` sent ``sig`` once a household recalls: its exit code, its output, and
     the processes of its stack still there once it ended (looked for before
     :func:`engram_process` kills what is left)."""
-    with engram_process(["demo"], tmp_path) as demo:
+    with engram_process(["demo"], tmp_path, session=True) as demo:
         started = output_until(demo, "recalls before deciding")
-        demo.send_signal(sig)
+        signal_as_a_user(demo, sig)
         code = demo.wait(120)
         assert demo.stdout is not None
         return code, started + demo.stdout.read(), stack_processes(tmp_path)
@@ -181,6 +198,7 @@ def test_ctrl_c_during_the_demo_stops_it_without_a_traceback(tmp_path: Path) -> 
     still called it: the demo failed with a traceback (httpx.ConnectError)."""
     code, output, left = signalled_during_the_demo(tmp_path, signal.SIGINT)
     assert code == 128 + signal.SIGINT, output
+    assert "stopped by Ctrl-C before the demo ended" in output
     assert "memories recorded" not in output, "the demo ran on to its end"
     assert "Traceback" not in output, output
     assert left == []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import signal
 import time
 import uuid
 from collections import Counter
@@ -414,3 +415,24 @@ async def test_sigterm_drains_the_batch_in_flight_commits_and_exits(
         assert committed[tp] == last + 1, f"{tp}: committed {committed[tp]} after the end"
     counts = await assert_exactly_once(kafka_bootstrap, stream)
     print(f"stopped at {stopped_at} of {total} applied; {counts}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+async def test_a_signal_while_the_worker_starts_stops_it_once_started(
+    make_stream: Callable[[str], Stream], sig: signal.Signals
+) -> None:
+    """While Faust starts: SIGTERM's default ended the worker at once (exit -15), and Ctrl-C
+    cancelled Faust's start half way, which left one of its threads running: the worker hung
+    until killed. The signal is kept, and the worker stops as usual once started."""
+    stream = make_stream(f"start{sig.name.lower()}")
+    stream.worker.start()
+    deadline = time.monotonic() + EXIT_WITHIN_S
+    while not any("Starting" in str(r.get("msg")) for r in stream.worker.log_records()):
+        stream.worker.check_alive()
+        assert time.monotonic() < deadline, stream.worker.tail()
+        await asyncio.sleep(0.01)
+    code = await asyncio.to_thread(stream.worker.terminate, EXIT_WITHIN_S, sig)
+    assert code == 0, f"exit code {code}:\n{stream.worker.tail()}"
+    messages = [str(r.get("msg", "")) for r in stream.worker.log_records()]
+    assert any(m.startswith("signalled: stopping") for m in messages), stream.worker.tail()
+    assert "Traceback" not in stream.worker.tail(400)

@@ -1,13 +1,19 @@
-"""``unless_set``: how ``engram demo`` stops its work when SIGTERM comes."""
+"""How the long-running commands take SIGINT and SIGTERM: ``stop_on_signal`` keeps the first,
+``unless_set`` stops ``engram demo``'s work, and the waits of ``up`` end on a stop or a child."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
 
 import pytest
 
-from streams.cli.signals import unless_set
+from streams.cli.signals import stop_on_signal, unless_set, until_signalled_or_exited
 
 
 async def test_the_work_runs_to_its_end_when_nothing_stops_it() -> None:
@@ -89,3 +95,43 @@ async def test_a_cancel_of_the_caller_during_the_cleanup_is_not_lost() -> None:
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(caller, 5)
     assert caller.cancelled()
+
+
+@pytest.fixture
+def own_signal_handlers() -> Iterator[None]:
+    """The handlers :func:`stop_on_signal` installs are taken away after the test."""
+    yield
+    loop = asyncio.get_event_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.remove_signal_handler(sig)
+
+
+@pytest.mark.usefixtures("own_signal_handlers")
+async def test_stop_on_signal_is_set_by_a_signal_and_keeps_the_first() -> None:
+    stop = stop_on_signal()
+    assert not stop.is_set()
+    assert stop.signal is None
+    os.kill(os.getpid(), signal.SIGTERM)
+    await asyncio.wait_for(stop.wait(), 5)
+    os.kill(os.getpid(), signal.SIGINT)  # a handler of the loop's: no KeyboardInterrupt
+    await asyncio.sleep(0.05)
+    assert stop.signal == signal.SIGTERM
+
+
+def test_up_waits_until_a_stop_or_a_child_exits() -> None:
+    async def waited(children: list[subprocess.Popen[bytes]], stopped: bool) -> int | None:
+        stop = asyncio.Event()
+        if stopped:
+            stop.set()
+        return await asyncio.wait_for(until_signalled_or_exited(children, None, stop), 5)
+
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    exited = subprocess.Popen([sys.executable, "-c", "raise SystemExit(7)"])
+    try:
+        exited.wait(30)
+        # A stop set while the stack started ends the wait at once, whatever runs.
+        assert asyncio.run(waited([running], stopped=True)) is None
+        assert asyncio.run(waited([running, exited], stopped=False)) == 7
+    finally:
+        running.kill()
+        running.wait(10)
