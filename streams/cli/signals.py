@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import signal
 import subprocess
+import threading
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +62,8 @@ def stop_on_signal() -> StopSignal:
     running; Ctrl-C's (asyncio cancels the main task) cancels Faust's start half way, which
     leaves one of its threads running, and the process hung until killed."""
     stop = StopSignal()
+    if threading.current_thread() is not threading.main_thread():
+        return stop  # only the main thread takes signals (a command run by a test's runner)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.received, sig)

@@ -9,11 +9,15 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
-from streams.cli.signals import stop_on_signal, unless_set, until_signalled_or_exited
+from streams.cli.signals import (
+    StopSignal,
+    stop_on_signal,
+    unless_set,
+    until_signalled_or_exited,
+)
 
 
 async def test_the_work_runs_to_its_end_when_nothing_stops_it() -> None:
@@ -97,25 +101,32 @@ async def test_a_cancel_of_the_caller_during_the_cleanup_is_not_lost() -> None:
     assert caller.cancelled()
 
 
-@pytest.fixture
-def own_signal_handlers() -> Iterator[None]:
-    """The handlers :func:`stop_on_signal` installs are taken away after the test."""
-    yield
-    loop = asyncio.get_event_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.remove_signal_handler(sig)
-
-
-@pytest.mark.usefixtures("own_signal_handlers")
 async def test_stop_on_signal_is_set_by_a_signal_and_keeps_the_first() -> None:
+    loop = asyncio.get_running_loop()
     stop = stop_on_signal()
+    try:
+        assert not stop.is_set()
+        assert stop.signal is None
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.wait_for(stop.wait(), 5)
+        os.kill(os.getpid(), signal.SIGINT)  # a handler of the loop's: no KeyboardInterrupt
+        await asyncio.sleep(0.05)
+        assert stop.signal == signal.SIGTERM
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+async def test_outside_the_main_thread_stop_on_signal_takes_no_signal() -> None:
+    """Only the main thread can; a command run in another (a test's runner) is stopped by
+    other means."""
+    stop = await asyncio.to_thread(lambda: asyncio.run(_stop_on_signal()))
     assert not stop.is_set()
-    assert stop.signal is None
-    os.kill(os.getpid(), signal.SIGTERM)
-    await asyncio.wait_for(stop.wait(), 5)
-    os.kill(os.getpid(), signal.SIGINT)  # a handler of the loop's: no KeyboardInterrupt
-    await asyncio.sleep(0.05)
-    assert stop.signal == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+async def _stop_on_signal() -> StopSignal:
+    return stop_on_signal()
 
 
 def test_up_waits_until_a_stop_or_a_child_exits() -> None:
