@@ -10,24 +10,30 @@ The texts the rules make as they go (summaries, promoted copies, procedures' des
 not known before the batch is derived. For an embedder whose call is dear (a model:
 ``batches_misses``), :func:`processors.batch.process_batch` answers each of them with a
 placeholder row while it derives, embeds them all in one call after, and puts each text's row
-in the place of its placeholder in the derived events (:meth:`PreparedEmbedder.filled`). That
-holds because the rules only carry a row into an event (encoded); none computes with one, and
-a test derives with placeholders and without and compares. Should a placeholder be found
-anywhere but whole in an event's field, the batch is derived again with every row prepared,
-as it always was before: deriving costs ~0.1 ms an event, a model's call of one text ~8 ms.
+in the place of its placeholder in the derived events' embedding fields (typed ``Embedding``,
+at any depth; :meth:`PreparedEmbedder.filled`). That holds because the rules only carry a row
+into an event (encoded); none computes with one, and a test derives with placeholders and
+without and compares. A placeholder is no vector a model gives (its first coordinate is
+-65504), and only embedding fields are filled, so an agent's text that reads like one is left
+alone. Should a placeholder be found fewer or more times than it was handed out, the batch is
+derived again with every row prepared, as before: deriving costs ~0.1 ms an event, a model's
+call of one text ~8 ms.
 """
 
 from __future__ import annotations
 
+import functools
+import typing
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel
 
 from processors.embedding import Embedder, EmbedsMany
-from schemas.derived_fields import encode_vector
+from schemas.derived_fields import Embedding, encode_vector
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -39,9 +45,9 @@ class Misses:
     def __init__(self, dim: int) -> None:
         self.dim = dim
         self.texts: dict[str, np.ndarray] = {}
-        self.handed = 0
-        """Placeholders handed out, one per ``embed`` answered with one: each must be found in
-        exactly one field of the derived events, or the rows are not put in."""
+        self.handed: Counter[str] = Counter()
+        """How often each text's placeholder was handed out: it must be found in as many
+        embedding fields of the derived events, or the rows are not put in."""
 
     def placeholder(self, text: str) -> np.ndarray:
         row = self.texts.get(text)
@@ -50,7 +56,7 @@ class Misses:
             row = np.zeros(self.dim, dtype=np.float32)
             row[0], row[1], row[2] = -65504.0, len(self.texts) // 1024, len(self.texts) % 1024
             self.texts[text] = row
-        self.handed += 1
+        self.handed[text] += 1
         return row
 
     def __bool__(self) -> bool:
@@ -115,23 +121,17 @@ class PreparedEmbedder:
 
     def filled(self, events: Sequence[T], misses: Misses) -> list[T] | None:
         """``events`` with the real row of each missed text in the place of its placeholder,
-        once :meth:`add` has embedded them; ``None`` if a placeholder is not found whole in a
-        top-level field, exactly as often as it was handed out (then derive again)."""
-        rows = {
-            encode_vector(placeholder): encode_vector(self._rows[text])
-            for text, placeholder in misses.texts.items()
-        }
-        found = 0
-        out: list[T] = []
-        for event in events:
-            update = {
-                name: rows[value]
-                for name, value in event.__dict__.items()
-                if isinstance(value, str) and value in rows
+        once :meth:`add` has embedded them, in their embedding fields (``Embedding``, at any
+        depth: a procedure's attached text has one); ``None`` unless each placeholder is
+        found exactly as often as it was handed out (then derive again)."""
+        filling = _Filling(
+            {
+                encode_vector(placeholder): (text, encode_vector(self._rows[text]))
+                for text, placeholder in misses.texts.items()
             }
-            found += len(update)
-            out.append(event.model_copy(update=update) if update else event)
-        return out if found == misses.handed else None
+        )
+        out = [filling.model(event) for event in events]
+        return out if filling.found == misses.handed else None
 
     def embed(self, text: str) -> np.ndarray:
         row = self._rows.get(text)
@@ -140,3 +140,46 @@ class PreparedEmbedder:
         if self._misses is not None:
             return self._misses.placeholder(text)
         return self.inner.embed(text)
+
+
+class _Filling:
+    """Puts rows in the place of placeholders, in the embedding fields of models and of the
+    models (or tuples of them) they hold, and counts what it found per text."""
+
+    def __init__(self, rows: dict[str, tuple[str, str]]) -> None:
+        self.rows = rows
+        self.found: Counter[str] = Counter()
+
+    def model(self, model: T) -> T:
+        embeddings = _embedding_fields(type(model))
+        update: dict[str, Any] = {}
+        for name, value in model.__dict__.items():
+            if isinstance(value, str):
+                if name in embeddings and value in self.rows:
+                    text, row = self.rows[value]
+                    self.found[text] += 1
+                    update[name] = row
+            elif isinstance(value, BaseModel | tuple):
+                filled = self.value(value)
+                if filled is not value:
+                    update[name] = filled
+        return model.model_copy(update=update) if update else model
+
+    def value(self, value: Any) -> Any:
+        if isinstance(value, BaseModel):
+            return self.model(value)
+        if isinstance(value, tuple):
+            items = tuple(self.value(item) for item in value)
+            return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+        return value
+
+
+@functools.cache
+def _embedding_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The fields of ``model`` typed ``Embedding`` (or ``Embedding | None``)."""
+    hints = typing.get_type_hints(model, include_extras=True)
+    return frozenset(
+        name
+        for name in model.model_fields
+        if hints[name] == Embedding or Embedding in typing.get_args(hints[name])
+    )

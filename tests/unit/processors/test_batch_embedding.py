@@ -22,9 +22,10 @@ from processors.lifecycle import Deriving
 from processors.recording import AgentMemoryState
 from processors.state_fold import FoldedState
 from processors.worker_step import carry, derive_batch
-from schemas.agent_events import Observation
+from schemas.agent_events import Decision, Feedback, Observation
 from schemas.codec import encode_event
-from schemas.derived_fields import encode_vector
+from schemas.derived_fields import Embedding, encode_vector
+from schemas.learned_events import ProcedureChanged
 from schemas.memory_events import ForgetAgent, MemoryRetrieved, MemorySummarised
 from streams.privacy.keyring import FileKeyring
 from streams.privacy.sealing import RecordSealer
@@ -286,6 +287,40 @@ def test_a_dear_embedder_derives_a_batch_once_and_fills_in_the_rows_of_what_the_
     assert dear.calls == []
 
 
+def test_a_placeholder_inside_an_event_is_filled_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An upvoted decision's text, cut to 280 characters (so no text the batch embedded), is
+    attached to its procedure with its embedding inside the event: filled there, in one
+    pass, and the agent's own text that reads like a placeholder is left as it is."""
+    decision = Decision(
+        agent_id="H001",
+        agent_type="household",
+        event_id="d-1",
+        occurred_at=START,
+        skill="elevate",
+        content="Elevate the house on stilts " * 20,
+    )
+    upvote = Feedback(
+        agent_id="H001",
+        agent_type="household",
+        event_id="f-1",
+        occurred_at=START,
+        target_event_id="d-1",
+        signal=1.0,
+    )
+    placeholder = Misses(CTX.embedder.dim).placeholder("any")
+    posing = observation(encode_vector(placeholder))
+    records = [
+        RawRecord(TOPICS.decisions, 0, 0, b"H001", encode_event(decision), "decision"),
+        RawRecord(TOPICS.feedback, 0, 0, b"H001", encode_event(upvote), "feedback"),
+        RawRecord(TOPICS.observations, 0, 0, b"H001", encode_event(posing), "observation"),
+    ]
+    plain = _derived(records, CTX)
+    assert any(isinstance(e, ProcedureChanged) and e.attached for e in plain[0])
+    counter = PassCounter(monkeypatch)
+    assert _derived(records, replace(CTX, embedder=DearEmbedder())) == plain
+    assert counter.passes == 1
+
+
 def test_a_placeholder_not_found_whole_in_an_event_derives_the_batch_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -318,31 +353,51 @@ def test_filled_puts_each_text_s_row_in_its_placeholders_places() -> None:
         other = prepared.embed("levee broke")
         known = prepared.embed("flood in the street")
     assert list(misses) == ["a summary of the year", "levee broke"]
-    assert misses.handed == 3
+    assert misses.handed == {"a summary of the year": 2, "levee broke": 1}
     assert np.array_equal(first, again)
     assert not np.array_equal(first, other)
+    assert encode_vector(first) != encode_vector(np.zeros(16))  # a text without keywords
     assert np.array_equal(known, hashing.embed("flood in the street"))
     prepared.add(misses)
-    events = [
-        Pair(a=encode_vector(first), b=encode_vector(other)),
-        Pair(a=encode_vector(known), b=encode_vector(again)),
+    summary = encode_vector(hashing.embed("a summary of the year"))
+    levee = encode_vector(hashing.embed("levee broke"))
+    # An agent's text that reads like a placeholder is no embedding: it stays as it is.
+    posing = encode_vector(other)
+    placed = encode_vector(again)
+    events: list[BaseModel] = [
+        Recorded(content=posing, embedding=encode_vector(first)),
+        Recorded(content="x", embedding=encode_vector(known), attached=Attached(embedding=posing)),
+        Listing(items=(Attached(embedding=encode_vector(known)), Attached(embedding=placed))),
     ]
     filled = prepared.filled(events, misses)
     assert filled == [
-        Pair(
-            a=encode_vector(hashing.embed("a summary of the year")),
-            b=encode_vector(hashing.embed("levee broke")),
-        ),
-        Pair(a=encode_vector(known), b=encode_vector(hashing.embed("a summary of the year"))),
+        Recorded(content=posing, embedding=summary),
+        Recorded(content="x", embedding=encode_vector(known), attached=Attached(embedding=levee)),
+        Listing(items=(Attached(embedding=encode_vector(known)), Attached(embedding=summary))),
     ]
-    assert filled is not None
     assert filled[1] is not events[1]  # a copy: the events given are immutable
-    assert events[1].b == encode_vector(again)
-    # A placeholder handed out three times but found twice: not filled.
-    assert prepared.filled(events[:1] + events[:1], misses) is None
+    assert events[1] == Recorded(
+        content="x", embedding=encode_vector(known), attached=Attached(embedding=posing)
+    )
+    # Each text's placeholders are counted on their own: one found twice does not make up
+    # for another not found.
+    twice = [events[0], events[0], Recorded(content="z", embedding=encode_vector(first))]
+    assert prepared.filled(twice, misses) is None
+    assert prepared.filled(events[:2], misses) is None  # the summary's second is not there
 
 
-class Pair(BaseModel):
+class Attached(BaseModel):
     model_config = ConfigDict(frozen=True)
-    a: str
-    b: str
+    embedding: Embedding
+
+
+class Recorded(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    content: str
+    embedding: Embedding
+    attached: Attached | None = None
+
+
+class Listing(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    items: tuple[Attached, ...]
