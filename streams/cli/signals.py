@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import subprocess
+import sys
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -40,32 +42,55 @@ async def unless_set(stop: asyncio.Event, work: Coroutine[Any, Any, None]) -> bo
     return True
 
 
+STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Ctrl-C, an orchestrator's stop, and a terminal that closes."""
+
+
 class StopSignal(asyncio.Event):
-    """Set by the first SIGINT or SIGTERM; :attr:`signal` says which came first."""
+    """Set by the first of :data:`STOPPING_SIGNALS`; :attr:`signal` says which it was. A
+    second one means stop now: the :meth:`at_once` callbacks run (the children are killed),
+    and the process exits with 128 + its number, whatever it was doing (starting, draining,
+    archiving the log)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.signal: signal.Signals | None = None
+        self._at_once: list[Callable[[], None]] = []
 
     def received(self, sig: signal.Signals) -> None:
-        if self.signal is None:
-            self.signal = sig
+        if self.signal is not None:
+            self._stop_at_once(sig)
+            return
+        self.signal = sig
         self.set()
+
+    def at_once(self, kill: Callable[[], None]) -> None:
+        """``kill`` runs if a second signal comes (it must not wait long)."""
+        self._at_once.append(kill)
+
+    def _stop_at_once(self, sig: signal.Signals) -> None:
+        name = "Ctrl-C" if sig == signal.SIGINT else sig.name
+        sys.stderr.write(f"{name} again: stopping at once\n")
+        for kill in self._at_once:
+            with contextlib.suppress(Exception):
+                kill()
+        os._exit(128 + sig)
 
 
 def stop_on_signal() -> StopSignal:
-    """An event set on the first SIGINT or SIGTERM (on the running loop), from now on.
+    """An event set on the first of :data:`STOPPING_SIGNALS` (on the running loop), from now
+    on; a second one stops the process at once (:class:`StopSignal`).
 
     A command that starts processes or a node takes it before it starts anything and waits on
     it once started: a signal while it starts is kept, and honoured once it is up. Their
-    defaults would do harm there: SIGTERM's ends the process at once and leaves its children
-    running; Ctrl-C's (asyncio cancels the main task) cancels Faust's start half way, which
-    leaves one of its threads running, and the process hung until killed."""
+    defaults would do harm there: SIGTERM's and SIGHUP's end the process at once and leave its
+    children running; Ctrl-C's (asyncio cancels the main task) cancels Faust's start half way,
+    which leaves one of its threads running, and the process hung until killed."""
     stop = StopSignal()
     if threading.current_thread() is not threading.main_thread():
         return stop  # only the main thread takes signals (a command run by a test's runner)
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOPPING_SIGNALS:
         loop.add_signal_handler(sig, stop.received, sig)
     return stop
 

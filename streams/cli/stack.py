@@ -81,6 +81,7 @@ async def _up(settings: EngramSettings, *, workers: int, fresh: bool) -> None:
     # Before any child starts: a signal while the stack starts stops it once it is up.
     stop = stop_on_signal()
     stack = deferred.devstack.DevStack(settings.data_dir)
+    stop.at_once(stack.kill)
     endpoints = stack.start()
     try:
         await _run_stack(settings, stack, endpoints, workers=workers, fresh=fresh, stop=stop)
@@ -180,6 +181,7 @@ async def _demo(settings: EngramSettings, *, households: int, years: int, seed: 
     stop = stop_on_signal()
     with console.status("starting the embedded stack (broker, redis-server, Qdrant Edge)"):
         stack = deferred.devstack.DevStack(settings.data_dir)
+        stop.at_once(stack.kill)
         endpoints = stack.start()
     try:
         await record_dev_keyring(settings, endpoints.redis_url)
@@ -196,8 +198,8 @@ async def _demo(settings: EngramSettings, *, households: int, years: int, seed: 
     finally:
         stack.stop()
     if not ended:
-        by = signal.SIGINT if stop.signal == signal.SIGINT else signal.SIGTERM
-        name = "Ctrl-C" if by == signal.SIGINT else "SIGTERM"
+        by = stop.signal or signal.SIGTERM
+        name = "Ctrl-C" if by == signal.SIGINT else by.name
         fail(f"stopped by {name} before the demo ended", code=128 + by)
 
 

@@ -77,6 +77,15 @@ class DevStack:
                 worker.wait(5)
         self.workers.clear()
 
+    def kill(self) -> None:
+        """Every process of the stack down at once (SIGKILL): what the broker holds in memory
+        and was not archived is lost."""
+        for worker in self.workers:
+            worker.kill()
+        for server in (getattr(self, "redis", None), getattr(self, "broker", None)):
+            if server is not None:
+                server.kill()
+
     def stop(self) -> None:
         self.stop_workers()
         try:

@@ -44,11 +44,15 @@ def engram_process(
 
 
 def signalled_once_started(
-    args: list[str], data_dir: Path, delay: float = 0.0, sig: signal.Signals = signal.SIGTERM
+    args: list[str],
+    data_dir: Path,
+    delay: float = 0.0,
+    sig: signal.Signals = signal.SIGTERM,
+    times: int = 1,
 ) -> tuple[int, str, list[int]]:
-    """``sig`` to ``engram <args>`` ``delay`` seconds after its broker runs: its exit code, its
-    output, and the processes of its stack still there once it ended. SIGINT goes to the
-    whole process group, as Ctrl-C in a terminal does."""
+    """``sig`` to ``engram <args>`` ``delay`` seconds after its broker runs (``times`` times,
+    0.3 s apart): its exit code, its output, and the processes of its stack still there once it
+    ended (sent as :func:`signal_as_a_user` sends it)."""
     with engram_process(args, data_dir, session=True) as process:
         deadline = time.monotonic() + 60
         while not set(stack_processes(data_dir)) - {process.pid}:  # the broker comes first
@@ -56,17 +60,20 @@ def signalled_once_started(
             assert time.monotonic() < deadline
             time.sleep(0.01)
         time.sleep(delay)
-        signal_as_a_user(process, sig)
+        for n in range(times):
+            time.sleep(0.3 if n else 0.0)
+            signal_as_a_user(process, sig)
         code = process.wait(120)
         assert process.stdout is not None
         return code, process.stdout.read(), stack_processes(data_dir)
 
 
 def signal_as_a_user(process: subprocess.Popen[str], sig: signal.Signals) -> None:
-    """SIGINT as Ctrl-C in a terminal sends it, to the whole process group (``process`` started
-    with ``session=True``): whatever of the stack is in that group gets it too. Other signals
-    to the process alone, as ``kill`` or an orchestrator sends them."""
-    if sig == signal.SIGINT:
+    """SIGINT and SIGHUP as a terminal sends them (Ctrl-C, the terminal closed), to the whole
+    process group (``process`` started with ``session=True``): whatever of the stack is in that
+    group gets them too. Other signals to the process alone, as ``kill`` or an orchestrator
+    sends them."""
+    if sig in (signal.SIGINT, signal.SIGHUP):
         os.killpg(process.pid, sig)
     else:
         process.send_signal(sig)

@@ -141,6 +141,7 @@ def test_up_stops_when_a_worker_process_dies(tmp_path: Path) -> None:
         (2, 1.5, signal.SIGTERM),
         (1, 1.5, signal.SIGINT),
         (2, 1.5, signal.SIGINT),
+        (2, 1.5, signal.SIGHUP),
     ],
 )
 def test_a_signal_while_up_starts_stops_the_stack_and_leaves_no_process(
@@ -149,11 +150,25 @@ def test_a_signal_while_up_starts_stops_the_stack_and_leaves_no_process(
     """Once it is up; SIGTERM's default would end ``engram up`` at once, its broker left
     running. ``delay``: after the broker starts, while the processors start (cancelling them
     there, as Ctrl-C did, left a thread of Faust's running and the process hung). Ctrl-C goes
-    to the whole process group: the workers, still importing, printed tracebacks."""
+    to the whole process group: the workers, still importing, printed tracebacks. A terminal
+    that closes (SIGHUP) ended ``up`` at once and left the workers, the broker and
+    redis-server running."""
     up = ["up", "--port", str(free_port()), "--workers", str(workers)]
     code, output, left = signalled_once_started(up, tmp_path, delay, sig)
     assert code == 0, output
     assert "Engram is up" in output, "it stops once up"
+    assert "Traceback" not in output, output
+    assert left == []
+
+
+def test_ctrl_c_twice_while_up_starts_stops_it_at_once_and_leaves_no_process(
+    tmp_path: Path,
+) -> None:
+    """The second does not wait for the start to end: the stack's processes are killed."""
+    up = ["up", "--port", str(free_port()), "--workers", "2"]
+    code, output, left = signalled_once_started(up, tmp_path, 1.5, signal.SIGINT, times=2)
+    assert code == 128 + signal.SIGINT, output
+    assert "Ctrl-C again: stopping at once" in output
     assert "Traceback" not in output, output
     assert left == []
 

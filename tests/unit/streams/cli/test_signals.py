@@ -9,10 +9,12 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from streams.cli.signals import (
+    STOPPING_SIGNALS,
     StopSignal,
     stop_on_signal,
     unless_set,
@@ -101,19 +103,17 @@ async def test_a_cancel_of_the_caller_during_the_cleanup_is_not_lost() -> None:
     assert caller.cancelled()
 
 
-async def test_stop_on_signal_is_set_by_a_signal_and_keeps_the_first() -> None:
+async def test_stop_on_signal_is_set_by_a_signal_and_says_which() -> None:
     loop = asyncio.get_running_loop()
     stop = stop_on_signal()
     try:
         assert not stop.is_set()
         assert stop.signal is None
-        os.kill(os.getpid(), signal.SIGTERM)
-        await asyncio.wait_for(stop.wait(), 5)
         os.kill(os.getpid(), signal.SIGINT)  # a handler of the loop's: no KeyboardInterrupt
-        await asyncio.sleep(0.05)
-        assert stop.signal == signal.SIGTERM
+        await asyncio.wait_for(stop.wait(), 5)
+        assert stop.signal == signal.SIGINT
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOPPING_SIGNALS:
             loop.remove_signal_handler(sig)
 
 
@@ -146,3 +146,38 @@ def test_up_waits_until_a_stop_or_a_child_exits() -> None:
     finally:
         running.kill()
         running.wait(10)
+
+
+SECOND_SIGNAL = """
+import asyncio, os, signal, sys
+from pathlib import Path
+from streams.cli.signals import stop_on_signal
+
+async def main():
+    stop = stop_on_signal()
+    stop.at_once(lambda: Path(sys.argv[1]).write_text("killed"))
+    os.kill(os.getpid(), signal.SIGHUP)
+    await stop.wait()
+    print(stop.signal.name, flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)  # a second: at once, whatever the command was doing
+    await asyncio.sleep(10)
+    print("not stopped", flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_second_signal_kills_the_children_and_exits_at_once(tmp_path: Path) -> None:
+    """A terminal that closes (SIGHUP) stops a command as Ctrl-C does; a second signal does
+    not wait for a start, a drain or an archive to end."""
+    killed = tmp_path / "killed"
+    done = subprocess.run(
+        [sys.executable, "-c", SECOND_SIGNAL, str(killed)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert done.stdout.split() == ["SIGHUP"]
+    assert "SIGTERM again: stopping at once" in done.stderr
+    assert killed.read_text() == "killed"
