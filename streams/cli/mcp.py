@@ -60,7 +60,9 @@ def mcp_command(
         print(f"MCP server on {url}", flush=True)  # stdout: a launcher reads it
 
     async def main() -> None:
-        stop = stop_on_signal()
+        # uvicorn takes the signal for the HTTP server and raises it again once down (see
+        # projections.service.mcp_server), and the loop sees both: one stop, not a second.
+        stop = stop_on_signal(second_at_once=False)
         await tool_server.run_tool_server(
             settings,
             "http" if transport == "http" else "stdio",

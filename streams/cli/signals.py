@@ -52,14 +52,16 @@ class StopSignal(asyncio.Event):
     and the process exits with 128 + its number, whatever it was doing (starting, draining,
     archiving the log)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, second_at_once: bool = True) -> None:
         super().__init__()
         self.signal: signal.Signals | None = None
+        self._second_at_once = second_at_once
         self._at_once: list[Callable[[], None]] = []
 
     def received(self, sig: signal.Signals) -> None:
         if self.signal is not None:
-            self._stop_at_once(sig)
+            if self._second_at_once:
+                self._stop_at_once(sig)
             return
         self.signal = sig
         self.set()
@@ -77,16 +79,17 @@ class StopSignal(asyncio.Event):
         os._exit(128 + sig)
 
 
-def stop_on_signal() -> StopSignal:
+def stop_on_signal(*, second_at_once: bool = True) -> StopSignal:
     """An event set on the first of :data:`STOPPING_SIGNALS` (on the running loop), from now
-    on; a second one stops the process at once (:class:`StopSignal`).
+    on; a second one stops the process at once (:class:`StopSignal`), unless
+    ``second_at_once`` is False (a server that raises the signal again once down).
 
     A command that starts processes or a node takes it before it starts anything and waits on
     it once started: a signal while it starts is kept, and honoured once it is up. Their
     defaults would do harm there: SIGTERM's and SIGHUP's end the process at once and leave its
     children running; Ctrl-C's (asyncio cancels the main task) cancels Faust's start half way,
     which leaves one of its threads running, and the process hung until killed."""
-    stop = StopSignal()
+    stop = StopSignal(second_at_once=second_at_once)
     if threading.current_thread() is not threading.main_thread():
         return stop  # only the main thread takes signals (a command run by a test's runner)
     loop = asyncio.get_running_loop()

@@ -154,13 +154,13 @@ from pathlib import Path
 from streams.cli.signals import stop_on_signal
 
 async def main():
-    stop = stop_on_signal()
+    stop = stop_on_signal(second_at_once=sys.argv[2] == "at once")
     stop.at_once(lambda: Path(sys.argv[1]).write_text("killed"))
     os.kill(os.getpid(), signal.SIGHUP)
     await stop.wait()
     print(stop.signal.name, flush=True)
     os.kill(os.getpid(), signal.SIGTERM)  # a second: at once, whatever the command was doing
-    await asyncio.sleep(10)
+    await asyncio.sleep(0.5 if sys.argv[2] == "once" else 10)
     print("not stopped", flush=True)
 
 asyncio.run(main())
@@ -172,7 +172,7 @@ def test_a_second_signal_kills_the_children_and_exits_at_once(tmp_path: Path) ->
     not wait for a start, a drain or an archive to end."""
     killed = tmp_path / "killed"
     done = subprocess.run(
-        [sys.executable, "-c", SECOND_SIGNAL, str(killed)],
+        [sys.executable, "-c", SECOND_SIGNAL, str(killed), "at once"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -181,3 +181,16 @@ def test_a_second_signal_kills_the_children_and_exits_at_once(tmp_path: Path) ->
     assert done.stdout.split() == ["SIGHUP"]
     assert "SIGTERM again: stopping at once" in done.stderr
     assert killed.read_text() == "killed"
+
+
+def test_a_server_that_raises_the_signal_again_is_stopped_once() -> None:
+    """``engram mcp``: uvicorn takes the signal and raises it again once down, so the loop
+    sees it twice; that is one stop."""
+    done = subprocess.run(
+        [sys.executable, "-c", SECOND_SIGNAL, "/nonexistent/killed", "once"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["SIGHUP", "not", "stopped"]
