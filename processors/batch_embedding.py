@@ -130,7 +130,10 @@ class PreparedEmbedder:
                 for text, placeholder in misses.texts.items()
             }
         )
-        out = [filling.model(event) for event in events]
+        try:
+            out = [filling.model(event) for event in events]
+        except (NameError, TypeError):  # a model whose field types cannot be resolved
+            return None
         return out if filling.found == misses.handed else None
 
     def embed(self, text: str) -> np.ndarray:

@@ -76,6 +76,9 @@ class StopSignal(asyncio.Event):
         for kill in self._at_once:
             with contextlib.suppress(Exception):
                 kill()
+        with contextlib.suppress(Exception):  # os._exit flushes nothing
+            sys.stdout.flush()
+            sys.stderr.flush()
         os._exit(128 + sig)
 
 
@@ -94,6 +97,8 @@ def stop_on_signal(*, second_at_once: bool = True) -> StopSignal:
         return stop  # only the main thread takes signals (a command run by a test's runner)
     loop = asyncio.get_running_loop()
     for sig in STOPPING_SIGNALS:
+        if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+            continue  # `nohup engram up`: a terminal that closes is asked not to stop it
         loop.add_signal_handler(sig, stop.received, sig)
     return stop
 

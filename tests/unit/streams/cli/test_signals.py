@@ -194,3 +194,24 @@ def test_a_server_that_raises_the_signal_again_is_stopped_once() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["SIGHUP", "not", "stopped"]
+
+
+NOHUP = """
+import asyncio, os, signal
+from streams.cli.signals import stop_on_signal
+
+async def main():
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup leaves it
+    stop = stop_on_signal()
+    os.kill(os.getpid(), signal.SIGHUP)
+    await asyncio.sleep(0.3)
+    print("stopped" if stop.is_set() else "running", flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_under_nohup_a_closed_terminal_does_not_stop_the_command() -> None:
+    done = subprocess.run([sys.executable, "-c", NOHUP], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["running"]
