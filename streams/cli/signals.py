@@ -111,7 +111,8 @@ async def until_signalled_or_exited(
     projection version (None; ``node.left_reason``)."""
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=1.0)
+            async with asyncio.timeout(1.0):  # not wait_for: on 3.11 it can swallow a cancel
+                await stop.wait()
         if node is not None and node.left.is_set():
             return None
         for child in children:
