@@ -203,8 +203,7 @@ def process_batch(
     if prepared.batches_misses and not ctx.summariser.blocking:
         with prepared.noting_misses() as misses:
             first = derive(agents_of_partition, _KeepingKeys(opener))
-        if misses:
-            prepared.add(misses)
+        prepared.add(misses)  # nothing to embed: no call
         if not first.forgotten_agents:
             filled = prepared.filled(first.derived, misses) if misses else first.derived
             if filled is not None:

@@ -291,22 +291,10 @@ def test_a_placeholder_inside_an_event_is_filled_too(monkeypatch: pytest.MonkeyP
     """An upvoted decision's text, cut to 280 characters (so no text the batch embedded), is
     attached to its procedure with its embedding inside the event: filled there, in one
     pass, and the agent's own text that reads like a placeholder is left as it is."""
-    decision = Decision(
-        agent_id="H001",
-        agent_type="household",
-        event_id="d-1",
-        occurred_at=START,
-        skill="elevate",
-        content="Elevate the house on stilts " * 20,
-    )
-    upvote = Feedback(
-        agent_id="H001",
-        agent_type="household",
-        event_id="f-1",
-        occurred_at=START,
-        target_event_id="d-1",
-        signal=1.0,
-    )
+    who: dict[str, Any] = {"agent_id": "H001", "agent_type": "household", "occurred_at": START}
+    long_text = "Elevate the house on stilts " * 20
+    decision = Decision(**who, event_id="d-1", skill="elevate", content=long_text)
+    upvote = Feedback(**who, event_id="f-1", target_event_id="d-1", signal=1.0)
     placeholder = Misses(CTX.embedder.dim).placeholder("any")
     posing = observation(encode_vector(placeholder))
     records = [
