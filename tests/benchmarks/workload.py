@@ -1,7 +1,10 @@
 """The synthetic agent workload the benchmarks publish: 1,000 households over simulated years.
 
 Records are made before the clock starts, and published from a separate process, so the figures
-measure Engram and not the load generator.
+measure Engram and not the load generator. The clock starts at the first send: the process
+writes that moment (``time.monotonic()``, one clock for every process on Linux) with the
+positions, so a benchmark does not count the ~0.4 s it takes to start Python, import the
+schemas and build the events.
 """
 
 from __future__ import annotations
@@ -138,9 +141,9 @@ async def publish(
     n: int,
     agents: int,
     rate: float | None,
-) -> dict[tuple[str, int], int]:
-    """Publish ``n`` events, as fast as possible or at a steady ``rate`` per second, and return
-    the last offset written to every partition."""
+) -> tuple[dict[tuple[str, int], int], float]:
+    """Publish ``n`` events, as fast as possible or at a steady ``rate`` per second; the last
+    offset written to every partition, and when the first send began (``time.monotonic()``)."""
     topics = Topics(prefix)
     prepared = [
         (topics.for_event_type(e.event_type), e.agent_id.encode(), e)
@@ -155,6 +158,7 @@ async def publish(
     )
     await producer.start()
     try:
+        started = time.monotonic()
         start = time.perf_counter()
         futures = []
         for i, (topic, key, event) in enumerate(prepared):
@@ -174,7 +178,7 @@ async def publish(
     last: dict[tuple[str, int], int] = {}
     for md in sent:
         last[(md.topic, md.partition)] = max(last.get((md.topic, md.partition), -1), md.offset)
-    return last
+    return last, started
 
 
 if __name__ == "__main__":
@@ -186,8 +190,12 @@ if __name__ == "__main__":
     parser.add_argument("rate", type=float, nargs="?")
     parser.add_argument("--positions")
     args = parser.parse_args()
-    last = asyncio.run(publish(args.bootstrap, args.prefix, args.events, args.agents, args.rate))
+    last, started = asyncio.run(
+        publish(args.bootstrap, args.prefix, args.events, args.agents, args.rate)
+    )
     if args.positions:
-        # One "topic partition offset" line per partition: where a benchmark waits for.
+        # "started <monotonic>", then one "topic partition offset" line per partition: where a
+        # benchmark waits for.
         with open(args.positions, "w") as out:
+            out.write(f"started {started!r}\n")
             out.writelines(f"{t} {p} {o}\n" for (t, p), o in sorted(last.items()))
