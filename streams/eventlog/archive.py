@@ -95,14 +95,19 @@ async def export_log(
             for topic in topics
             if topic in existing
         }
+        # Where every partition begins and ends, in two requests before any is assigned: asked
+        # per partition, with a fetch in flight, each answer waited out the fetch (~50 ms on
+        # Tansu), and an empty stack took ~3.3 s to archive its 32 partitions.
+        tps = [TopicPartition(t, p) for t, partitions in layout.items() for p in partitions]
+        begins = await consumer.beginning_offsets(tps) if tps else {}
+        ends = await consumer.end_offsets(tps) if tps else {}
         for topic, partitions in layout.items():
             (staging / topic).mkdir()
             counts = []
             for partition in partitions:
+                tp = TopicPartition(topic, partition)
                 counts.append(
-                    await _export_partition(
-                        consumer, TopicPartition(topic, partition), staging, progress
-                    )
+                    await _export_partition(consumer, tp, (begins[tp], ends[tp]), staging, progress)
                 )
             summaries.append(TopicSummary(topic, len(partitions), tuple(counts)))
     except KafkaError as exc:
@@ -138,14 +143,21 @@ def _finish(staging: Path, directory: Path, summaries: Sequence[TopicSummary]) -
 
 
 async def _export_partition(
-    consumer: Any, tp: TopicPartition, directory: Path, progress: Progress | None
+    consumer: Any,
+    tp: TopicPartition,
+    offsets: tuple[int, int],
+    directory: Path,
+    progress: Progress | None,
 ) -> int:
-    consumer.assign([tp])
-    await consumer.seek_to_beginning(tp)
-    end = (await consumer.end_offsets([tp]))[tp]
+    """``offsets``: where the partition began and ended when the export started."""
+    begin, end = offsets
     count = 0
     with gzip.open(_file(directory, tp.topic, tp.partition), "wt", encoding="utf-8") as out:
-        while end > 0:  # an end of 0 is exact: the partition is empty
+        if end == 0:  # an end of 0 is exact: the partition is empty
+            return count
+        consumer.assign([tp])
+        consumer.seek(tp, begin)
+        while True:
             batch = await consumer.getmany(tp, timeout_ms=300, max_records=10_000)
             records = batch.get(tp, [])
             for record in records:
