@@ -1,5 +1,9 @@
 """Choosing the episodic backend from configuration: a URL means a Qdrant server (the cluster),
-a path means Qdrant Edge in-process (the embedded default)."""
+a path means Qdrant Edge in-process (the embedded default).
+
+The server adapter is imported only when a URL is given: qdrant-client takes ~0.5 s to import
+(its HTTP models), a third of what a worker or ``engram up`` spent importing before it started
+on the embedded stack, which never uses it."""
 
 from __future__ import annotations
 
@@ -10,11 +14,6 @@ from pathlib import Path
 from projections.episodic.edge import SHARD_DIR, EdgeEpisodicMemory
 from projections.episodic.edge_config import stored_size
 from projections.episodic.edge_segments import DECODED_MEMORIES, OPTIMIZE_EVERY, VECTOR_DATATYPE
-from projections.episodic.qdrant_server import (
-    QdrantServerEpisodicMemory,
-    drop_collection,
-    stored_dim,
-)
 from projections.interfaces import EpisodicMemoryStore
 
 __all__ = ["drop_episodic_store", "open_episodic_store", "stored_episodic_dim"]
@@ -47,6 +46,8 @@ async def open_episodic_store(
     and loading a large shard takes long enough to belong in a thread.
     """
     if qdrant_url:
+        from projections.episodic.qdrant_server import QdrantServerEpisodicMemory
+
         return await QdrantServerEpisodicMemory.open(
             qdrant_url, dim=dim, collection=collection, api_key=api_key, archive=archive
         )
@@ -80,6 +81,8 @@ async def stored_episodic_dim(
     embedder configured now: what opens it without embedding anything opens it with this size.
     """
     if qdrant_url:
+        from projections.episodic.qdrant_server import stored_dim
+
         return await stored_dim(qdrant_url, collection, api_key=api_key)
     if qdrant_path is not None:
         return await asyncio.to_thread(stored_size, qdrant_path / collection / SHARD_DIR)
@@ -99,6 +102,8 @@ async def drop_episodic_store(
     it would go on being written into files nobody can find.
     """
     if qdrant_url:
+        from projections.episodic.qdrant_server import drop_collection
+
         await drop_collection(qdrant_url, collection, api_key=api_key)
     elif qdrant_path is not None:
         await asyncio.to_thread(shutil.rmtree, qdrant_path / collection, True)
