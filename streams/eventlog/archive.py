@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
@@ -152,7 +153,10 @@ async def _export_partition(
     """``offsets``: where the partition began and ended when the export started."""
     begin, end = offsets
     count = 0
-    with gzip.open(_file(directory, tp.topic, tp.partition), "wt", encoding="utf-8") as out:
+    # Level 1: a record's value is mostly sealed (encrypted) bytes in base64, which gzip shrinks
+    # by the same ~36% at any level; level 9 (gzip's default) took 3.7 s of a 4.9-s export of
+    # 60,000 derived records, level 1 2.3 s for an archive 0.5% larger.
+    with gzip.open(_file(directory, tp.topic, tp.partition), "wb", compresslevel=1) as out:
         if end == 0:  # an end of 0 is exact: the partition is empty
             return count
         consumer.assign([tp])
@@ -167,7 +171,7 @@ async def _export_partition(
                     "value": _b64(record.value),
                     "timestamp": record.timestamp,
                 }
-                out.write(json.dumps(line, separators=(",", ":")) + "\n")
+                out.write(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE))
             count += len(records)
             if progress is not None and records:
                 progress(len(records))
@@ -196,10 +200,10 @@ def read_manifest(directory: Path) -> list[TopicSummary]:
 def _lines(directory: Path, topic: str, partition: int) -> Iterator[dict[str, Any]]:
     path = _file(directory, topic, partition)
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as lines:
+        with gzip.open(path, "rb") as lines:
             for number, line in enumerate(lines, start=1):
                 try:
-                    yield json.loads(line)
+                    yield orjson.loads(line)
                 except ValueError as exc:
                     raise ArchiveError(f"{path}, line {number}: {exc}") from None
     except (OSError, EOFError) as exc:

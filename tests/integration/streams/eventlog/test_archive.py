@@ -123,3 +123,30 @@ def test_the_command_line_exports_and_imports_with_a_clear_refusal(
     assert again.exit_code == 2
     assert "already holds records" in again.output
     assert "Traceback" not in again.output
+
+
+async def test_a_damaged_line_is_named_by_file_and_line(
+    kafka_bootstrap: str, second_broker: str, tmp_path: Path
+) -> None:
+    import gzip
+
+    topics = Topics(f"archbad{uuid.uuid4().hex[:8]}.")
+    await ensure_topics(kafka_bootstrap, topics, 1)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        for i in range(3):
+            await producer.send(topics.observations, f'{{"n": {i}}}'.encode(), key=b"A1")
+        await producer.flush()
+    finally:
+        await producer.stop()
+    archive = tmp_path / "archive"
+    await export_log(kafka_bootstrap, [topics.observations], archive)
+    part = archive / topics.observations / "0.jsonl.gz"
+    with gzip.open(part, "rb") as lines:
+        first, second, third = lines.read().splitlines(keepends=True)
+    with gzip.open(part, "wb") as out:
+        out.write(first + second[: len(second) // 2] + b"\n" + third)
+
+    with pytest.raises(ArchiveError, match=r"0\.jsonl\.gz, line 2: "):
+        await import_log(second_broker, archive)
