@@ -57,18 +57,26 @@ def neighbours(
     memories: Sequence[StoredMemory], window: timedelta = NEIGHBOUR_WINDOW
 ) -> dict[str, tuple[str, ...]]:
     """Per memory id, the ids of its neighbours within ``memories``: same agent and level,
-    ``seq`` one apart, ``occurred_at`` within ``window``. A memory listed twice counts once."""
+    ``seq`` one apart, ``occurred_at`` within ``window``. A memory listed twice counts once.
+
+    Two memories may hold the same place: a working memory and the episodic copy promoted
+    from it keep its ``seq``, and both are in the pool while the original is still in working
+    memory. Each is a neighbour of the turns beside that place (keyed by place alone, one of
+    them went missing from the result and a ranking failed on it)."""
     if window < timedelta(0):
         raise ValueError(f"the neighbour window cannot be negative, got {window}")
-    by_place = {(m.agent_id, m.level, m.seq): m for m in memories}
+    by_id = {m.memory_id: m for m in memories}
+    by_place: dict[tuple[str, int, int], list[StoredMemory]] = {}
+    for memory in by_id.values():
+        by_place.setdefault((memory.agent_id, memory.level, memory.seq), []).append(memory)
     found: dict[str, tuple[str, ...]] = {}
-    for memory in by_place.values():
-        near = []
-        for step in (-1, 1):
-            other = by_place.get((memory.agent_id, memory.level, memory.seq + step))
-            if other is not None and abs(other.occurred_at - memory.occurred_at) <= window:
-                near.append(other.memory_id)
-        found[memory.memory_id] = tuple(near)
+    for memory in by_id.values():
+        found[memory.memory_id] = tuple(
+            other.memory_id
+            for step in (-1, 1)
+            for other in by_place.get((memory.agent_id, memory.level, memory.seq + step), ())
+            if abs(other.occurred_at - memory.occurred_at) <= window
+        )
     return found
 
 

@@ -126,3 +126,19 @@ def test_the_best_of_each_signal_are_the_nearest_and_the_best_keyword_matches() 
     assert best_of_each_signal("flood", pool, top=0) == []
     with pytest.raises(ValueError, match="negative"):
         best_of_each_signal("flood", pool, top=-1)
+
+
+def test_a_working_memory_and_its_promoted_copy_share_a_place_and_both_count() -> None:
+    # A promoted copy keeps the seq of the working memory it was promoted from; both are in
+    # the pool while the original is still in working memory.
+    original, copy = turn(2, minutes=1, key="working"), turn(2, minutes=1, key="promoted")
+    pool = [turn(1), original, copy, turn(3, minutes=2)]
+
+    found = neighbours(pool)
+
+    assert found["working"] == found["promoted"] == ("a1-1-0", "a1-3-0")
+    assert found["a1-1-0"] == ("working", "promoted")
+    assert found["a1-3-0"] == ("working", "promoted")
+    lifted, context = with_conversation_context({"promoted": 0.9, "a1-3-0": 0.3}, pool)
+    assert set(lifted) == {"a1-1-0", "working", "promoted", "a1-3-0"}
+    assert context == {"a1-1-0": 0.9, "working": 0.3, "promoted": 0.3, "a1-3-0": 0.9}
