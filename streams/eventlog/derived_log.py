@@ -33,7 +33,9 @@ Decoded = TypeVar("Decoded")
 OnRecord = Callable[[TopicPartition, ConsumerRecord[Any, Any]], None]
 
 
-def at_end(position: int, reported_end: int, got_records: bool) -> bool:
+def at_end(
+    position: int, reported_end: int, got_records: bool, highwater: int | None = None
+) -> bool:
     """Whether a partition has been read to the end it had when reading started.
 
     The reported end is a lower bound only: Tansu answers ListOffsets with the last *batch's*
@@ -42,8 +44,22 @@ def at_end(position: int, reported_end: int, got_records: bool) -> bool:
     batches: the end as of the start is then behind us. Waiting for an empty poll alone would
     never end on a topic written all the time (``memory.access`` under query load); what is
     written after the start is consumed live, not by this read.
+
+    ``highwater`` is the end a fetch response reported (``AIOKafkaConsumer.highwater``; exact on
+    Kafka and on Tansu alike), None before one came: a position at it is the end without an
+    empty poll, which a consumer waits out in full (300 ms a read, once per partition read).
     """
-    return position >= reported_end and (not got_records or position > reported_end)
+    return position >= reported_end and (
+        not got_records
+        or position > reported_end
+        or (highwater is not None and position >= highwater)
+    )
+
+
+SETTLE_POLL_MS = 20
+"""A read whose partitions all reached their reported end polls this briefly: what is left to
+learn is whether the last batch goes on, which the next fetch response answers (its
+highwater), ~50 ms after the last one (the reader's fetch wait)."""
 
 
 async def read_to_end(
@@ -78,28 +94,42 @@ async def read_with(
     poll_ms: int = 300,
 ) -> dict[TopicPartition, int]:
     """:func:`read_to_end` with a consumer the caller started (and stops)."""
+    # Where the partitions begin and end, asked before any is assigned: an answer waits out a
+    # fetch in flight (~50 ms on Tansu), once per call rather than once per partition.
+    ends = await consumer.end_offsets(list(tps))
+    unplaced = [tp for tp in tps if starts is None or tp not in starts]
+    begins = await consumer.beginning_offsets(unplaced) if unplaced else {}
     consumer.assign(list(tps))
     for tp in tps:
-        if starts is not None and tp in starts:
-            consumer.seek(tp, starts[tp])
-        else:
-            await consumer.seek_to_beginning(tp)
-    ends = await consumer.end_offsets(list(tps))
+        consumer.seek(tp, starts[tp] if starts is not None and tp in starts else begins[tp])
     # An end of 0 is exact (an empty partition); only a non-empty end may under-report.
     remaining = {tp for tp in tps if ends[tp] > 0}
     reached = {tp: await consumer.position(tp) for tp in tps}
     deadline = time.monotonic() + timeout
+    quiet_since: float | None = None
     while remaining:
         if time.monotonic() > deadline:
             names = ", ".join(sorted({tp.topic for tp in remaining}))
             raise TimeoutError(f"reading {names} back took longer than {timeout:.0f}s")
-        batch = await consumer.getmany(*remaining, timeout_ms=poll_ms, max_records=50_000)
+        settling = all(reached[tp] >= ends[tp] for tp in remaining)
+        batch = await consumer.getmany(
+            *remaining, timeout_ms=SETTLE_POLL_MS if settling else poll_ms, max_records=50_000
+        )
         for tp, records in batch.items():
             for record in records:
                 on_record(tp, record)
+        # A short poll that came back empty says nothing yet; ``poll_ms`` of them do.
+        if not settling or any(batch.values()):
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        quiet = not settling or (
+            quiet_since is not None and time.monotonic() - quiet_since >= poll_ms / 1000
+        )
         for tp in list(remaining):
             reached[tp] = await consumer.position(tp)
-            if at_end(reached[tp], ends[tp], bool(batch.get(tp))):
+            got = bool(batch.get(tp)) or not quiet
+            if at_end(reached[tp], ends[tp], got, consumer.highwater(tp)):
                 remaining.discard(tp)
     return reached
 
