@@ -94,14 +94,13 @@ async def read_with(
     poll_ms: int = 300,
 ) -> dict[TopicPartition, int]:
     """:func:`read_to_end` with a consumer the caller started (and stops)."""
-    # Where the partitions begin and end, asked before any is assigned: an answer waits out a
-    # fetch in flight (~50 ms on Tansu), once per call rather than once per partition.
-    ends = await consumer.end_offsets(list(tps))
-    unplaced = [tp for tp in tps if starts is None or tp not in starts]
-    begins = await consumer.beginning_offsets(unplaced) if unplaced else {}
     consumer.assign(list(tps))
     for tp in tps:
-        consumer.seek(tp, starts[tp] if starts is not None and tp in starts else begins[tp])
+        if starts is not None and tp in starts:
+            consumer.seek(tp, starts[tp])
+        else:
+            await consumer.seek_to_beginning(tp)
+    ends = await consumer.end_offsets(list(tps))
     # An end of 0 is exact (an empty partition); only a non-empty end may under-report.
     remaining = {tp for tp in tps if ends[tp] > 0}
     reached = {tp: await consumer.position(tp) for tp in tps}
