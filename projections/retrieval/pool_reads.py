@@ -93,7 +93,7 @@ async def read_pools(
         raise ProjectionError("; ".join(str(f) for f in failures)) from failures[0]
     # The archive holds every working memory too: those still in working memory are active,
     # and without_copies_of leaves them out of the archive (same source event and level).
-    episodic = without_copies_of(working, episodic)
+    episodic = one_per_source(without_copies_of(working, episodic))
     if request.scope == "archive":
         return [], episodic
     return working, episodic
@@ -158,6 +158,32 @@ async def read_beside(
     return await store.candidates(
         agent_id, signals, levels=levels, filter=request.filter, scope=request.scope
     )
+
+
+def one_per_source(memories: Sequence[StoredMemory]) -> list[StoredMemory]:
+    """``memories`` with one memory per source event and level, in their order: of a working
+    memory that left for the archive and the copy promoted from it (same event, same level,
+    same content, so the same score), the promoted copy, which is still active; else the lowest
+    id. A ranking keeps the first of each (:func:`~projections.retrieval.scoring.unique`), and a
+    store returns equal scores in either order: left to that, one query answered with either
+    memory from one call to the next."""
+    best: dict[tuple[str, int], StoredMemory] = {}
+    for memory in memories:
+        key = (memory.source_event_id, memory.level)
+        kept = best.get(key)
+        if kept is None or _preference(memory) < _preference(kept):
+            best[key] = memory
+    chosen = {memory.memory_id for memory in best.values()}
+    out: list[StoredMemory] = []
+    for memory in memories:
+        if memory.memory_id in chosen:
+            chosen.discard(memory.memory_id)
+            out.append(memory)
+    return out
+
+
+def _preference(memory: StoredMemory) -> tuple[bool, str]:
+    return memory.destination != "episodic", memory.memory_id
 
 
 def without_copies_of(

@@ -29,6 +29,7 @@ from projections.retrieval.engine import (
 )
 from projections.retrieval.filters import MemoryFilter
 from projections.retrieval.models import RetrievalRequest
+from projections.retrieval.pool_reads import one_per_source
 from schemas.memory_events import DerivedEvent, Destination, EmaState, SurpriseReading
 
 
@@ -586,3 +587,20 @@ def test_rank_without_a_mode_is_two_phase() -> None:
 
     assert [s.memory.memory_id for s in ranking.results] == ["m10", "m9", "m8", "m1"]
     assert all(isinstance(s.breakdown, TwoPhaseBreakdown) for s in ranking.results)
+
+
+@pytest.mark.parametrize("order", ["original first", "copy first"])
+async def test_an_archived_original_gives_way_to_its_promoted_copy_in_either_order(
+    order: str,
+) -> None:
+    """Both hold the same content and score; a store returns them in either order, and the
+    answer must not depend on it (a recorded retrieval run again would differ)."""
+    original = memory("original", "event-1", destination="working")  # left for the archive
+    copy = memory("copy", "event-1")
+    pair = [original, copy] if order == "original first" else [copy, original]
+    engine = RetrievalEngine(ListedWorking([]), ListedEpisodic(pair), EMBEDDER)
+
+    answer = await engine.retrieve("H001", request(mode="saliency", scope="all", top_k=10))
+
+    assert [r.memory_id for r in answer.results] == ["copy"]
+    assert one_per_source([original, copy, original]) == [copy]
