@@ -91,7 +91,6 @@ from projections.retrieval.models import (
 )
 from projections.retrieval.pool_reads import (
     candidate_bound,
-    one_per_source,
     read_beside,
     read_pools,
     without_copies_of,
@@ -439,9 +438,7 @@ class RetrievalEngine:
         seqs = seqs_beside(best, pool)
         extra = await read_beside(self._episodic, agent_id, vector, request, levels, seqs)
         held = {m.memory_id for m in pool}
-        fresh = [
-            m for m in one_per_source(without_copies_of(working, extra)) if m.memory_id not in held
-        ]
+        fresh = [m for m in without_copies_of(working, extra) if m.memory_id not in held]
         if request.filter is not None:
             fresh = [m for m in fresh if request.filter.admits(m)]
         return fresh

@@ -151,12 +151,14 @@ async def read_beside(
 ) -> list[StoredMemory]:
     """The agent's memories at ``seqs`` in the request's scope, levels and filter, each with
     its cosine when ``vector`` has a direction (the turns beside a first ranking's best:
-    :mod:`projections.retrieval.conversation_context`)."""
+    :mod:`projections.retrieval.conversation_context`), one per source (:func:`one_per_source`)."""
     if not seqs or not levels:
         return []
     signals = CandidateSignals(vector=vector, at_seqs=tuple(seqs))
-    return await store.candidates(
-        agent_id, signals, levels=levels, filter=request.filter, scope=request.scope
+    return one_per_source(
+        await store.candidates(
+            agent_id, signals, levels=levels, filter=request.filter, scope=request.scope
+        )
     )
 
 
