@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from processors.batch_order import topic_rank
 from processors.config import load_processing_config
 from processors.embedding import HashingEmbedder
 from processors.lifecycle import Deriving
@@ -22,7 +23,6 @@ from projections.retrieval.models import RetrievalRequest
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.memory_events import DerivedEvent, MemoryPromoted
 from tests.benchmarks.bench_deriving import TOPICS, records_of
-from tests.benchmarks.bench_deriving import topic_rank as rank_of
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +43,7 @@ def lived_years() -> list[DerivedEvent]:
             folded,
             partition_of,
             ctx=ctx,
-            rank=rank_of(TOPICS),
+            rank=topic_rank(TOPICS),
             failed_at=datetime.now(UTC),
         )
         derived.extend(step.result.derived)
