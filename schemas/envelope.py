@@ -27,6 +27,14 @@ Tag = Annotated[
 """Stripped of surrounding whitespace; the pattern tells a schema's reader that whitespace
 alone is not a tag, as the length after stripping does here."""
 
+TIME_BOUND = 2**53
+"""Years and steps lie within plus or minus 2^53: exact in a double (a JSON parser's number, a
+Lua script's, a Qdrant range), far beyond any simulation, and inside the 64-bit integers a
+worker's JSON decoder reads. Unbounded, a publisher would accept a year the worker then has to
+dead-letter."""
+
+SimulationTime = Annotated[int, Field(ge=-TIME_BOUND, le=TIME_BOUND)]
+
 MAX_CONTENT_CHARS = 16_384
 """A memory is a sentence or a paragraph; anything larger is almost surely a bug upstream."""
 
@@ -61,8 +69,8 @@ class Event(BaseModel):
             "the record's timestamp in the log is then used."
         ),
     )
-    step: int | None = Field(default=None, ge=0, description="Simulation step, if any.")
-    year: int | None = Field(default=None, description="Simulation year, if any.")
+    step: SimulationTime | None = Field(default=None, ge=0, description="Simulation step, if any.")
+    year: SimulationTime | None = Field(default=None, description="Simulation year, if any.")
 
     def wire(self) -> dict[str, Any]:
         """The JSON-ready dict that goes on the wire (every field, defaults included)."""

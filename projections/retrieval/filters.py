@@ -11,24 +11,18 @@ a caller written against the full layer set keeps working when they arrive.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from projections.memory import StoredMemory
-from schemas.envelope import Tag
+from schemas.envelope import SimulationTime, Tag
 from schemas.memory_events import Level
 
 MemoryKind = Literal["working", "episodic", "summary_l1", "summary_l2", "fact", "procedure"]
 
 MAX_FILTER_TAGS = 64
 
-TIME_BOUND = 2**53
-"""Years and steps a retrieval names lie within plus or minus 2^53: exact in a double (a JSON
-parser's number, a Qdrant range), far beyond any simulation, and never too large for a float,
-which a larger integer can be."""
-
-SimulationTime = Annotated[int, Field(ge=-TIME_BOUND, le=TIME_BOUND)]
 
 _LEVEL_OF_KIND: dict[MemoryKind, Level] = {
     "working": 0,

@@ -17,10 +17,10 @@ from pydantic import (
 from projections.episodic.candidates import Scope
 from projections.memory import StoredMemory
 from projections.retrieval.breakdowns import Breakdown, ProfileName
-from projections.retrieval.filters import TIME_BOUND, MemoryFilter
+from projections.retrieval.filters import MemoryFilter
 from projections.retrieval.generative import GenerativeWeights
 from projections.retrieval.scoring import Clock, Weights
-from schemas.envelope import MAX_CONTENT_CHARS, AgentId, Tag
+from schemas.envelope import MAX_CONTENT_CHARS, TIME_BOUND, AgentId, Tag
 from schemas.memory_events import Level
 
 Mode = Literal[
