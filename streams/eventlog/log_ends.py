@@ -35,6 +35,10 @@ class BrokerLogEnds:
 
     async def start(self) -> BrokerLogEnds:
         await self._consumer.start()
+        # One turn of the loop lets the consumer's coordinator task begin: stopped before it
+        # ever ran (a lookup that asked the broker nothing), aiokafka's stop raises
+        # CancelledError (aiokafka issue 647).
+        await asyncio.sleep(0)
         return self
 
     async def stop(self) -> None:

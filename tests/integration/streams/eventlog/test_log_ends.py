@@ -77,3 +77,15 @@ async def test_lookups_follow_the_log_as_it_grows(
     offsets = await publish_in_one_batch(kafka_bootstrap, topics.access, 3)
     both = await asyncio.gather(log_ends([key]), log_ends([key, (topics.access, 1)]))
     assert [answer[key] for answer in both] == [offsets[-1] + 1] * 2
+
+
+async def test_a_lookup_that_asks_the_broker_nothing_stops_cleanly(
+    kafka_bootstrap: str, topics: Topics
+) -> None:
+    """`engram recall --as-of` on a partition that does not exist started a lookup, asked it
+    for nothing and stopped it at once: aiokafka raised CancelledError, a traceback."""
+    ends = await BrokerLogEnds(kafka_bootstrap, PARTITIONS).start()
+    try:
+        assert await ends([(topics.observations, PARTITIONS + 97)]) == {}
+    finally:
+        await ends.stop()
