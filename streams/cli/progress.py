@@ -55,21 +55,25 @@ def counted(description: str, total: int | None) -> Iterator[Advance]:
 @contextlib.contextmanager
 def sized_as_it_goes(description: str) -> Iterator[tuple[Advance, Advance]]:
     """A progress bar of records for a job that learns its total only once it has started:
-    the callback that sets the total, and the one that advances the bar.
+    the callback that adds to the total (a job of several reads learns it a read at a time),
+    and the one that advances the bar.
 
     The total is a floor, not a promise: a replay also reads what the live workers write while
     it runs, and a broker's offsets may under-count what a read then finds. Past it, the total
     grows with the count, so the bar never shows more done than there is in all."""
     with record_progress(description, 1) as progress:
         task = progress.add_task(description, total=None, rate="")
+        expected: int | None = None
 
         def total(n: int) -> None:
-            progress.update(task, total=max(n, 1, int(progress.tasks[task].completed)))
+            nonlocal expected
+            expected = (expected or 0) + n
+            done = progress.tasks[task].completed
+            progress.update(task, total=max(expected, 1, int(done)))
 
         def advance(n: int) -> None:
-            known = progress.tasks[task].total
             done = progress.tasks[task].completed + n
-            grown = None if known is None else max(known, done)
+            grown = None if expected is None else max(expected, 1, int(done))
             progress.update(task, advance=n, total=grown, rate=_rate(progress, task))
 
         yield total, advance

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -49,13 +49,13 @@ from streams.cli.memory import (
     print_answer,
     retrieval_params,
 )
-from streams.cli.progress import record_progress
+from streams.cli.progress import sized_as_it_goes
 from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
     from projections.retrieval.models import RetrievalRequest
     from schemas.topics import Topics
-    from streams.rebuild.as_of import Count, LogRecaller, Recalled, Repeated
+    from streams.rebuild.as_of import LogRecaller, Recalled, Repeated
     from streams.rebuild.log_cut import LogPoint
 
 commands = typer.Typer()
@@ -197,7 +197,7 @@ def _as_of(
 ) -> None:
     async def main() -> None:
         async with _recaller(settings, timeout) as recaller:
-            with _progress() as (total, advance):
+            with sized_as_it_goes("reading the log") as (total, advance):
                 recalled = await recaller.recall(
                     agent_id, request, point, total=total, advance=advance
                 )
@@ -212,7 +212,7 @@ def _again(
 ) -> None:
     async def main() -> None:
         async with _recaller(settings, timeout) as recaller:
-            with _progress() as (total, advance):
+            with sized_as_it_goes("reading the log") as (total, advance):
                 repeated = await recaller.again(agent_id, event_id, total=total, advance=advance)
         if as_json:
             typer.echo(_comparison_json(repeated))
@@ -265,24 +265,6 @@ async def _active_topics(settings: EngramSettings, redis_url: str) -> Topics:
         await versions.close()
     prefix = None if derived is None else derived.topic_prefix
     return deferred.topics.Topics(settings.topic_prefix, prefix)
-
-
-@contextlib.contextmanager
-def _progress() -> Iterator[tuple[Count, Count]]:
-    """A progress bar of the records read, on stderr; its total grows with each read."""
-    with record_progress("reading the log", 1) as progress:
-        task = progress.add_task("reading the log", total=None, rate="")
-        expected = 0
-
-        def total(n: int) -> None:
-            nonlocal expected
-            expected += n
-            progress.update(task, total=max(expected, 1))
-
-        def advance(n: int) -> None:
-            progress.update(task, advance=n)
-
-        yield total, advance
 
 
 def _rebuilt(agent_id: str, recalled: Recalled) -> str:

@@ -48,3 +48,18 @@ def test_a_total_set_late_is_never_below_what_is_done(bars: list[Progress]) -> N
         advance(30)
         total(10)
         assert (_task(bars).completed, _task(bars).total) == (30, 30)
+
+
+def test_a_total_learnt_in_parts_adds_up(bars: list[Progress]) -> None:
+    """`engram recall` reads the agent's partition of several topics, one total each."""
+    with sized_as_it_goes("reading the log") as (total, advance):
+        total(50)
+        advance(20)
+        total(30)
+        assert (_task(bars).completed, _task(bars).total) == (20, 80)
+
+
+def test_without_a_total_the_bar_only_counts(bars: list[Progress]) -> None:
+    with sized_as_it_goes("reading the log") as (_, advance):
+        advance(20)
+        assert (_task(bars).completed, _task(bars).total) == (20, None)
