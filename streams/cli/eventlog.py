@@ -33,7 +33,13 @@ commands = typer.Typer()
     ),
 )
 def export_command(
-    directory: Annotated[Path, typer.Argument(help="Where to write the archive (replaced).")],
+    directory: Annotated[
+        Path,
+        typer.Argument(
+            help="Where to write the archive: a new or empty directory, or an earlier archive, "
+            "which is replaced (anything else is refused)."
+        ),
+    ],
 ) -> None:
     settings = load_settings()
     bootstrap = bootstrap_of(settings)

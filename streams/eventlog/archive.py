@@ -21,6 +21,7 @@ import gzip
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -81,9 +82,23 @@ async def export_log(
     """Write ``topics`` (those that exist) to ``directory`` as they are when reading starts.
 
     Written into a sibling temporary directory and renamed at the end, so an interrupted export
-    never leaves a half archive where a whole one was.
+    never leaves a half archive where a whole one was. ``directory`` may be new, empty, or an
+    archive, which is replaced; anything else is refused before the log is read.
     """
+    _check_replaceable(directory)
     staging = _fresh_staging(directory)
+    try:
+        summaries = await _export_into(bootstrap, topics, staging, progress)
+        _finish(staging, directory, summaries)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return summaries
+
+
+async def _export_into(
+    bootstrap: str, topics: Sequence[str], staging: Path, progress: Progress | None
+) -> list[TopicSummary]:
     consumer = log_reader(bootstrap)
     summaries: list[TopicSummary] = []
     try:
@@ -115,16 +130,44 @@ async def export_log(
         raise ArchiveError(f"cannot read the log at {bootstrap}: {exc}") from exc
     finally:
         await consumer.stop()
-    _finish(staging, directory, summaries)
     return summaries
 
 
+def _check_replaceable(directory: Path) -> None:
+    """An export replaces an archive, never anything else: the path a user names may be a
+    directory of their own, which the swap at the end would delete."""
+    if not directory.exists():
+        return
+    if directory.is_dir():
+        entries = list(directory.iterdir())
+        if not entries or _only_an_archive(entries):
+            return
+    raise ArchiveError(
+        f"{directory} exists and is not an Engram archive: export into a new or empty "
+        "directory (an existing archive there is replaced)"
+    )
+
+
+def _only_an_archive(entries: list[Path]) -> bool:
+    """What an export writes and nothing else: a manifest and directories of partition files.
+    Judged by shape, not by reading the manifest, so a damaged archive (which `engram up
+    --fresh` would otherwise fail to replace on its way down, losing its log) is replaced."""
+    return any(entry.name == MANIFEST for entry in entries) and all(
+        entry.is_file()
+        if entry.name == MANIFEST
+        else entry.is_dir() and all(f.name.endswith(".jsonl.gz") for f in entry.iterdir())
+        for entry in entries
+    )
+
+
 def _fresh_staging(directory: Path) -> Path:
-    staging = directory.with_name(directory.name + ".partial")
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True)
-    return staging
+    """A new sibling of ``directory`` (same file system, so the swap is a rename), named for
+    this export alone: nothing already there is reused or deleted."""
+    try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{directory.name}.partial-", dir=directory.parent))
+    except OSError as exc:
+        raise ArchiveError(f"cannot write an archive at {directory}: {exc}") from None
 
 
 def _finish(staging: Path, directory: Path, summaries: Sequence[TopicSummary]) -> None:
@@ -183,18 +226,22 @@ async def _export_partition(
 def read_manifest(directory: Path) -> list[TopicSummary]:
     try:
         data = json.loads((directory / MANIFEST).read_text())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise ArchiveError(f"{directory} is not an Engram archive (no {MANIFEST})") from None
+    except OSError as exc:
+        raise ArchiveError(f"cannot read {directory / MANIFEST}: {exc}") from None
     except ValueError as exc:
         raise ArchiveError(f"{directory / MANIFEST} is damaged: {exc}") from None
-    if data.get("format") != FORMAT:
-        raise ArchiveError(
-            f"{directory} has archive format {data.get('format')!r}; this Engram reads {FORMAT}"
-        )
-    return [
-        TopicSummary(t["name"], int(t["partitions"]), tuple(int(n) for n in t["records"]))
-        for t in data["topics"]
-    ]
+    found = data.get("format") if isinstance(data, dict) else None
+    if found != FORMAT:
+        raise ArchiveError(f"{directory} has archive format {found!r}; this Engram reads {FORMAT}")
+    try:
+        return [
+            TopicSummary(t["name"], int(t["partitions"]), tuple(int(n) for n in t["records"]))
+            for t in data["topics"]
+        ]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArchiveError(f"{directory / MANIFEST} is damaged: {exc!r}") from None
 
 
 def _lines(directory: Path, topic: str, partition: int) -> Iterator[dict[str, Any]]:

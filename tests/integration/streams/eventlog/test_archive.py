@@ -26,6 +26,10 @@ def second_broker() -> Iterator[str]:
         yield broker.bootstrap
 
 
+def entries(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
 async def everything(bootstrap: str, topics: list[str], partitions: int) -> list[Record]:
     from aiokafka import TopicPartition
 
@@ -82,7 +86,7 @@ async def test_export_then_import_reproduces_every_record_at_its_offset(
         topics.deadletter: 1,
     }
     assert read_manifest(tmp_path / "archive") == exported
-    assert not (tmp_path / "archive.partial").exists()
+    assert entries(tmp_path) == ["archive"], "the staging directory is left"
 
     imported = await import_log(second_broker, tmp_path / "archive")
     assert imported == exported
@@ -95,6 +99,47 @@ async def test_export_then_import_reproduces_every_record_at_its_offset(
 async def test_a_directory_that_is_not_an_archive_is_named(tmp_path: Path) -> None:
     with pytest.raises(ArchiveError, match="not an Engram archive"):
         await import_log("127.0.0.1:1", tmp_path)
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(ArchiveError, match="not an Engram archive"):
+        await import_log("127.0.0.1:1", tmp_path / "a-file")
+
+
+async def test_an_export_replaces_an_archive_and_nothing_else(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The archive is swapped in whole at the end, deleting what stood at the path: a user's
+    own directory there (`engram export ~/notes`) must be refused, not deleted."""
+    topics = Topics(f"archswap{uuid.uuid4().hex[:8]}.")
+    await ensure_topics(kafka_bootstrap, topics, 1)
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("keep me")
+    (tmp_path / "a-file").write_text("keep me too")
+    web = tmp_path / "web"  # a manifest.json of another kind, beside other files
+    web.mkdir()
+    (web / "manifest.json").write_text('{"format": 1, "topics": []}')
+    (web / "index.html").write_text("keep me three")
+    for taken in (mine, tmp_path / "a-file", web):
+        with pytest.raises(ArchiveError, match="exists and is not an Engram archive"):
+            await export_log(kafka_bootstrap, [topics.observations], taken)
+    assert (mine / "keep.txt").read_text() == "keep me"
+    assert (tmp_path / "a-file").read_text() == "keep me too"
+
+    archive = tmp_path / "archive"
+    first = await export_log(kafka_bootstrap, [topics.observations], archive)
+    assert sum(s.total for s in first) == 0
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(topics.observations, b'{"n": 1}', key=b"A1")
+    finally:
+        await producer.stop()
+    (archive / "manifest.json").write_text("{damaged")
+    second = await export_log(kafka_bootstrap, [topics.observations], archive)
+    assert sum(s.total for s in second) == 1
+    assert read_manifest(archive) == second
+    assert (web / "index.html").read_text() == "keep me three"
+    assert entries(tmp_path) == ["a-file", "archive", "notes", "web"]
 
 
 def test_the_command_line_exports_and_imports_with_a_clear_refusal(
