@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import signal
 from pathlib import Path
@@ -18,7 +20,7 @@ from streams.cli.configuration import (
     record_dev_keyring,
     writable_data_dir,
 )
-from streams.cli.console import console, fail, run
+from streams.cli.console import console, err, fail, run
 from streams.cli.progress import transfer
 from streams.cli.signals import (
     stop_on_signal,
@@ -29,13 +31,14 @@ from streams.cli.signals import (
 from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
-    import asyncio
-
     from streams.runtime.devstack.stack import DevStack
     from streams.runtime.node import Endpoints, Node
 
 commands = typer.Typer()
 log = logging.getLogger("engram.cli")
+
+BROKERLESS_STOP = 5.0
+"""Longest `engram up` waits for its processors to stop once its broker is gone (seconds)."""
 
 EXIT_RESTART = 3
 """A process's exit code when the active projection version needs another configuration."""
@@ -80,6 +83,8 @@ def up(
 async def _up(settings: EngramSettings, *, workers: int, fresh: bool) -> None:
     # Before any child starts: a signal while the stack starts stops it once it is up.
     stop = stop_on_signal()
+    # Before anything starts: a stack that could not archive its log at the end would lose it.
+    deferred.archive.check_export_target(settings.data_dir / "archive")
     stack = deferred.devstack.DevStack(settings.data_dir)
     stop.at_once(stack.kill)
     endpoints = stack.start()
@@ -121,21 +126,40 @@ async def _run_stack(
     ).start()
     stack.start_workers(workers if workers > 1 else 0, endpoints)
     _announce(node, stack, endpoints, keyring=keyring, workers=workers)
+    children = stack.processes()
+    lost: str | None = None
     try:
-        lost = await until_signalled_or_exited(stack.workers, node, stop)
+        code = await until_signalled_or_exited(list(children.values()), node, stop)
+        if code is not None:
+            gone = next(name for name, child in children.items() if child.poll() is not None)
+            lost = f"{gone} exited with code {code}"
+            err.print(f"[red]{lost}[/red]: stopping the stack")
     finally:
-        await node.stop()
+        if stack.broker.running():
+            await node.stop()
+        else:
+            # Nothing is left to commit or flush to, and Faust's consumer would retry the
+            # broker for a minute: the stores are closed, the rest goes with the process.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(BROKERLESS_STOP):
+                    await node.stop()
         stack.stop_workers()
-        await transfer(
-            f"archiving the log to {archive}",
-            deferred.archive.export_log(
-                endpoints.kafka_bootstrap,
-                deferred.topics.Topics(settings.topic_prefix).all(),
-                archive,
-            ),
-        )
+        if stack.broker.running():
+            await transfer(
+                f"archiving the log to {archive}",
+                deferred.archive.export_log(
+                    endpoints.kafka_bootstrap,
+                    deferred.topics.Topics(settings.topic_prefix).all(),
+                    archive,
+                ),
+            )
+        else:
+            err.print(
+                "the broker is gone, and with it the log it held in memory since this run "
+                f"started: {archive} is left as it was"
+            )
     if lost is not None:
-        fail(f"a worker process exited with code {lost}; stopping the stack")
+        fail(f"{lost}; the stack stopped")
     if node.left_reason is not None:
         fail(node.left_reason, code=EXIT_RESTART)
 

@@ -85,7 +85,7 @@ async def export_log(
     never leaves a half archive where a whole one was. ``directory`` may be new, empty, or an
     archive, which is replaced; anything else is refused before the log is read.
     """
-    _check_replaceable(directory)
+    check_export_target(directory)
     staging = _fresh_staging(directory)
     try:
         summaries = await _export_into(bootstrap, topics, staging, progress)
@@ -133,7 +133,7 @@ async def _export_into(
     return summaries
 
 
-def _check_replaceable(directory: Path) -> None:
+def check_export_target(directory: Path) -> None:
     """An export replaces an archive, never anything else: the path a user names may be a
     directory of their own, which the swap at the end would delete."""
     if not directory.exists():

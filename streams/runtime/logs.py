@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,7 +50,26 @@ class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
+def log_thread_exception(args: threading.ExceptHookArgs) -> None:
+    """A thread's uncaught exception as a log record, not a bare traceback on stderr: one line
+    on a terminal, the traceback kept in a JSON line. Faust's consumer thread ends this way
+    when its broker is gone while it stops (a CancelledError, a warning, not an error)."""
+    if args.exc_type is SystemExit:
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    cancelled = issubclass(args.exc_type, asyncio.CancelledError)
+    logging.getLogger("engram.threads").log(
+        logging.WARNING if cancelled else logging.ERROR,
+        "thread %s ended by %s: %s",
+        name,
+        args.exc_type.__name__,
+        args.exc_value,
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback),  # type: ignore[arg-type]
+    )
+
+
 def configure_logging(level: str = "info", fmt: str = "console") -> None:
+    threading.excepthook = log_thread_exception
     handler = StderrHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else ConsoleFormatter())
     root = logging.getLogger()

@@ -87,6 +87,11 @@ class TansuBroker:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """The broker's process while started, for a supervisor to watch."""
+        return self._process
+
     def stop(self, timeout: float = 5.0) -> None:
         process, self._process = self._process, None
         if process is None:

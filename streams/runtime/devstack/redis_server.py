@@ -125,6 +125,11 @@ class RedisServer:
         return self._process is not None and self._process.poll() is None
 
     @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """The server's process while started, for a supervisor to watch."""
+        return self._process
+
+    @property
     def log_path(self) -> Path | None:
         return self._log_path
 

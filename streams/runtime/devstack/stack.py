@@ -8,6 +8,7 @@ what the log does not (streams/README.md, invariant 1).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,9 +16,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from schemas.errors import EngramError
 from streams.runtime.devstack.broker import TansuBroker
 from streams.runtime.devstack.redis_server import RedisServer
 from streams.runtime.node import Endpoints
+
+
+class DevStackError(EngramError, RuntimeError):
+    """The stack cannot start where it was asked to; the message says what to change."""
+
+
+_WORKER = re.compile(r"worker-\d+")
+
+
+def _made_by_a_stack(stack_dir: Path) -> bool:
+    """Whether a directory holds only what a stack writes (its Redis, its Qdrant Edge shard,
+    its worker processes' directories): the start deletes it, so a directory of the user's
+    that happens to be named "stack" must be refused, not deleted."""
+    return stack_dir.is_dir() and all(
+        entry.is_dir() and (entry.name in ("redis", "qdrant-edge") or _WORKER.fullmatch(entry.name))
+        for entry in stack_dir.iterdir()
+    )
 
 
 @dataclass
@@ -30,6 +49,11 @@ class DevStack:
     def start(self) -> Endpoints:
         stack_dir = (self.data_dir / "stack").resolve()
         if stack_dir.exists():
+            if not _made_by_a_stack(stack_dir):
+                raise DevStackError(
+                    f"{stack_dir} exists and was not made by `engram up`, which clears it at "
+                    "every start: choose another --data-dir (ENGRAM_DATA_DIR)"
+                )
             shutil.rmtree(stack_dir)
         stack_dir.mkdir(parents=True)
         self.broker = TansuBroker().start()
@@ -63,6 +87,14 @@ class DevStack:
             # would print a KeyboardInterrupt traceback.
             worker = [sys.executable, "-m", "streams.cli.main", "worker"]
             self.workers.append(subprocess.Popen(worker, env=env, start_new_session=True))
+
+    def processes(self) -> dict[str, subprocess.Popen[bytes]]:
+        """Every process the stack started, by what it is: `engram up` stops when any exits,
+        rather than serve on without its broker or its Redis."""
+        servers = {"the broker": self.broker.process, "redis-server": self.redis.process}
+        named = {name: process for name, process in servers.items() if process is not None}
+        named.update({f"worker process {i}": w for i, w in enumerate(self.workers, start=1)})
+        return named
 
     def stop_workers(self, timeout: float = 30.0) -> None:
         """SIGTERM: each worker finishes its batch, flushes and commits; then kill stragglers."""

@@ -130,7 +130,31 @@ def test_up_stops_when_a_worker_process_dies(tmp_path: Path) -> None:
         os.kill(workers[0], signal.SIGKILL)
         assert up.wait(60) == 2
         assert up.stdout is not None
-        assert "a worker process exited" in up.stdout.read()
+        assert re.search(r"worker process \d exited with code -9", up.stdout.read())
+
+
+@pytest.mark.parametrize(
+    ("server", "named", "archived"),
+    [("tansu", "the broker", False), ("redis-server", "redis-server", True)],
+)
+def test_up_stops_when_its_broker_or_redis_dies(
+    tmp_path: Path, server: str, named: str, archived: bool
+) -> None:
+    """It served on without them, logging connection errors, and took a minute and a thread's
+    traceback to stop once asked. Now it stops by itself, without a traceback; the log is
+    archived while its broker lives, and an archive is left alone once it is gone."""
+    with engram_up(tmp_path, free_port(), 1) as (up, _):
+        children = Path(f"/proc/{up.pid}/task/{up.pid}/children").read_text().split()
+        (pid,) = [int(p) for p in children if server in child_process(p)]
+        os.kill(pid, signal.SIGKILL)
+        assert up.wait(60) == 2
+        assert up.stdout is not None
+        output = up.stdout.read()
+    assert f"{named} exited with code -9" in output
+    assert "Traceback" not in output, output
+    assert (tmp_path / "archive" / "manifest.json").exists() is archived, output
+    assert ("the broker is gone" in output) is not archived
+    assert stack_processes(tmp_path) == []
 
 
 @pytest.mark.parametrize(
@@ -217,3 +241,28 @@ def test_ctrl_c_during_the_demo_stops_it_without_a_traceback(tmp_path: Path) -> 
     assert "memories recorded" not in output, "the demo ran on to its end"
     assert "Traceback" not in output, output
     assert left == []
+
+
+@pytest.mark.parametrize("taken", ["stack", "archive"])
+def test_up_refuses_a_data_dir_whose_stack_or_archive_is_not_its_own(
+    tmp_path: Path, taken: str
+) -> None:
+    """`engram up` deletes DATA_DIR/stack at every start and replaces DATA_DIR/archive at
+    every stop: a directory of the user's under either name is refused before anything
+    starts, and kept."""
+    own = tmp_path / taken
+    own.mkdir()
+    (own / "notes.txt").write_text("keep me")
+    env = {**os.environ, "ENGRAM_DATA_DIR": str(tmp_path)}
+    up = subprocess.run(
+        [*ENGRAM, "up", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert up.returncode == 2, up.stdout + up.stderr
+    assert "Traceback" not in up.stderr
+    assert re.search(rf"{taken}\s+exists", " ".join(up.stderr.split())), up.stderr
+    assert (own / "notes.txt").read_text() == "keep me"
+    assert stack_processes(tmp_path) == []
