@@ -28,6 +28,9 @@ RENAMED_VARIABLES: dict[str, tuple[str, str]] = {
 """Variables renamed (old: new, and how to convert): setting the old one is an error, not a
 silent default."""
 
+KAFKA_NAME_CHARACTERS = r"^[A-Za-z0-9._-]*$"
+"""What a Kafka topic or group name may hold; names built from a setting are also paths."""
+
 
 class EngramSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ENGRAM_", frozen=True, extra="ignore")
@@ -76,9 +79,22 @@ class EngramSettings(BaseSettings):
     qdrant_collection: str = "engram_episodic"
     data_dir: Path = Path(".engram")
 
-    topic_prefix: str = ""
+    topic_prefix: str = Field(
+        default="",
+        max_length=200,
+        pattern=KAFKA_NAME_CHARACTERS,
+        description="Put before every topic name (tenants or tests sharing one broker): "
+        "letters, digits, '.', '_' and '-', as Kafka allows in a topic name.",
+    )
     partitions: int = Field(default=4, ge=1)
-    app_id: str = "engram"
+    app_id: str = Field(
+        default="engram",
+        min_length=1,
+        max_length=200,
+        pattern=KAFKA_NAME_CHARACTERS,
+        description="The processors' consumer group and Faust app (its topics and its "
+        "directory under ENGRAM_DATA_DIR carry it): letters, digits, '.', '_' and '-'.",
+    )
     topic_replication_factor: int = Field(
         default=1,
         ge=1,

@@ -62,3 +62,29 @@ def test_a_renamed_variable_is_refused_naming_its_successor(
     monkeypatch.delenv("ENGRAM_SNAPSHOT_EVERY_BATCHES")
     monkeypatch.setenv("ENGRAM_SNAPSHOT_EVERY_RECORDS", "2000")
     assert EngramSettings().snapshot_every_records == 2000
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("ENGRAM_TOPIC_PREFIX", "tenant/a."),
+        ("ENGRAM_TOPIC_PREFIX", "tenant a."),
+        ("ENGRAM_APP_ID", "../engram"),
+        ("ENGRAM_APP_ID", ""),
+    ],
+)
+def test_names_that_become_topics_and_paths_are_refused_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    """A prefix with a slash reached the worker as a FileNotFoundError under its data
+    directory (Faust's directory carries the topic names) instead of a configuration error."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError, match=variable.removeprefix("ENGRAM_").lower()):
+        EngramSettings()
+
+
+def test_a_prefix_of_kafka_name_characters_stands(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGRAM_TOPIC_PREFIX", "tenant-A_1.")
+    monkeypatch.setenv("ENGRAM_APP_ID", "engram.tenant-A_1")
+    settings = EngramSettings()
+    assert (settings.topic_prefix, settings.app_id) == ("tenant-A_1.", "engram.tenant-A_1")
