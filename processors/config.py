@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from processors.learning_config import LearningRules
+from schemas.errors import EngramError
 
 Symbol = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
 """A sensor name or level: no ``:`` or ``|``, which join them into a signature."""
@@ -279,10 +280,17 @@ class ProcessingConfig(BaseModel):
         return hashlib.sha256(blob).hexdigest()[:12]
 
 
+class AgentTypesError(EngramError, ValueError):
+    """The agent types file (``ENGRAM_AGENT_TYPES``) cannot be read; the message names it."""
+
+
 def _read_profiles(text: str, origin: str) -> dict[str, Any]:
-    data = yaml.safe_load(text)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise AgentTypesError(f"{origin} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{origin}: expected a mapping of agent type to profile")
+        raise AgentTypesError(f"{origin}: expected a mapping of agent type to profile")
     return data
 
 
@@ -299,7 +307,12 @@ def load_processing_config(
         text = resources.files("processors").joinpath("agent_types.yaml").read_text("utf-8")
         origin = "built-in agent_types.yaml"
     else:
-        text = agent_types_path.read_text("utf-8")
+        try:
+            text = agent_types_path.read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise AgentTypesError(
+                f"cannot read the agent types file {agent_types_path}: {exc}"
+            ) from None
         origin = str(agent_types_path)
     return ProcessingConfig(
         agent_types=_read_profiles(text, origin),

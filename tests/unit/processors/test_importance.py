@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from processors.config import load_processing_config
+from processors.config import AgentTypesError, load_processing_config
 from processors.importance import classify_emotion, classify_source, importance_of
 from processors.routing import destination_for
 from schemas.agent_events import Decision, Observation
@@ -126,3 +126,24 @@ def test_bad_profiles_are_refused_with_the_reason(tmp_path: Path) -> None:
     path.write_text("household:\n  emotional_weights: {a: 1.5}\n  source_weights: {}\n")
     with pytest.raises(ValueError, match=r"default|\[0, 1\]"):
         load_processing_config(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (None, "cannot read the agent types file"),
+        ("household: [1\n", "is not valid YAML"),
+        ("- household\n", "expected a mapping of agent type to profile"),
+    ],
+)
+def test_an_unreadable_profiles_file_is_named_with_the_reason(
+    tmp_path: Path, text: str | None, reason: str
+) -> None:
+    """A missing file and broken YAML reached the worker as a bare FileNotFoundError and a
+    yaml traceback."""
+    path = tmp_path / "types.yaml"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(AgentTypesError, match=reason) as refused:
+        load_processing_config(path)
+    assert str(path) in str(refused.value)
