@@ -69,7 +69,7 @@ from projections.service.client import (
     format_for_prompt,
 )
 from schemas.agent_events import AgentEvent, Content, JsonObject, Observation
-from schemas.envelope import MAX_CONTENT_CHARS, AgentId, Tag
+from schemas.envelope import MAX_CONTENT_CHARS, AgentId, SimulationTime, Tag
 from schemas.errors import EngramError
 
 __all__ = [
@@ -238,10 +238,10 @@ class RetrieveMemoryInput(_ToolInput):
         description="Mode constrained only: the cognitive-constraint profile "
         "(MILLER_STANDARD when omitted).",
     )
-    current_year: int | None = Field(
+    current_year: SimulationTime | None = Field(
         default=None, description="The current simulation year: ages are counted in years."
     )
-    current_step: int | None = Field(
+    current_step: SimulationTime | None = Field(
         default=None,
         ge=0,
         description="The current simulation step, instead of a year: ages are counted in steps.",
@@ -332,8 +332,12 @@ class PublishObservationInput(_ToolInput):
         "and how much stays in active memory; a chat assistant remembering a conversation "
         "uses 'assistant'.",
     )
-    year: int | None = Field(default=None, description="The simulation year it happened in.")
-    step: int | None = Field(default=None, ge=0, description="The simulation step it happened at.")
+    year: SimulationTime | None = Field(
+        default=None, description="The simulation year it happened in."
+    )
+    step: SimulationTime | None = Field(
+        default=None, ge=0, description="The simulation step it happened at."
+    )
     kind: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = Field(
         default=None,
         description="The event type, a key of your agent type's importance table (e.g. "

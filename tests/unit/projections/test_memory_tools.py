@@ -43,6 +43,7 @@ from projections.service.tools import (
     recall_tool,
 )
 from schemas.agent_events import Observation
+from schemas.envelope import TIME_BOUND
 from streams.eventlog.publisher import Position
 
 pytestmark = pytest.mark.timeout(60)
@@ -283,7 +284,12 @@ async def test_the_tools_are_listed_with_their_models_schemas(service: Service) 
     min_importance = recall["properties"]["min_importance"]
     assert recall["properties"]["limit"]["default"] == 3
     assert (min_importance["default"], min_importance["maximum"]) == (0.3, 1.0)
-    assert tools["publish_observation"].input_schema["required"] == ["agent_id", "content"]
+    publish = tools["publish_observation"].input_schema
+    assert publish["required"] == ["agent_id", "content"]
+    # The bounds the event itself holds, told to the model rather than found out by a refusal.
+    for schema, field in ((publish, "year"), (retrieve, "current_year")):
+        year = schema["properties"][field]["anyOf"][0]
+        assert (year["minimum"], year["maximum"]) == (-TIME_BOUND, TIME_BOUND)
 
     hints = {
         name: tool.annotations.read_only_hint for name, tool in tools.items() if tool.annotations
