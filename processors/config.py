@@ -23,7 +23,6 @@ from pydantic import (
 )
 
 from processors.learning_config import LearningRules
-from schemas.errors import EngramError
 
 Symbol = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
 """A sensor name or level: no ``:`` or ``|``, which join them into a signature."""
@@ -280,17 +279,15 @@ class ProcessingConfig(BaseModel):
         return hashlib.sha256(blob).hexdigest()[:12]
 
 
-class AgentTypesError(EngramError, ValueError):
-    """The agent types file (``ENGRAM_AGENT_TYPES``) cannot be read; the message names it."""
-
-
 def _read_profiles(text: str, origin: str) -> dict[str, Any]:
+    """A ValueError naming the file, not an ``EngramError``: the settings import this module,
+    and the command line starts without the ``schemas`` package (numpy) until a command runs."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise AgentTypesError(f"{origin} is not valid YAML: {exc}") from None
+        raise ValueError(f"{origin} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
-        raise AgentTypesError(f"{origin}: expected a mapping of agent type to profile")
+        raise ValueError(f"{origin}: expected a mapping of agent type to profile")
     return data
 
 
@@ -310,7 +307,7 @@ def load_processing_config(
         try:
             text = agent_types_path.read_text("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise AgentTypesError(
+            raise ValueError(
                 f"cannot read the agent types file {agent_types_path}: {exc}"
             ) from None
         origin = str(agent_types_path)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from processors.config import AgentTypesError, load_processing_config
+from processors.config import load_processing_config
 from processors.importance import classify_emotion, classify_source, importance_of
 from processors.routing import destination_for
 from schemas.agent_events import Decision, Observation
@@ -144,6 +144,6 @@ def test_an_unreadable_profiles_file_is_named_with_the_reason(
     path = tmp_path / "types.yaml"
     if text is not None:
         path.write_text(text)
-    with pytest.raises(AgentTypesError, match=reason) as refused:
+    with pytest.raises(ValueError, match=reason) as refused:
         load_processing_config(path)
     assert str(path) in str(refused.value)
