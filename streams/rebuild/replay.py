@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -125,25 +125,64 @@ class DerivedLogCursor:
         self.next_offset = dict(starts)
         return sum(max(0, ends[tp] - starts[tp]) for tp in tps)
 
+    async def backlog(self) -> int:
+        """Records between the cursor and the ends the broker reports now (a lower bound)."""
+        consumer = log_reader(self.bootstrap)
+        await consumer.start()
+        try:
+            ends = await consumer.end_offsets(self.topic_partitions())
+        finally:
+            await consumer.stop()
+        return sum(max(0, end - self.next_offset.get(tp, 0)) for tp, end in ends.items())
+
     async def read(self, partition: int) -> list[tuple[TopicPartition, int, DerivedRecord]]:
         """Every record (derived event or marker) of one partition number from the cursor to
         the end, with where it sits in the log, ``memory.lifecycle`` first; the cursor moves
         past what was read (a pass moves it back to what it held back) and keeps what the
         markers say."""
-        raw: list[tuple[TopicPartition, int, bytes | None]] = []
+        return (await self.read_many([partition]))[partition]
+
+    async def read_many(
+        self, partitions: Sequence[int]
+    ) -> dict[int, list[tuple[TopicPartition, int, DerivedRecord]]]:
+        """:meth:`read` of several partition numbers in two reads of the broker (their
+        ``memory.lifecycle``, then their ``memory.items``), not two per partition number: a
+        read costs a consumer and a fetch wait (~125 ms on Tansu) however little it finds, so
+        a tail of a few records took ~1 s over 4 partitions, all of it with writers paused
+        under the fence. Everything read is held at once: for a small backlog."""
+        raw: dict[TopicPartition, list[tuple[int, bytes | None]]] = {}
 
         def keep(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> None:
-            raw.append((tp, record.offset, record.value))
+            raw.setdefault(tp, []).append((record.offset, record.value))
 
+        # All of lifecycle before any of items: a marker's batch then has its recordings read.
         for topic in (self.topics.lifecycle, self.topics.items):
-            tp = TopicPartition(topic, partition)
+            tps = [TopicPartition(topic, p) for p in partitions]
             reached = await read_to_end(
-                self.bootstrap, [tp], keep, starts={tp: self.next_offset.get(tp, 0)}, timeout=600
+                self.bootstrap,
+                tps,
+                keep,
+                starts={tp: self.next_offset.get(tp, 0) for tp in tps},
+                timeout=600,
             )
-            self.next_offset[tp] = max(self.next_offset.get(tp, 0), reached[tp])
-        opened = await self.sealer.open_all([value for _, _, value in raw])
+            for tp in tps:
+                self.next_offset[tp] = max(self.next_offset.get(tp, 0), reached[tp])
+        return {p: await self._decoded(p, raw) for p in partitions}
+
+    async def _decoded(
+        self, partition: int, raw: dict[TopicPartition, list[tuple[int, bytes | None]]]
+    ) -> list[tuple[TopicPartition, int, DerivedRecord]]:
+        """One partition number's records read, opened and decoded, lifecycle first, with
+        what their markers say taken in."""
+        mine = [
+            (tp, offset, value)
+            for topic in (self.topics.lifecycle, self.topics.items)
+            for tp in [TopicPartition(topic, partition)]
+            for offset, value in raw.get(tp, [])
+        ]
+        opened = await self.sealer.open_all([value for _, _, value in mine])
         out: list[tuple[TopicPartition, int, DerivedRecord]] = []
-        for (tp, offset, _), value in zip(raw, opened, strict=True):
+        for (tp, offset, _), value in zip(mine, opened, strict=True):
             where = SourcePosition(topic=tp.topic, partition=tp.partition, offset=offset)
             event = decode_opened(where, value, decode_derived_record)
             if event is not None:
@@ -245,19 +284,17 @@ async def replay_pass(
     batch_size: int,
     advance: Advance | None,
     indexer: ReplayIndexer | None = None,
+    together: bool = False,
 ) -> tuple[int, int]:
     """One pass over the log from the cursor: returns (events applied, events held back).
 
-    The next partition is read while this one is applied: reading is the broker's and the
-    decoder's work, applying Redis's and Qdrant's, so the two overlap.
+    ``together``: every partition number is read at once (:meth:`DerivedLogCursor.read_many`),
+    for a small backlog. Else one at a time, the next read while this one is applied: reading
+    is the broker's and the decoder's work, applying Redis's and Qdrant's, so the two overlap.
     """
     applied = held_count = 0
     parts = list(cursor.partitions)
-    reading = asyncio.ensure_future(cursor.read(parts[0])) if parts else None
-    for i, _ in enumerate(parts):
-        assert reading is not None
-        records = await reading
-        reading = asyncio.ensure_future(cursor.read(parts[i + 1])) if i + 1 < len(parts) else None
+    async for i, records in _partition_reads(cursor, parts, together=together):
         ready, held = split_at_markers(records, cursor, committed)
         if indexer is not None:
             await indexer.index_read(parts[i], records, cursor.markers)
@@ -274,6 +311,23 @@ async def replay_pass(
             # (held ones after a held record are copies of applied ones: a batch done again).
             await asyncio.gather(*(store.advance(marks) for store in stores))
     return applied, held_count
+
+
+async def _partition_reads(
+    cursor: DerivedLogCursor, parts: list[int], *, together: bool
+) -> AsyncIterator[tuple[int, list[tuple[TopicPartition, int, DerivedRecord]]]]:
+    """(index in ``parts``, records read) for each partition number, in order."""
+    if together:
+        read = await cursor.read_many(parts)
+        for i, part in enumerate(parts):
+            yield i, read[part]
+        return
+    reading = asyncio.ensure_future(cursor.read(parts[0])) if parts else None
+    for i, _ in enumerate(parts):
+        assert reading is not None
+        records = await reading
+        reading = asyncio.ensure_future(cursor.read(parts[i + 1])) if i + 1 < len(parts) else None
+        yield i, records
 
 
 class HeldStores(list[WorkingMemoryStore | EpisodicMemoryStore]):
@@ -346,6 +400,7 @@ class Replay:
                     batch_size=self.batch_size,
                     advance=advance,
                     indexer=indexer,
+                    together=await self._small(cursor),
                 )
                 report.events += applied
                 report.passes += 1
@@ -362,6 +417,10 @@ class Replay:
                 await index.close()
         report.seconds = time.perf_counter() - started
         return report
+
+    async def _small(self, cursor: DerivedLogCursor) -> bool:
+        """Whether what is left fits one batch, so a pass may read it all at once."""
+        return await cursor.backlog() <= self.batch_size
 
     def _source_partitions(self) -> list[TopicPartition]:
         topics = (*self.topics.agent_inputs, self.topics.schedule, self.topics.access)
@@ -386,6 +445,7 @@ class Replay:
                     batch_size=self.batch_size,
                     advance=advance,
                     indexer=indexer,
+                    together=await self._small(cursor),
                 )
                 report.events += applied
                 report.fenced_events = applied

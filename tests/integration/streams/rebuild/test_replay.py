@@ -17,6 +17,7 @@ from schemas.agent_events import Observation
 from schemas.topics import Topics
 from streams.eventlog.publisher import AsyncPublisher, Position
 from streams.rebuild.from_log import rebuild_projections
+from streams.rebuild.replay import DerivedLogCursor
 from streams.runtime.node import Endpoints, Node
 from tests.integration.fixtures.qdrant import SharedQdrant
 from tests.integration.streams.isolated import cli_env, invoke, isolated_settings, log_sealer
@@ -224,3 +225,31 @@ async def test_a_retried_replay_resumes_its_own_version_and_then_does_nothing(
         names = [info.version.name for info in await node.versions.versions()]
         assert names.count("rebuild-1") == 1
         assert not [n for n in names if n not in (None, "rebuild-1")], names
+
+
+async def test_reading_every_partition_at_once_reads_what_reading_each_does(
+    kafka_bootstrap: str, redis_server_url: str, tmp_path: Path
+) -> None:
+    """The tail passes and the fenced pass read all partition numbers in two reads of the
+    broker (DerivedLogCursor.read_many): the same records, in the same order, with the same
+    positions and markers as reading each partition number on its own."""
+    prefix = f"together{uuid.uuid4().hex[:8]}."
+    settings = isolated_settings(prefix, tmp_path / "live", schedule_interval=0)
+    topics = Topics(prefix)
+    async with Node(settings, Endpoints(kafka_bootstrap, redis_server_url)) as node:
+        assert node.pipeline is not None
+        async with AsyncPublisher(kafka_bootstrap, topics=topics) as publisher:
+            await node.pipeline.stats.wait_for(await publisher.publish_many(events(0, 200)))
+    async with log_sealer(redis_server_url, settings.redis_namespace) as sealer:
+        parts = list(range(settings.partitions))
+        each = DerivedLogCursor(kafka_bootstrap, topics, parts, sealer=sealer)
+        together = DerivedLogCursor(kafka_bootstrap, topics, parts, sealer=sealer)
+        # Lower bounds on Tansu, which reports a partition's end at its last batch's start.
+        assert await each.start_at(None) == await together.start_at(None) > 0
+        assert await together.backlog() > 0
+        one_by_one = {p: await each.read(p) for p in parts}
+        all_at_once = await together.read_many(parts)
+    assert all_at_once == one_by_one
+    assert sum(map(len, all_at_once.values())) > 200
+    assert (together.next_offset, together.upto) == (each.next_offset, each.upto)
+    assert await together.backlog() == 0
