@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from streams.runtime import metrics_server, node, tracing
     from streams.runtime.devstack import broker, redis_server
     from streams.runtime.devstack import stack as devstack
+    from streams.worker import app as worker_app
 
 _MODULES = {
     "httpx": "httpx",
@@ -78,6 +79,7 @@ _MODULES = {
     "broker": "streams.runtime.devstack.broker",
     "redis_server": "streams.runtime.devstack.redis_server",
     "devstack": "streams.runtime.devstack.stack",
+    "worker_app": "streams.worker.app",
 }
 
 __all__ = [
@@ -120,6 +122,7 @@ __all__ = [
     "topic_admin",
     "topics",
     "tracing",
+    "worker_app",
 ]
 
 

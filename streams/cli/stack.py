@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import logging
 import signal
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -36,6 +38,9 @@ if TYPE_CHECKING:
 
 commands = typer.Typer()
 log = logging.getLogger("engram.cli")
+
+CRASH_ARCHIVE_TIMEOUT = 120.0
+"""Longest `engram up` spends archiving its log when its processors exit it at once (s)."""
 
 BROKERLESS_STOP = 5.0
 """Longest `engram up` waits for its processors to stop once its broker is gone (seconds)."""
@@ -117,6 +122,7 @@ async def _run_stack(
                 replication=deferred.topic_admin.TopicReplication.from_settings(settings),
             ),
         )
+    deferred.worker_app.LAST_WORDS.append(_archive_and_kill(settings, stack, endpoints, archive))
     local = settings.model_copy(update={"qdrant_path": stack.edge_path})
     # Above one worker, this process holds the Qdrant Edge shard (projector and query
     # service) and the workers run as processes of their own: Edge holds the GIL while
@@ -164,6 +170,32 @@ async def _run_stack(
         fail(node.left_reason, code=EXIT_RESTART)
 
 
+def _archive_and_kill(
+    settings: EngramSettings, stack: DevStack, endpoints: Endpoints, archive: Path
+) -> Callable[[], None]:
+    """What the stack does when its processors, which run in this process, exit it at once on
+    a batch they cannot process (crash-only, exit code 70): archive the log, as at any stop,
+    then stop the broker and Redis, which run in sessions of their own and would outlive it.
+    The exit holds the event loop, so the archive is written from a thread of its own."""
+
+    def last_words() -> None:
+        err.print(f"[red]the processors stopped[/red]: archiving the log to {archive}")
+        job = deferred.archive.export_log(
+            endpoints.kafka_bootstrap, deferred.topics.Topics(settings.topic_prefix).all(), archive
+        )
+        writer = threading.Thread(target=asyncio.run, args=(job,), daemon=True)
+        writer.start()
+        writer.join(CRASH_ARCHIVE_TIMEOUT)
+        if writer.is_alive():
+            err.print(f"the archive took longer than {CRASH_ARCHIVE_TIMEOUT:g}s: left as it was")
+        # What the processors' threads would log of the broker going away says nothing more.
+        logging.disable(logging.CRITICAL)
+        stack.kill()
+        err.print("the stack stopped (exit code 70): the line above the archive says why")
+
+    return last_words
+
+
 def _announce(
     node: Node, stack: DevStack, endpoints: Endpoints, *, keyring: str, workers: int
 ) -> None:
@@ -209,6 +241,8 @@ async def _demo(settings: EngramSettings, *, households: int, years: int, seed: 
         endpoints = stack.start()
     try:
         await record_dev_keyring(settings, endpoints.redis_url)
+        # The processors' crash exit would leave the broker and redis-server running.
+        deferred.worker_app.LAST_WORDS.append(stack.kill)
         local = settings.model_copy(update={"qdrant_path": stack.edge_path})
         with console.status("starting processors and the query service"):
             node = await deferred.node.Node(local, endpoints).start()

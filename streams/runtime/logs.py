@@ -29,10 +29,17 @@ class JsonFormatter(logging.Formatter):
 
 
 class ConsoleFormatter(logging.Formatter):
+    """One line a record. An exception is told by its type and message, not its traceback
+    (which the JSON format keeps): without them a crash said only that something failed."""
+
     def format(self, record: logging.LogRecord) -> str:
         extra = {k: v for k, v in record.__dict__.items() if k not in _STANDARD}
         tail = " ".join(f"{k}={v}" for k, v in extra.items())
         line = f"{record.levelname.lower():7} {record.name}: {record.getMessage()}"
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            told = " ".join(str(exc).split())
+            line = f"{line}: {type(exc).__name__}: {told}" if told else f"{line}: {exc!r}"
         return f"{line} {tail}" if tail else line
 
 
@@ -60,10 +67,8 @@ def log_thread_exception(args: threading.ExceptHookArgs) -> None:
     cancelled = issubclass(args.exc_type, asyncio.CancelledError)
     logging.getLogger("engram.threads").log(
         logging.WARNING if cancelled else logging.ERROR,
-        "thread %s ended by %s: %s",
+        "thread %s ended",
         name,
-        args.exc_type.__name__,
-        args.exc_value,
         exc_info=(args.exc_type, args.exc_value, args.exc_traceback),  # type: ignore[arg-type]
     )
 

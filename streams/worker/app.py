@@ -209,6 +209,12 @@ def _add_ingest_agent(
     app.agent(source, name=f"{settings.topic_prefix}ingest")(ingest)
 
 
+LAST_WORDS: list[Callable[[], None]] = []
+"""Run in order just before a crash exit, each bounding its own time. The embedded stack, whose
+processors run in its own process, archives its in-memory log and stops its broker and Redis
+here: they would otherwise outlive it, and the log of the run be lost."""
+
+
 def exit_without_committing(what: str, *, error: bool = True, **extra: Any) -> NoReturn:
     """Crash-only: the batch is not acknowledged, and a restarted worker folds its state from
     the log and skips what was already derived. Letting Faust restart the agent instead would
@@ -216,6 +222,11 @@ def exit_without_committing(what: str, *, error: bool = True, **extra: Any) -> N
     and a half-failed batch cannot be retried in place. ``error``: log the exception being
     handled."""
     log.critical(f"{what}; exiting without committing it", exc_info=error, extra=extra or None)
+    for last in LAST_WORDS:
+        try:
+            last()
+        except Exception:
+            log.exception("a last step before the exit failed")
     logging.shutdown()
     os._exit(70)
 

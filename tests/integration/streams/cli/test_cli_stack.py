@@ -266,3 +266,41 @@ def test_up_refuses_a_data_dir_whose_stack_or_archive_is_not_its_own(
     assert re.search(rf"{taken}\s+exists", " ".join(up.stderr.split())), up.stderr
     assert (own / "notes.txt").read_text() == "keep me"
     assert stack_processes(tmp_path) == []
+
+
+def test_up_archives_its_log_and_stops_its_servers_when_its_processors_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The processors run in `engram up`'s process and exit it at once on a batch they cannot
+    process (crash-only). That left the broker and redis-server running, the run's log not
+    archived, and the reason in no line of the terminal. Here the batch fails because the
+    embedder changed (256 dimensions) under a log derived with 384."""
+    port = free_port()
+    env = {**os.environ, "ENGRAM_DATA_DIR": str(tmp_path)}
+    with engram_up(tmp_path, port, 1) as (up, banner):
+        bootstrap = re.search(r"kafka bootstrap\s+(\S+)", banner)
+        assert bootstrap, banner
+        subprocess.run(
+            [*ENGRAM, "publish", "H001", "Year 1: the river rose", "--importance", "0.9"],
+            env={**env, "ENGRAM_KAFKA_BOOTSTRAP": bootstrap.group(1)},
+            capture_output=True,
+            timeout=60,
+            check=True,
+        )
+        assert retrieve_when_ready(port, env, timeout=30), "the event was never derived"
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(60) == 0
+    first = json.loads((tmp_path / "archive" / "manifest.json").read_text())["exported_at"]
+
+    monkeypatch.setenv("ENGRAM_EMBEDDER", "hashing-256")
+    with engram_process(["up", "--port", str(free_port())], tmp_path) as up:
+        assert up.wait(120) == 70
+        assert up.stdout is not None
+        output = up.stdout.read()
+    told = " ".join(output.split())
+    assert "has shape (384,), but this store holds 256-d vectors" in told, output
+    assert "the stack stopped (exit code 70)" in told, output
+    assert "Traceback" not in output
+    again = json.loads((tmp_path / "archive" / "manifest.json").read_text())["exported_at"]
+    assert again > first, "the crashed run's log was not archived"
+    assert stack_processes(tmp_path) == []

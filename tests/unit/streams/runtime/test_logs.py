@@ -36,7 +36,7 @@ def test_a_thread_crash_is_one_console_line(capsys: pytest.CaptureFixture[str]) 
     configure_logging("info", "console")
     crash_a_thread(ValueError("bad input"))
     err = capsys.readouterr().err
-    assert err == "error   engram.threads: thread doomed ended by ValueError: bad input\n"
+    assert err == "error   engram.threads: thread doomed ended: ValueError: bad input\n"
 
 
 def test_a_thread_crash_keeps_its_traceback_in_a_json_line(
@@ -56,4 +56,19 @@ def test_a_thread_cancelled_while_stopping_is_a_warning(
 ) -> None:
     configure_logging("info", "console")
     crash_a_thread(asyncio.CancelledError())
-    assert capsys.readouterr().err.startswith("warning engram.threads: thread doomed ended by")
+    told = capsys.readouterr().err
+    assert told == "warning engram.threads: thread doomed ended: CancelledError()\n"
+
+
+def test_a_logged_exception_is_told_on_its_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """A crash of the processors said only "a batch could not be processed" on a terminal;
+    the reason (a 384-d embedding in a store of 256-d vectors) was in no line."""
+    configure_logging("info", "console")
+    try:
+        raise ValueError("the embedding has shape (384,),\n but this store holds 256-d vectors")
+    except ValueError:
+        logging.getLogger("engram.processors").critical("a batch failed", exc_info=True)
+    assert capsys.readouterr().err == (
+        "critical engram.processors: a batch failed: ValueError: the embedding has shape "
+        "(384,), but this store holds 256-d vectors\n"
+    )
