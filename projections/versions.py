@@ -214,6 +214,18 @@ class ProjectionVersions:
         data = orjson.loads(raw).get("derived_log")
         return None if data is None else DerivedLog.from_json(data)
 
+    async def live_embedder(self, claim: str | None = None) -> str | None:
+        """The embedder the live derived log is embedded with, as the first process to derive
+        it recorded (``claim``: this process derives it with that embedder, recorded if none
+        is). A reprocessed version's log records its own (:class:`DerivedLog`); the live one
+        had none, so workers restarted with another embedder of the same dimension wrote a
+        second vector space into the same stores without a word."""
+        key = f"{self._key}:live-embedder"
+        if claim is not None:
+            await self._call(self._client.set(key, claim, nx=True))
+        value = await self._call(self._client.get(key))
+        return None if value is None else value.decode()
+
     async def set_state(self, name: str, state: VersionState) -> None:
         await self._update(name, {"state": state})
 

@@ -33,11 +33,15 @@ from streams.cli.signals import (
 from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
+    from streams.eventlog.archive import TopicSummary
     from streams.runtime.devstack.stack import DevStack
     from streams.runtime.node import Endpoints, Node
 
 commands = typer.Typer()
 log = logging.getLogger("engram.cli")
+
+LIVE_EMBEDDER = "live_embedder"
+"""The archive's note naming the embedder of the live derived log."""
 
 CRASH_ARCHIVE_TIMEOUT = 120.0
 """Longest `engram up` spends archiving its log when its processors exit it at once (s)."""
@@ -122,14 +126,18 @@ async def _run_stack(
                 replication=deferred.topic_admin.TopicReplication.from_settings(settings),
             ),
         )
+        await _live_embedder(settings, endpoints, deferred.archive.archive_notes(archive))
     deferred.worker_app.LAST_WORDS.append(_archive_and_kill(settings, stack, endpoints, archive))
     local = settings.model_copy(update={"qdrant_path": stack.edge_path})
     # Above one worker, this process holds the Qdrant Edge shard (projector and query
     # service) and the workers run as processes of their own: Edge holds the GIL while
     # it writes, which would stall a worker sharing its process.
-    node = await deferred.node.Node(
-        local, endpoints, run_processors=workers == 1, run_projector=workers > 1
-    ).start()
+    try:
+        node = await deferred.node.Node(
+            local, endpoints, run_processors=workers == 1, run_projector=workers > 1
+        ).start()
+    except deferred.projection_switch.WrongConfigurationError as exc:
+        fail(f"{exc}; or `engram up --fresh` to start with an empty log")
     stack.start_workers(workers if workers > 1 else 0, endpoints)
     _announce(node, stack, endpoints, keyring=keyring, workers=workers)
     children = stack.processes()
@@ -152,12 +160,7 @@ async def _run_stack(
         stack.stop_workers()
         if stack.broker.running():
             await transfer(
-                f"archiving the log to {archive}",
-                deferred.archive.export_log(
-                    endpoints.kafka_bootstrap,
-                    deferred.topics.Topics(settings.topic_prefix).all(),
-                    archive,
-                ),
+                f"archiving the log to {archive}", _archive_log(settings, endpoints, archive)
             )
         else:
             err.print(
@@ -170,6 +173,39 @@ async def _run_stack(
         fail(node.left_reason, code=EXIT_RESTART)
 
 
+async def _archive_log(
+    settings: EngramSettings, endpoints: Endpoints, archive: Path
+) -> list[TopicSummary]:
+    """The log to the archive, with what a restart needs of the stack's Redis, which starts
+    empty: the embedder of the live derived log, so that a restart with another embedder is
+    refused rather than writing a second vector space beside the restored one."""
+    notes = {}
+    with contextlib.suppress(Exception):  # Redis gone: the log is archived all the same
+        embedder = await _live_embedder(settings, endpoints, {})
+        if embedder is not None:
+            notes[LIVE_EMBEDDER] = embedder
+    return await deferred.archive.export_log(
+        endpoints.kafka_bootstrap,
+        deferred.topics.Topics(settings.topic_prefix).all(),
+        archive,
+        notes=notes,
+    )
+
+
+async def _live_embedder(
+    settings: EngramSettings, endpoints: Endpoints, notes: dict[str, str]
+) -> str | None:
+    """The live derived log's embedder in the stack's Redis, recorded there first from the
+    archive's ``notes`` where they name one."""
+    versions = deferred.projection_versions.ProjectionVersions.from_url(
+        endpoints.redis_url, settings.redis_namespace, settings.qdrant_collection
+    )
+    try:
+        return await versions.live_embedder(claim=notes.get(LIVE_EMBEDDER))
+    finally:
+        await versions.close()
+
+
 def _archive_and_kill(
     settings: EngramSettings, stack: DevStack, endpoints: Endpoints, archive: Path
 ) -> Callable[[], None]:
@@ -180,9 +216,7 @@ def _archive_and_kill(
 
     def last_words() -> None:
         err.print(f"[red]the processors stopped[/red]: archiving the log to {archive}")
-        job = deferred.archive.export_log(
-            endpoints.kafka_bootstrap, deferred.topics.Topics(settings.topic_prefix).all(), archive
-        )
+        job = _archive_log(settings, endpoints, archive)
         writer = threading.Thread(target=asyncio.run, args=(job,), daemon=True)
         writer.start()
         writer.join(CRASH_ARCHIVE_TIMEOUT)

@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -78,8 +78,10 @@ async def export_log(
     directory: Path,
     *,
     progress: Progress | None = None,
+    notes: Mapping[str, str] | None = None,
 ) -> list[TopicSummary]:
-    """Write ``topics`` (those that exist) to ``directory`` as they are when reading starts.
+    """Write ``topics`` (those that exist) to ``directory`` as they are when reading starts;
+    ``notes`` go into the manifest (:func:`archive_notes`) for whoever imports it.
 
     Written into a sibling temporary directory and renamed at the end, so an interrupted export
     never leaves a half archive where a whole one was. ``directory`` may be new, empty, or an
@@ -89,7 +91,7 @@ async def export_log(
     staging = _fresh_staging(directory)
     try:
         summaries = await _export_into(bootstrap, topics, staging, progress)
-        _finish(staging, directory, summaries)
+        _finish(staging, directory, summaries, notes or {})
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -170,7 +172,9 @@ def _fresh_staging(directory: Path) -> Path:
         raise ArchiveError(f"cannot write an archive at {directory}: {exc}") from None
 
 
-def _finish(staging: Path, directory: Path, summaries: Sequence[TopicSummary]) -> None:
+def _finish(
+    staging: Path, directory: Path, summaries: Sequence[TopicSummary], notes: Mapping[str, str]
+) -> None:
     """Write the manifest last and swap the archive in whole."""
     manifest = {
         "format": FORMAT,
@@ -179,6 +183,7 @@ def _finish(staging: Path, directory: Path, summaries: Sequence[TopicSummary]) -
             {"name": s.name, "partitions": s.partitions, "records": list(s.records)}
             for s in summaries
         ],
+        "notes": dict(notes),
     }
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2))
     if directory.exists():
@@ -242,6 +247,14 @@ def read_manifest(directory: Path) -> list[TopicSummary]:
         ]
     except (KeyError, TypeError, ValueError) as exc:
         raise ArchiveError(f"{directory / MANIFEST} is damaged: {exc!r}") from None
+
+
+def archive_notes(directory: Path) -> dict[str, str]:
+    """The notes an export put in the archive's manifest (none in an archive without)."""
+    read_manifest(directory)  # an archive at all, or a clear error
+    data = json.loads((directory / MANIFEST).read_text())
+    notes = data.get("notes") or {}
+    return {str(key): str(value) for key, value in notes.items()}
 
 
 def _lines(directory: Path, topic: str, partition: int) -> Iterator[dict[str, Any]]:

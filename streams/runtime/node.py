@@ -240,6 +240,8 @@ class Node:
             applies_log=self.run_processors or self.run_projector,
         )
         reason = self.serving.refusal(version, derived)
+        if reason is None and derived is None:
+            reason = await self._live_embedder_refusal()
         if reason is not None:
             with contextlib.suppress(Exception):
                 await self.versions.close()
@@ -248,6 +250,20 @@ class Node:
                     await self.keyring.close()
             raise WrongConfigurationError(reason)
         self.topics = self._topics_of(derived)
+
+    async def _live_embedder_refusal(self) -> str | None:
+        """Why this process cannot serve the live derived log: another embedder made its
+        vectors (None if none did, or nothing recorded one yet)."""
+        mine = self.embedder.id
+        recorded = await self.versions.live_embedder(claim=mine if self.run_processors else None)
+        if recorded is None or recorded == mine:
+            return None
+        return (
+            f"the live derived log is embedded with {recorded}, this process has embedder "
+            f"{mine} (ENGRAM_EMBEDDER): vectors of two embedders cannot be compared. Start "
+            f"it with the log's embedder, or derive a version with this one (`engram "
+            f"reprocess`, then `engram versions activate`)"
+        )
 
     def _topics_of(self, derived: DerivedLog | None) -> Topics:
         prefix = self.settings.topic_prefix

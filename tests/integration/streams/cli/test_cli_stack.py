@@ -274,7 +274,8 @@ def test_up_archives_its_log_and_stops_its_servers_when_its_processors_crash(
     """The processors run in `engram up`'s process and exit it at once on a batch they cannot
     process (crash-only). That left the broker and redis-server running, the run's log not
     archived, and the reason in no line of the terminal. Here the batch fails because the
-    embedder changed (256 dimensions) under a log derived with 384."""
+    embedder changed (256 dimensions) under a log derived with 384, in an archive that does not
+    name its embedder (written before archives did), so no refusal comes first."""
     port = free_port()
     env = {**os.environ, "ENGRAM_DATA_DIR": str(tmp_path)}
     with engram_up(tmp_path, port, 1) as (up, banner):
@@ -290,7 +291,10 @@ def test_up_archives_its_log_and_stops_its_servers_when_its_processors_crash(
         assert retrieve_when_ready(port, env, timeout=30), "the event was never derived"
         up.send_signal(signal.SIGTERM)
         assert up.wait(60) == 0
-    first = json.loads((tmp_path / "archive" / "manifest.json").read_text())["exported_at"]
+    manifest = json.loads((tmp_path / "archive" / "manifest.json").read_text())
+    assert manifest.pop("notes") == {"live_embedder": "hashing-v1-384"}
+    (tmp_path / "archive" / "manifest.json").write_text(json.dumps(manifest))
+    first = manifest["exported_at"]
 
     monkeypatch.setenv("ENGRAM_EMBEDDER", "hashing-256")
     with engram_process(["up", "--port", str(free_port())], tmp_path) as up:
@@ -303,4 +307,26 @@ def test_up_archives_its_log_and_stops_its_servers_when_its_processors_crash(
     assert "Traceback" not in output
     again = json.loads((tmp_path / "archive" / "manifest.json").read_text())["exported_at"]
     assert again > first, "the crashed run's log was not archived"
+    assert stack_processes(tmp_path) == []
+
+
+def test_up_refuses_another_embedder_than_its_archived_log_was_embedded_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stack's Redis starts empty, so the archive carries the live log's embedder: a
+    restart with another (here another dimension; MiniLM after hashing, both 384-d, would
+    have mixed two vector spaces without a word) is refused before the processors start."""
+    with engram_up(tmp_path, free_port(), 1) as (up, _):
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(60) == 0
+    before = (tmp_path / "archive" / "manifest.json").read_text()
+
+    monkeypatch.setenv("ENGRAM_EMBEDDER", "hashing-256")
+    with engram_process(["up", "--port", str(free_port())], tmp_path) as up:
+        assert up.wait(120) == 2
+        assert up.stdout is not None
+        told = " ".join(up.stdout.read().split())
+    assert "the live derived log is embedded with hashing-v1-384" in told, told
+    assert "engram up --fresh" in told
+    assert (tmp_path / "archive" / "manifest.json").read_text() == before
     assert stack_processes(tmp_path) == []

@@ -10,7 +10,13 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from schemas.topics import Topics
-from streams.eventlog.archive import ArchiveError, export_log, import_log, read_manifest
+from streams.eventlog.archive import (
+    ArchiveError,
+    archive_notes,
+    export_log,
+    import_log,
+    read_manifest,
+)
 from streams.eventlog.kafka_clients import log_reader
 from streams.eventlog.topic_admin import ensure_topics
 from streams.runtime.devstack.broker import TansuBroker
@@ -128,6 +134,7 @@ async def test_an_export_replaces_an_archive_and_nothing_else(
     archive = tmp_path / "archive"
     first = await export_log(kafka_bootstrap, [topics.observations], archive)
     assert sum(s.total for s in first) == 0
+    assert archive_notes(archive) == {}
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
     await producer.start()
     try:
@@ -135,7 +142,10 @@ async def test_an_export_replaces_an_archive_and_nothing_else(
     finally:
         await producer.stop()
     (archive / "manifest.json").write_text("{damaged")
-    second = await export_log(kafka_bootstrap, [topics.observations], archive)
+    second = await export_log(
+        kafka_bootstrap, [topics.observations], archive, notes={"live_embedder": "hashing-v1-384"}
+    )
+    assert archive_notes(archive) == {"live_embedder": "hashing-v1-384"}
     assert sum(s.total for s in second) == 1
     assert read_manifest(archive) == second
     assert (web / "index.html").read_text() == "keep me three"

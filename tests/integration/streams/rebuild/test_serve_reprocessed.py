@@ -409,3 +409,38 @@ async def test_query_services_follow_a_version_embedded_like_them_and_read_its_l
     finally:
         await different.stop()
         await same.stop()
+
+
+async def test_the_live_log_refuses_a_process_with_another_embedder(
+    redis_server_url: str, tmp_path: Path
+) -> None:
+    """The live derived log had no recorded embedder: workers restarted with another one of
+    the same dimension wrote a second vector space into its stores, and a query service with
+    another one compared its queries with vectors of the first. The first process to derive
+    records its embedder; a worker or query service with another is refused at start."""
+    prefix = f"live{uuid.uuid4().hex[:8]}."
+    settings = isolated_settings(prefix, tmp_path, schedule_interval=0)
+    registry = ProjectionVersions.from_url(
+        redis_server_url, settings.redis_namespace, settings.qdrant_collection
+    )
+    try:
+        assert await registry.live_embedder() is None
+        assert await registry.live_embedder(claim="hashing-v1-384") == "hashing-v1-384"
+        assert await registry.live_embedder(claim="minilm-l6-v2-384") == "hashing-v1-384"
+    finally:
+        await registry.close()
+    other = settings.model_copy(update={"embedder": "hashing-256"})
+    # No broker behind this address: the refusal comes before anything is touched.
+    for endpoints, processors in (
+        (Endpoints("127.0.0.1:9", redis_server_url), True),
+        (Endpoints("", redis_server_url), False),
+    ):
+        with pytest.raises(WrongConfigurationError) as refused:
+            await Node(
+                other, endpoints, run_processors=processors, run_service=not processors
+            ).start()
+        assert "live derived log is embedded with hashing-v1-384" in str(refused.value)
+        assert "this process has embedder hashing-v1-256" in str(refused.value)
+
+    service = await Node(settings, Endpoints("", redis_server_url), run_processors=False).start()
+    await service.stop()
