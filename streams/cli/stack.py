@@ -97,8 +97,10 @@ async def _up(settings: EngramSettings, *, workers: int, fresh: bool) -> None:
     stack = deferred.devstack.DevStack(settings.data_dir)
     stop.at_once(stack.kill)
     endpoints = stack.start()
+    last_words = _archive_and_kill(settings, stack, endpoints, settings.data_dir / "archive")
     try:
-        await _run_stack(settings, stack, endpoints, workers=workers, fresh=fresh, stop=stop)
+        with deferred.worker_app.before_a_crash_exit(last_words):
+            await _run_stack(settings, stack, endpoints, workers=workers, fresh=fresh, stop=stop)
     finally:
         stack.stop()
 
@@ -127,7 +129,6 @@ async def _run_stack(
             ),
         )
         await _live_embedder(settings, endpoints, deferred.archive.archive_notes(archive))
-    deferred.worker_app.LAST_WORDS.append(_archive_and_kill(settings, stack, endpoints, archive))
     local = settings.model_copy(update={"qdrant_path": stack.edge_path})
     # Above one worker, this process holds the Qdrant Edge shard (projector and query
     # service) and the workers run as processes of their own: Edge holds the GIL while
@@ -274,25 +275,36 @@ async def _demo(settings: EngramSettings, *, households: int, years: int, seed: 
         stop.at_once(stack.kill)
         endpoints = stack.start()
     try:
-        await record_dev_keyring(settings, endpoints.redis_url)
         # The processors' crash exit would leave the broker and redis-server running.
-        deferred.worker_app.LAST_WORDS.append(stack.kill)
-        local = settings.model_copy(update={"qdrant_path": stack.edge_path})
-        with console.status("starting processors and the query service"):
-            node = await deferred.node.Node(local, endpoints).start()
-        try:
-            demo = _demo_on(
-                node, settings, endpoints, households=households, years=years, seed=seed
-            )
-            ended = await unless_set(stop, demo)
-        finally:
-            await node.stop()
+        with deferred.worker_app.before_a_crash_exit(stack.kill):
+            ended = await _demo_with_node(stack, endpoints, settings, stop, households, years, seed)
     finally:
         stack.stop()
     if not ended:
         by = stop.signal or signal.SIGTERM
         name = "Ctrl-C" if by == signal.SIGINT else by.name
         fail(f"stopped by {name} before the demo ended", code=128 + by)
+
+
+async def _demo_with_node(
+    stack: DevStack,
+    endpoints: Endpoints,
+    settings: EngramSettings,
+    stop: asyncio.Event,
+    households: int,
+    years: int,
+    seed: int,
+) -> bool:
+    """The demo on a node of the started stack; whether it ended before a signal."""
+    await record_dev_keyring(settings, endpoints.redis_url)
+    local = settings.model_copy(update={"qdrant_path": stack.edge_path})
+    with console.status("starting processors and the query service"):
+        node = await deferred.node.Node(local, endpoints).start()
+    try:
+        demo = _demo_on(node, settings, endpoints, households=households, years=years, seed=seed)
+        return await unless_set(stop, demo)
+    finally:
+        await node.stop()
 
 
 async def _demo_on(

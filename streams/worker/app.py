@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence, Set
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, Set
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -213,6 +213,16 @@ LAST_WORDS: list[Callable[[], None]] = []
 """Run in order just before a crash exit, each bounding its own time. The embedded stack, whose
 processors run in its own process, archives its in-memory log and stops its broker and Redis
 here: they would otherwise outlive it, and the log of the run be lost."""
+
+
+@contextlib.contextmanager
+def before_a_crash_exit(step: Callable[[], None]) -> Iterator[None]:
+    """``step`` is one of the :data:`LAST_WORDS` while the block runs."""
+    LAST_WORDS.append(step)
+    try:
+        yield
+    finally:
+        LAST_WORDS.remove(step)
 
 
 def exit_without_committing(what: str, *, error: bool = True, **extra: Any) -> NoReturn:
