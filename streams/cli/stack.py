@@ -171,7 +171,13 @@ async def _run_stack(
     if lost is not None:
         fail(f"{lost}; the stack stopped")
     if node.left_reason is not None:
-        fail(node.left_reason, code=EXIT_RESTART)
+        # The stack's Redis, which holds the registry of versions, starts empty, and the
+        # archive holds the live derived log only.
+        fail(
+            f"{node.left_reason}. The embedded stack keeps no projection version across a "
+            "restart: `engram up` starts again on the live derived log of its archive",
+            code=EXIT_RESTART,
+        )
 
 
 async def _archive_log(
