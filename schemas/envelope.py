@@ -13,6 +13,9 @@ AgentId = Annotated[
 ]
 """Agent ids become Redis keys and Qdrant payload values, so whitespace and slashes are refused."""
 
+AGENT_ID_RULE = "1-200 characters: letters, digits and _ . : @ - (no spaces or slashes)"
+"""What :data:`AgentId` accepts, in words, for the docs and the messages that refuse one."""
+
 EventId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 NOT_WHITESPACE = (
     "[^\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"

@@ -45,7 +45,7 @@ from projections.service.http_auth import Guarded, ServiceError
 from projections.service.learned_routes import add_learned_routes
 from projections.service.metrics import ServiceMetrics
 from projections.service.openapi import document_with_topics
-from schemas.envelope import AgentId
+from schemas.envelope import AGENT_ID_RULE, AgentId
 from schemas.memory_events import MemoryRetrieved, RetrievedItem
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,6 @@ RetrievalTrace = Callable[
 
 DEFAULT_HISTORY_LIMIT = 100
 
-AGENT_ID_RULE = "1-200 characters: letters, digits and _ . : @ - (no spaces or slashes)"
-"""What ``schemas.envelope.AgentId`` accepts, in words, for the docs and the 422 message."""
 
 DESCRIPTION = """\
 Retrieval over an agent's memories, as projected from the Engram event log.

@@ -20,10 +20,9 @@ from projections.learned.reads import (
     Procedures,
 )
 from projections.service.http_auth import Guarded
-from schemas.envelope import MAX_CONTENT_CHARS, AgentId
+from schemas.envelope import AGENT_ID_RULE, MAX_CONTENT_CHARS, AgentId
 
 MAX_LEARNED_TOP_K = 50
-AGENT_ID_RULE = "1-200 characters: letters, digits and _ . : @ - (no spaces or slashes)"
 
 Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS)]
 AgentPath = Annotated[AgentId, Path(description=f"The agent: {AGENT_ID_RULE}.", examples=["H001"])]

@@ -59,7 +59,6 @@ from projections.retrieval.models import (
     RetrievalResponse,
 )
 from projections.retrieval.scoring import Weights
-from projections.service.app import AGENT_ID_RULE
 from projections.service.client import (
     AsyncEngramClient,
     HasPosition,
@@ -69,7 +68,7 @@ from projections.service.client import (
     format_for_prompt,
 )
 from schemas.agent_events import AgentEvent, Content, JsonObject, Observation
-from schemas.envelope import MAX_CONTENT_CHARS, AgentId, SimulationTime, Tag
+from schemas.envelope import AGENT_ID_RULE, MAX_CONTENT_CHARS, AgentId, SimulationTime, Tag
 from schemas.errors import EngramError
 
 __all__ = [

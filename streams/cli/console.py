@@ -9,7 +9,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, NoReturn
 
 import typer
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 
 from streams.cli import deferred
@@ -22,6 +22,16 @@ err = Console(stderr=True)
 def fail(message: str, code: int = 2) -> NoReturn:
     err.print(f"[red]error:[/red] {message}")
     raise typer.Exit(code)
+
+
+def checked_agent_id(agent_id: str) -> str:
+    """``agent_id`` if the events accept it, else a clear error naming the rule (before any
+    server is asked: a command that reads the log would otherwise read for nothing)."""
+    try:
+        TypeAdapter(deferred.envelope.AgentId).validate_python(agent_id)
+    except ValidationError:
+        fail(f"{agent_id!r} is not an agent id: it must be {deferred.envelope.AGENT_ID_RULE}")
+    return agent_id
 
 
 def validation_lines(exc: ValidationError) -> str:

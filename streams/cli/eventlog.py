@@ -14,7 +14,7 @@ from rich.table import Table
 
 from streams.cli import deferred
 from streams.cli.configuration import bootstrap_of, load_settings, open_keyring
-from streams.cli.console import console, fail, friendly_errors, run
+from streams.cli.console import checked_agent_id, console, fail, friendly_errors, run
 from streams.cli.progress import counted
 
 if TYPE_CHECKING:
@@ -108,6 +108,7 @@ def history(
     timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to read the log for.")] = 30.0,
 ) -> None:
     settings = load_settings()
+    checked_agent_id(agent_id)
     bootstrap = bootstrap_of(settings)
 
     async def main() -> None:

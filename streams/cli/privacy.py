@@ -6,11 +6,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import TypeAdapter
 
 from streams.cli import deferred
 from streams.cli.configuration import configure, load_settings, open_keyring
-from streams.cli.console import console, fail, friendly_errors, run
+from streams.cli.console import checked_agent_id, console, fail, friendly_errors, run
 from streams.cli.version_stores import VersionStores, version_stores
 from streams.settings import EngramSettings
 
@@ -41,8 +40,8 @@ def forget_agent(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     settings = load_settings()
+    checked_agent_id(agent_id)
     with friendly_errors():
-        TypeAdapter(deferred.envelope.AgentId).validate_python(agent_id)
         if reason is not None and len(reason) > 500:
             raise ValueError("--reason is at most 500 characters")
     stores = version_stores(settings)

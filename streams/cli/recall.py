@@ -17,13 +17,13 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 from rich import box
 from rich.table import Table
 
 from streams.cli import deferred
 from streams.cli.configuration import configure, load_settings, open_keyring
-from streams.cli.console import console, err, fail, run
+from streams.cli.console import checked_agent_id, console, err, fail, run
 from streams.cli.memory import (
     Arousal,
     AsPrompt,
@@ -148,7 +148,7 @@ def recall(
         occurred_before=occurred_before,
         weight=weight,
     )
-    _check_agent(agent_id)
+    checked_agent_id(agent_id)
     settings = load_settings()
     if not settings.kafka_bootstrap or not settings.redis_url:
         fail("set ENGRAM_KAFKA_BOOTSTRAP and ENGRAM_REDIS_URL (engram up prints both)")
@@ -160,13 +160,6 @@ def recall(
     else:
         assert as_of is not None
         _as_of(settings, agent_id, _point(as_of), _request(params), prompt, timeout)
-
-
-def _check_agent(agent_id: str) -> None:
-    try:
-        TypeAdapter(deferred.envelope.AgentId).validate_python(agent_id)
-    except ValidationError as exc:
-        fail(f"{agent_id!r} is not an agent id: {exc.errors()[0]['msg']}")
 
 
 def _point(text: str) -> LogPoint:

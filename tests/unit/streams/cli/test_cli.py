@@ -160,3 +160,20 @@ def test_weights_and_step_filters_reach_the_request(
     [body] = _RecordingService.bodies
     assert {k: body[field][k] for k in expected} == expected
     assert (body["filter"]["step_from"], body["filter"]["step_to"]) == (2, 9)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["history", "bad id"],
+        ["forget-agent", "a/b", "--yes"],
+        ["recall", "no spaces", "--as-of", "2026-01-01T00:00:00Z"],
+    ],
+)
+def test_an_agent_id_the_events_refuse_is_named_with_the_rule(args: list[str]) -> None:
+    """Before any server is asked (none runs at this address): `engram history` said only
+    "(input): String should match pattern ..." after reaching for the broker."""
+    result = runner.invoke(app, args, env={"ENGRAM_KAFKA_BOOTSTRAP": "127.0.0.1:9"})
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert f"{args[1]!r} is not an agent id: it must be 1-200 characters" in said

@@ -59,4 +59,4 @@ def test_an_invalid_agent_id_is_named_before_the_log_is_read() -> None:
         app, ["recall", "no spaces", "--as-of", "2026-01-01T00:00:00Z"], env=CONFIGURED
     )
     assert result.exit_code == 2, result.output
-    assert "'no spaces' is not an agent id: String should match pattern" in result.output
+    assert "'no spaces' is not an agent id: it must be 1-200 characters" in result.output
