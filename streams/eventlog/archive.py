@@ -229,17 +229,7 @@ async def _export_partition(
 
 
 def read_manifest(directory: Path) -> list[TopicSummary]:
-    try:
-        data = json.loads((directory / MANIFEST).read_text())
-    except (FileNotFoundError, NotADirectoryError):
-        raise ArchiveError(f"{directory} is not an Engram archive (no {MANIFEST})") from None
-    except OSError as exc:
-        raise ArchiveError(f"cannot read {directory / MANIFEST}: {exc}") from None
-    except ValueError as exc:
-        raise ArchiveError(f"{directory / MANIFEST} is damaged: {exc}") from None
-    found = data.get("format") if isinstance(data, dict) else None
-    if found != FORMAT:
-        raise ArchiveError(f"{directory} has archive format {found!r}; this Engram reads {FORMAT}")
+    data = _manifest(directory)
     try:
         return [
             TopicSummary(t["name"], int(t["partitions"]), tuple(int(n) for n in t["records"]))
@@ -251,10 +241,26 @@ def read_manifest(directory: Path) -> list[TopicSummary]:
 
 def archive_notes(directory: Path) -> dict[str, str]:
     """The notes an export put in the archive's manifest (none in an archive without)."""
-    read_manifest(directory)  # an archive at all, or a clear error
-    data = json.loads((directory / MANIFEST).read_text())
-    notes = data.get("notes") or {}
+    notes = _manifest(directory).get("notes") or {}
+    if not isinstance(notes, dict):
+        raise ArchiveError(f"{directory / MANIFEST} is damaged: its notes are not a mapping")
     return {str(key): str(value) for key, value in notes.items()}
+
+
+def _manifest(directory: Path) -> dict[str, Any]:
+    """The manifest of an archive of this format, or a clear error."""
+    try:
+        data = json.loads((directory / MANIFEST).read_text())
+    except (FileNotFoundError, NotADirectoryError):
+        raise ArchiveError(f"{directory} is not an Engram archive (no {MANIFEST})") from None
+    except OSError as exc:
+        raise ArchiveError(f"cannot read {directory / MANIFEST}: {exc}") from None
+    except ValueError as exc:
+        raise ArchiveError(f"{directory / MANIFEST} is damaged: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else None
+        raise ArchiveError(f"{directory} has archive format {found!r}; this Engram reads {FORMAT}")
+    return data
 
 
 def _lines(directory: Path, topic: str, partition: int) -> Iterator[dict[str, Any]]:
