@@ -306,7 +306,7 @@ def test_the_command_line_names_a_bad_agent_id_and_an_unreachable_broker() -> No
     runner = CliRunner()
     bad = runner.invoke(cli, ["history", "bad id"], env={"ENGRAM_KAFKA_BOOTSTRAP": "x:1"})
     assert bad.exit_code == 2, bad.output
-    assert "invalid input" in bad.output
+    assert "'bad id' is not an agent id: it must be" in bad.output
     assert "Traceback" not in bad.output
     bootstrap = f"127.0.0.1:{free_port()}"
     down = runner.invoke(

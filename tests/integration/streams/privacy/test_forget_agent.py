@@ -173,7 +173,7 @@ async def test_forget_agent_explains_bad_input_and_a_missing_worker(
     }
     bad = await invoke(["forget-agent", "no spaces please", "--yes"], env)
     assert bad.exit_code == 2
-    assert "invalid input" in bad.output
+    assert "'no spaces please' is not an agent id: it must be" in bad.output
     assert "Traceback" not in bad.output
 
     # Nobody processes the request: a bounded wait, then where the request is and what to do.
