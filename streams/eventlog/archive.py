@@ -209,6 +209,7 @@ async def _export_partition(
             return count
         consumer.assign([tp])
         consumer.seek(tp, begin)
+        first_highwater: int | None = None
         while True:
             batch = await consumer.getmany(tp, timeout_ms=300, max_records=10_000)
             records = batch.get(tp, [])
@@ -223,7 +224,9 @@ async def _export_partition(
             count += len(records)
             if progress is not None and records:
                 progress(len(records))
-            if at_end(await consumer.position(tp), end, bool(records)):
+            if first_highwater is None:
+                first_highwater = consumer.highwater(tp)
+            if at_end(await consumer.position(tp), end, first_highwater):
                 break
     return count
 

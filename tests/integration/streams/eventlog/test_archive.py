@@ -51,10 +51,12 @@ async def everything(bootstrap: str, topics: list[str], partitions: int) -> list
                 consumer.assign([tp])
                 await consumer.seek_to_beginning(tp)
                 end = (await consumer.end_offsets([tp]))[tp]
-                while True:
+                highwater = None
+                while end:
                     records = (await consumer.getmany(tp, timeout_ms=300)).get(tp, [])
                     out.extend((topic, partition, r.offset, r.key, r.value) for r in records)
-                    if at_end(await consumer.position(tp), end, bool(records)):
+                    highwater = highwater if highwater is not None else consumer.highwater(tp)
+                    if at_end(await consumer.position(tp), end, highwater):
                         break
     finally:
         await consumer.stop()
