@@ -100,7 +100,11 @@ def plan(
         console.print(f"  {i}. {action.tool}({action.input}) -> {action.observation}")
 
 
-@commands.command(help="Publish feedback on an agent's decision or memory (signal -1..1).")
+@commands.command(
+    help="Publish feedback on an agent's decision or memory (signal -1..1).",
+    # A negative SIGNAL (`engram feedback H001 ID -1`) reads as an option otherwise.
+    context_settings={"ignore_unknown_options": True},
+)
 def feedback(
     agent_id: Annotated[str, typer.Argument(help="Whose event it is.")],
     target: Annotated[str, typer.Argument(help="The event id the feedback is about.")],
