@@ -40,12 +40,11 @@ def at_end(position: int, reported_end: int, highwater: int | None) -> bool:
     lower bound only: Tansu answers it with the last *batch's* base offset + 1. The first
     highwater a fetch response reported after reading started (``highwater``, None before one
     came) is exact, and counts at most the few records written since. A read ends at both,
-    and never before a fetch response: ended on a poll that came back without records for a
-    partition, a read of several partitions stopped short when that partition's fetch was
-    still in flight, and a reprocess in a loaded test run derived 216 events fewer than the
-    live worker. Written after the start is consumed live, not by this read, so a topic
-    written all the time (``memory.access`` under query load) still ends: at the first
-    highwater, not at the latest.
+    and never before a fetch response: a poll that returns no records for a partition says
+    nothing while that partition's fetch is in flight, so a read of several partitions that
+    ended on one could stop short. Written after the start is consumed live, not by this read,
+    so a topic written all the time (``memory.access`` under query load) still ends: at the
+    first highwater, not at the latest.
     """
     return highwater is not None and position >= max(reported_end, highwater)
 

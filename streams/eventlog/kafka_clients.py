@@ -55,7 +55,8 @@ def log_reader(bootstrap: str, *, fetch_bytes: int = 8 << 20) -> AIOKafkaConsume
         auto_offset_reset="earliest",
         max_partition_fetch_bytes=fetch_bytes,
         fetch_max_bytes=max(fetch_bytes, 64 << 20) if fetch_bytes >= 8 << 20 else fetch_bytes,
-        # The read ends with an empty poll, and Tansu holds a fetch for about the whole wait.
+        # A read ends at a fetch response's highwater, and Tansu holds a fetch for about the
+        # whole wait.
         fetch_max_wait_ms=50,
         **_security,
     )
