@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, NoReturn
 
@@ -13,6 +14,7 @@ from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 
 from streams.cli import deferred
+from streams.cli.signals import StopSignal, stop_on_signal, unless_set
 from streams.runtime.collector import tune_collector
 
 console = Console()
@@ -74,9 +76,62 @@ def friendly_errors() -> Iterator[None]:
         fail(f"{type(exc).__name__}: {exc}")
 
 
+LEFT_WHEN_STOPPED: list[str] = []
+"""What a stopped command leaves behind, said by :func:`if_stopped` as the stop passed."""
+
+
+@contextlib.contextmanager
+def if_stopped(left: Callable[[], str | None]) -> Iterator[None]:
+    """A command stopped (Ctrl-C, SIGTERM) inside this block says ``left()`` on its way out:
+    what the stop left half done (a version partly built, an archive partly imported) and the
+    command that finishes or removes it. Said by :func:`run`; None says nothing."""
+    try:
+        yield
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        message = left()
+        if message:
+            LEFT_WHEN_STOPPED.append(message)
+        raise
+
+
+_STOP: list[StopSignal] = []
+"""The stop of the command :func:`run` runs, while it runs."""
+
+
+def unless_stopping() -> None:
+    """A checkpoint of a long job's own work (its progress callbacks call it): a job still at
+    work after a stop was asked is cancelled here. A cancel can be lost: on Python 3.11,
+    ``asyncio.wait_for``, which redis-py wraps around every command it sends, swallows one
+    that comes just as the command's write completes, and a replay then went on to switch."""
+    if _STOP and _STOP[-1].is_set():
+        raise asyncio.CancelledError
+
+
 def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """A command's work, on an event loop of its own, its failures made readable, with the
-    garbage collector tuned for a long-running process (:mod:`streams.runtime.collector`)."""
+    garbage collector tuned for a long-running process (:mod:`streams.runtime.collector`).
+
+    The first Ctrl-C, SIGTERM or SIGHUP cancels the work (its ``finally`` blocks run: a fence
+    is lowered, a staging directory removed), then the command says what it left
+    (:func:`if_stopped`) and exits with 128 + the signal's number, as a shell expects; a second
+    one ends it at once. SIGTERM's default would end it on the spot, none of that done.
+    Commands that wait for a signal themselves (:func:`streams.cli.signals.stop_on_signal`)
+    put their own handlers in place of these."""
     tune_collector()
+
+    async def until_done_or_stopped() -> signal.Signals | None:
+        stop = stop_on_signal()
+        _STOP.append(stop)
+        try:
+            done = await unless_set(stop, main())
+        finally:
+            _STOP.remove(stop)
+        return None if done else stop.signal
+
+    LEFT_WHEN_STOPPED.clear()
     with friendly_errors():
-        asyncio.run(main())
+        by = asyncio.run(until_done_or_stopped())
+    if by is not None:
+        name = "Ctrl-C" if by == signal.SIGINT else by.name
+        err.print(f"{name}: stopped" + "".join(f"\n{left}" for left in LEFT_WHEN_STOPPED))
+        raise typer.Exit(128 + by)

@@ -14,7 +14,14 @@ from rich.table import Table
 
 from streams.cli import deferred
 from streams.cli.configuration import bootstrap_of, load_settings, open_keyring
-from streams.cli.console import checked_agent_id, console, fail, friendly_errors, run
+from streams.cli.console import (
+    checked_agent_id,
+    console,
+    fail,
+    friendly_errors,
+    if_stopped,
+    run,
+)
 from streams.cli.progress import counted
 
 if TYPE_CHECKING:
@@ -45,7 +52,10 @@ def export_command(
     bootstrap = bootstrap_of(settings)
 
     async def main() -> None:
-        with counted("exporting", None) as advance:
+        with (
+            if_stopped(lambda: f"nothing was written: {directory} is as it was"),
+            counted("exporting", None) as advance,
+        ):
             summaries = await deferred.archive.export_log(
                 bootstrap,
                 deferred.topics.Topics(settings.topic_prefix).all(),
@@ -61,11 +71,21 @@ def export_command(
     "import",
     help=(
         "Load an archive written by `engram export` into the broker at ENGRAM_KAFKA_BOOTSTRAP, "
-        "every record at the partition and offset it had. The topics must be empty or absent."
+        "every record at the partition and offset it had. The topics must be empty or absent, "
+        "unless --resume continues an import of the same archive that stopped."
     ),
 )
 def import_command(
     directory: Annotated[Path, typer.Argument(help="An archive written by engram export.")],
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Continue an import of this archive that stopped half way: each partition "
+            "goes on from where the target ends, once its last record there is found to be "
+            "the archive's (a target that holds anything else is refused).",
+        ),
+    ] = False,
 ) -> None:
     settings = load_settings()
     bootstrap = bootstrap_of(settings)
@@ -73,14 +93,32 @@ def import_command(
     async def main() -> None:
         archive = deferred.archive
         total = sum(s.total for s in archive.read_manifest(directory))
-        with counted("importing", total) as advance:
+        there: list[int] = []
+        written: list[int] = []
+
+        def advance_both(n: int) -> None:
+            written.append(n)
+            advance(n)
+
+        def left() -> str:
+            done = sum(written)
+            return (
+                f"the target holds {done:,} of the archive's {total:,} records; "
+                f"`engram import --resume {directory}` continues from there"
+            )
+
+        with if_stopped(left), counted("importing", total) as advance:
             summaries = await archive.import_log(
                 bootstrap,
                 directory,
-                progress=advance,
+                progress=advance_both,
                 replication=deferred.topic_admin.TopicReplication.from_settings(settings),
+                resume=resume,
+                present=there.append,
             )
         report("imported", summaries, directory)
+        if sum(there):
+            console.print(f"({sum(there):,} of them were there already: resumed)")
 
     run(main)
 

@@ -18,13 +18,14 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from streams.cli.console import console, err
+from streams.cli.console import console, err, unless_stopping
 
 if TYPE_CHECKING:
     from streams.eventlog.archive import TopicSummary
 
 Advance = Callable[[int], None]
-"""Called with a count of records: how many more are done, or how many there are in all."""
+"""Called with a count of records: how many more are done, or how many there are in all.
+Advancing is also where a job still at work after Ctrl-C stops (:func:`unless_stopping`)."""
 
 
 def record_progress(description: str, total: int | None) -> Progress:
@@ -47,6 +48,7 @@ def counted(description: str, total: int | None) -> Iterator[Advance]:
         task = progress.add_task(description, total=total, rate="")
 
         def advance(n: int) -> None:
+            unless_stopping()
             progress.update(task, advance=n, rate=_rate(progress, task))
 
         yield advance
@@ -72,6 +74,7 @@ def sized_as_it_goes(description: str) -> Iterator[tuple[Advance, Advance]]:
             progress.update(task, total=max(expected, 1, int(done)))
 
         def advance(n: int) -> None:
+            unless_stopping()
             done = progress.tasks[task].completed + n
             grown = None if expected is None else max(expected, 1, int(done))
             progress.update(task, advance=n, total=grown, rate=_rate(progress, task))

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from streams.cli import deferred
 from streams.cli.configuration import configure, load_settings, open_keyring
-from streams.cli.console import console, fail, friendly_errors, run
+from streams.cli.console import console, fail, friendly_errors, if_stopped, run
 from streams.cli.progress import sized_as_it_goes
 from streams.cli.version_stores import VersionStores, version_stores
 from streams.settings import EngramSettings
@@ -97,7 +98,9 @@ def replay(
                 console.print(f"resuming version {resumed.label}")
                 target = resumed
             job = _replay_job(settings, stores, keyring, batch_size, fence_timeout)
-            with sized_as_it_goes("replaying") as (total, advance):
+            begun: list[ReplayReport] = []
+            left = _replay_left(begun, existing=target is not None)
+            with if_stopped(left), sized_as_it_goes("replaying") as (total, advance):
                 result = await job.run(
                     name=None if resumed is not None else version,
                     into=target,
@@ -105,6 +108,7 @@ def replay(
                     switch=switch,
                     total=total,
                     advance=advance,
+                    begun=begun.append,
                 )
             if resumed is not None and not result.switched and resumed.name is not None:
                 await stores.versions.set_state(resumed.name, "ready")
@@ -200,6 +204,32 @@ async def _resumable(
     return info.version
 
 
+def _replay_left(begun: list[ReplayReport], *, existing: bool) -> Callable[[], str | None]:
+    """What a replay stopped half way leaves, once it has a version (``begun``), and how to
+    finish it: the version it wrote is not served, and the one active before still is (the
+    fence is lowered on the way out)."""
+
+    def left() -> str | None:
+        if not begun:
+            return None
+        report = begun[0]
+        label = report.version.label
+        if report.switched:
+            return f"version {label} is built and serves"
+        if existing:
+            return (
+                f"version {label} is partly caught up and not switched to; "
+                "the same command again finishes it"
+            )
+        return (
+            f"version {label} is partly built and not served (the active version still is): "
+            f"`engram replay --version {label} --resume` finishes it, "
+            f"`engram versions drop {label}` deletes it"
+        )
+
+    return left
+
+
 def _print_replayed(result: ReplayReport) -> None:
     rate = result.events / max(result.seconds, 1e-9)
     console.print(
@@ -257,8 +287,14 @@ def reprocess(
             console.print(
                 f"configuration version {job.config_version} (embedder {job.embedder.id})"
             )
-            with sized_as_it_goes("reprocessing") as (total, advance):
-                result = await job.run(name=version, total=total, advance=advance)
+            begun: list[ReprocessReport] = []
+            with (
+                if_stopped(partial(_reprocess_left, begun)),
+                sized_as_it_goes("reprocessing") as (total, advance),
+            ):
+                result = await job.run(
+                    name=version, total=total, advance=advance, begun=begun.append
+                )
             _print_reprocessed(result)
         finally:
             await stores.versions.close()
@@ -304,6 +340,19 @@ def _reprocess_job(
         )
 
     return job
+
+
+def _reprocess_left(begun: list[ReprocessReport]) -> str | None:
+    """What a reprocess stopped half way leaves: a version that is not ready (no process
+    follows it), and its derived log, part written. It starts again from the beginning."""
+    if not begun:
+        return None
+    label = begun[0].version.label
+    return (
+        f"version {label} is partly derived and not ready: "
+        f"`engram versions drop {label} --with-log` deletes it and its derived log, "
+        "then `engram reprocess` starts again"
+    )
 
 
 def _print_reprocessed(result: ReprocessReport) -> None:

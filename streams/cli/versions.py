@@ -124,6 +124,16 @@ def versions_drop(
     timeout: Annotated[
         float, typer.Option(min=0.0, help="Longest wait for processes to let go of it.")
     ] = 30.0,
+    with_log: Annotated[
+        bool | None,
+        typer.Option(
+            "--with-log/--keep-log",
+            help="For a reprocessed version: delete its derived log (its own memory.items, "
+            "memory.lifecycle, memory.deadletter and memory.snapshots topics) too, or keep "
+            "it. One of the two is required there: the log can be derived again from the raw "
+            "events, but a summariser that is a language model may not write the same words.",
+        ),
+    ] = None,
 ) -> None:
     """Delete a version's Redis keys and Qdrant collection, once no running process uses it."""
     stores = version_stores(load_settings())
@@ -133,12 +143,32 @@ def versions_drop(
             info = await _inactive_version(
                 stores.versions, name, "is active; replay into another one first"
             )
+            log_topics = _derived_log_topics(info)
+            if log_topics and with_log is None:
+                fail(
+                    f"version {name!r} has a derived log of its own ({', '.join(log_topics)}): "
+                    "say --with-log to delete it too, or --keep-log to keep it"
+                )
             await deferred.projection_versions.wait_until_unused(
                 stores.versions, info.version, timeout=timeout
             )
             await stores.drop(info.version)
             console.print(f"dropped version {name}")
+            if log_topics and with_log:
+                deleted = await deferred.topic_admin.delete_topics(stores.bootstrap, log_topics)
+                console.print(f"deleted its derived log: {', '.join(deleted) or 'no topics'}")
+            elif log_topics:
+                console.print(f"kept its derived log: {', '.join(log_topics)}")
         finally:
             await stores.versions.close()
 
     run(main)
+
+
+def _derived_log_topics(info: VersionInfo) -> list[str]:
+    """The topics of a reprocessed version's own derived log (none for a replayed one, which
+    applies the live log)."""
+    if info.derived_log is None:
+        return []
+    topics = deferred.topics.Topics(derived_prefix=info.derived_log.topic_prefix)
+    return [topics.items, topics.lifecycle, topics.deadletter, topics.snapshots]

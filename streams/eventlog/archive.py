@@ -11,7 +11,9 @@ clusters. An archive is a directory::
 
 Import writes every record back to its partition in order and checks it lands at the offset it
 had: derived events name their source records by offset, so a log whose offsets moved would
-no longer match its projections. It therefore refuses topics that already hold records.
+no longer match its projections. It therefore refuses topics that already hold records,
+unless it resumes an import of the same archive that stopped half way: then each partition goes
+on from where the target ends, once the target's last record there is found to be the archive's.
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from schemas.errors import EngramError
-from streams.eventlog.derived_log import at_end
+from streams.eventlog.derived_log import at_end, read_to_end
 from streams.eventlog.kafka_clients import admin_client, archive_producer, log_reader
 from streams.eventlog.topic_admin import ONE_COPY, TopicReplication
 
@@ -186,9 +188,15 @@ def _finish(
         "notes": dict(notes),
     }
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    # The earlier archive is moved aside before the new one takes its place, and deleted only
+    # then: a process that dies between the two steps leaves both archives, not neither.
+    earlier = None
     if directory.exists():
-        shutil.rmtree(directory)
+        earlier = Path(tempfile.mkdtemp(prefix=f".{directory.name}.earlier-", dir=directory.parent))
+        os.replace(directory, earlier / directory.name)
     os.replace(staging, directory)
+    if earlier is not None:
+        shutil.rmtree(earlier, ignore_errors=True)
 
 
 async def _export_partition(
@@ -285,22 +293,88 @@ async def import_log(
     *,
     progress: Progress | None = None,
     replication: TopicReplication = ONE_COPY,
+    resume: bool = False,
+    present: Progress | None = None,
 ) -> list[TopicSummary]:
     """Load an archive into empty topics, record by record at the offsets it had; topics it
-    creates get ``replication``."""
+    creates get ``replication``.
+
+    With ``resume``, topics that hold records are taken for an earlier import of this archive
+    that stopped: every partition is checked first (its records are no more than the archive's,
+    and its last one is the archive's record at that offset), then goes on from its end.
+    ``present`` is told how many records each partition held already; ``progress`` counts
+    them too, so a bar sized by the manifest ends full."""
     summaries = read_manifest(directory)
-    await _create_empty_topics(bootstrap, summaries, replication)
+    reported = await _prepare_topics(bootstrap, summaries, replication, resume=resume)
+    starts = await _resume_points(bootstrap, directory, reported)
+    for start in starts.values():
+        if present is not None:
+            present(start)
+        if progress is not None:
+            progress(start)
     producer = archive_producer(bootstrap)
     try:
         await producer.start()
         for summary in summaries:
             for partition in range(summary.partitions):
-                await _import_partition(producer, directory, summary.name, partition, progress)
+                start = starts.get(TopicPartition(summary.name, partition), 0)
+                await _import_partition(
+                    producer, directory, summary.name, partition, progress, start
+                )
     except KafkaError as exc:
         raise ArchiveError(f"cannot write the log to {bootstrap}: {exc}") from exc
     finally:
         await producer.stop()
     return summaries
+
+
+async def _resume_points(
+    bootstrap: str, directory: Path, reported: Mapping[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    """Where each partition that holds records ends, exactly (the reported end may fall short
+    on Tansu, :func:`~streams.eventlog.derived_log.at_end`), once its last record is found to
+    be the archive's record at that offset: the import goes on from there. All are checked
+    before anything is written."""
+    held = {tp: end for tp, end in reported.items() if end > 0}
+    if not held:
+        return {}
+    last: dict[TopicPartition, ConsumerRecord[Any, Any]] = {}
+
+    def keep(tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> None:
+        last[tp] = record
+
+    try:
+        ends = await read_to_end(
+            bootstrap, sorted(held), keep, starts={tp: end - 1 for tp, end in held.items()}
+        )
+    except KafkaError as exc:
+        raise ArchiveError(f"cannot read the log at {bootstrap}: {exc}") from exc
+    for tp, end in sorted(ends.items()):
+        record = last.get(tp)
+        if record is None or record.offset != end - 1:
+            raise ArchiveError(f"{tp.topic}[{tp.partition}]: cannot read its last record")
+        _check_same_record(directory, tp, record)
+    return ends
+
+
+def _check_same_record(
+    directory: Path, tp: TopicPartition, record: ConsumerRecord[Any, Any]
+) -> None:
+    """The target's record is the archive's at its offset, or the target holds another log."""
+    for line in _lines(directory, tp.topic, tp.partition):
+        offset = int(line["offset"])
+        if offset < record.offset:
+            continue
+        if offset == record.offset and (
+            _raw(line["key"]) == record.key and _raw(line["value"]) == record.value
+        ):
+            return
+        break
+    raise ArchiveError(
+        f"{tp.topic}[{tp.partition}] on the target holds records this archive does not (its "
+        f"record at offset {record.offset} is not the archive's): it is not an earlier "
+        "import of this archive; import into an empty broker, or under another topic prefix"
+    )
 
 
 async def _import_partition(
@@ -309,7 +383,10 @@ async def _import_partition(
     topic: str,
     partition: int,
     progress: Progress | None,
+    start: int = 0,
 ) -> None:
+    """The archive's records of one partition from offset ``start`` (what the target holds
+    already is skipped)."""
     pending: list[tuple[int, Any]] = []
 
     async def settle() -> None:
@@ -325,6 +402,9 @@ async def _import_partition(
         pending.clear()
 
     for line in _lines(directory, topic, partition):
+        offset = int(line["offset"])
+        if offset < start:
+            continue
         delivery = await producer.send(
             topic,
             value=_raw(line["value"]),
@@ -332,16 +412,24 @@ async def _import_partition(
             partition=partition,
             timestamp_ms=line.get("timestamp"),
         )
-        pending.append((int(line["offset"]), delivery))
+        pending.append((offset, delivery))
         if len(pending) >= 5_000:
             await settle()
     await settle()
 
 
-async def _create_empty_topics(
-    bootstrap: str, summaries: Sequence[TopicSummary], replication: TopicReplication
-) -> None:
+async def _prepare_topics(
+    bootstrap: str,
+    summaries: Sequence[TopicSummary],
+    replication: TopicReplication,
+    *,
+    resume: bool,
+) -> dict[TopicPartition, int]:
+    """Create the archive's missing topics, refuse those laid out otherwise, and (unless
+    ``resume``) those that hold records; returns the reported end of every existing one's
+    partitions."""
     admin = admin_client(bootstrap)
+    ends: dict[TopicPartition, int] = {}
     try:
         await admin.start()
         existing = set(await admin.list_topics())
@@ -365,10 +453,12 @@ async def _create_empty_topics(
             finally:
                 await consumer.stop()
             full = sorted({tp.topic for tp, end in ends.items() if end > 0})
-            if full:
+            if full and not resume:
                 raise ArchiveError(
                     f"the target already holds records in {', '.join(full)}: import into an "
-                    "empty broker (or under another topic prefix), or offsets would shift"
+                    "empty broker (or under another topic prefix), or offsets would shift. If "
+                    "an earlier import of this archive stopped half way, resume it "
+                    "(`engram import --resume`)"
                 )
         missing = [
             replication.new_topic(s.name, s.partitions) for s in summaries if s.name not in existing
@@ -379,3 +469,4 @@ async def _create_empty_topics(
         raise ArchiveError(f"cannot prepare topics on {bootstrap}: {exc}") from exc
     finally:
         await admin.close()
+    return ends

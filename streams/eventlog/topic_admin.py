@@ -15,6 +15,7 @@ on a cluster, a keep-forever log with one copy is one disk failure from gone.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiokafka.admin import NewTopic
@@ -102,5 +103,21 @@ async def ensure_topics(
     except KafkaError as exc:
         message = f"cannot create Engram's topics on {bootstrap}: {exc}"
         raise BackendUnavailableError(message) from exc
+    finally:
+        await admin.close()
+
+
+async def delete_topics(bootstrap: str, names: Sequence[str]) -> list[str]:
+    """Delete those of ``names`` that exist (the derived log of a dropped projection version);
+    returns them."""
+    admin = admin_client(bootstrap)
+    await admin.start()
+    try:
+        doomed = sorted(set(names) & set(await admin.list_topics()))
+        if doomed:
+            await admin.delete_topics(doomed)
+        return doomed
+    except KafkaError as exc:
+        raise BackendUnavailableError(f"cannot delete topics on {bootstrap}: {exc}") from exc
     finally:
         await admin.close()

@@ -375,10 +375,15 @@ class Replay:
         switch: bool = True,
         total: Callable[[int], None] | None = None,
         advance: Advance | None = None,
+        begun: Callable[[ReplayReport], None] | None = None,
     ) -> ReplayReport:
+        """``begun`` is given the report once the target version exists, so a run stopped
+        half way can still say which version it left, and whether it switched to it."""
         started = time.perf_counter()
         target = into or await self.versions.create(name, note="engram replay")
         report = ReplayReport(version=target, previous=None)
+        if begun is not None:
+            begun(report)
         cursor = DerivedLogCursor(self.bootstrap, self.topics, self.partitions, sealer=self.sealer)
         expected = await cursor.start_at(since)
         if total is not None:

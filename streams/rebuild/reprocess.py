@@ -258,7 +258,10 @@ class Reprocess:
         name: str | None = None,
         total: Callable[[int], None] | None = None,
         advance: Advance | None = None,
+        begun: Callable[[ReprocessReport], None] | None = None,
     ) -> ReprocessReport:
+        """``begun`` is given the report once the version and its derived log exist, so a
+        run stopped half way can still say which version it left."""
         started = time.perf_counter()
         # The raw topics first: an unreachable broker or a wrong partition count fails here,
         # before a version is registered.
@@ -285,6 +288,8 @@ class Reprocess:
             DerivedLog(derived_topics.derived_prefix, group, self.config_version, self.embedder.id),
         )
         report = ReprocessReport(version, self.config_version, derived_topics, group)
+        if begun is not None:
+            begun(report)
         sources = [topic for topic, _ in _sources(self.topics)]
         if total is not None:
             total(await _record_counts(self.bootstrap, sources, self.partitions))

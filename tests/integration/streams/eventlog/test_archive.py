@@ -104,6 +104,88 @@ async def test_export_then_import_reproduces_every_record_at_its_offset(
         await import_log(second_broker, tmp_path / "archive")
 
 
+def cut_short(archive: Path, into: Path, keep: dict[str, int]) -> None:
+    """A copy of ``archive`` that holds only the first ``keep[topic]`` records of each of the
+    topic's partitions: what an import stopped half way had written."""
+    import gzip
+    import json
+    import shutil
+
+    shutil.copytree(archive, into)
+    manifest = json.loads((into / "manifest.json").read_text())
+    for topic in manifest["topics"]:
+        kept = []
+        for partition in range(topic["partitions"]):
+            path = into / topic["name"] / f"{partition}.jsonl.gz"
+            with gzip.open(path, "rb") as lines:
+                first = lines.read().splitlines(keepends=True)[: keep.get(topic["name"], 0)]
+            with gzip.open(path, "wb") as out:
+                out.write(b"".join(first))
+            kept.append(len(first))
+        topic["records"] = kept
+    (into / "manifest.json").write_text(json.dumps(manifest))
+
+
+async def test_an_import_stopped_half_way_is_resumed_and_nothing_else_is(
+    kafka_bootstrap: str, second_broker: str, tmp_path: Path
+) -> None:
+    """A stopped import left the target holding part of the archive, and every import after
+    it was refused ("already holds records"): the log could only go to another broker."""
+    import gzip
+
+    topics = Topics(f"archres{uuid.uuid4().hex[:8]}.")
+    await ensure_topics(kafka_bootstrap, topics, 2)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        for i in range(200):
+            await producer.send(topics.observations, f'{{"n": {i}}}'.encode(), key=f"A{i}".encode())
+        await producer.send(topics.items, b'{"x": 1}', key=None, partition=1)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    names = list(topics.all())
+    before = await everything(kafka_bootstrap, names, 2)
+    archive = tmp_path / "archive"
+    await export_log(kafka_bootstrap, names, archive)
+    half = tmp_path / "half"
+    cut_short(archive, half, {topics.observations: 40})  # memory.items not begun
+    await import_log(second_broker, half)
+
+    with pytest.raises(ArchiveError, match=r"already holds records.*engram import --resume"):
+        await import_log(second_broker, archive)
+    present: list[int] = []
+    done: list[int] = []
+    await import_log(
+        second_broker, archive, resume=True, present=present.append, progress=done.append
+    )
+    assert sum(present) == 80
+    assert sum(done) == len(before), "the bar counts what was there already"
+    assert await everything(second_broker, names, 2) == before
+
+    # Resumed again, there is nothing to write.
+    present.clear()
+    await import_log(second_broker, archive, resume=True, present=present.append)
+    assert sum(present) == len(before)
+    assert await everything(second_broker, names, 2) == before
+
+    # Another archive of the same topics is refused before anything is written: its record
+    # at the target's last offset differs.
+    other = tmp_path / "other"
+    cut_short(archive, other, {topics.observations: 1_000, topics.items: 1_000})
+    part = other / topics.observations / "1.jsonl.gz"
+    with gzip.open(part, "rb") as lines:
+        *head, last = lines.read().splitlines(keepends=True)
+    with gzip.open(part, "wb") as out:
+        out.write(b"".join(head) + last.replace(b'"value":"', b'"value":"AAAA'))
+    with pytest.raises(ArchiveError, match=r"observations\[1\] on the target holds records"):
+        await import_log(second_broker, other, resume=True)
+    # And so is an archive shorter than what the target holds.
+    with pytest.raises(ArchiveError, match="holds records this archive does not"):
+        await import_log(second_broker, half, resume=True)
+    assert await everything(second_broker, names, 2) == before
+
+
 async def test_a_directory_that_is_not_an_archive_is_named(tmp_path: Path) -> None:
     with pytest.raises(ArchiveError, match="not an Engram archive"):
         await import_log("127.0.0.1:1", tmp_path)
@@ -180,6 +262,9 @@ def test_the_command_line_exports_and_imports_with_a_clear_refusal(
     assert again.exit_code == 2
     assert "already holds records" in again.output
     assert "Traceback" not in again.output
+    resumed = runner.invoke(cli, ["import", "--resume", str(tmp_path / "a")], env=target)
+    assert resumed.exit_code == 0, resumed.output
+    assert "1 of them were there already" in resumed.stdout
 
 
 async def test_a_damaged_line_is_named_by_file_and_line(

@@ -28,6 +28,7 @@ from schemas.memory_events import (
 from schemas.topics import Topics
 from streams.eventlog.derived_log import read_partitions
 from streams.eventlog.history import read_agent_events
+from streams.eventlog.kafka_clients import admin_client
 from streams.eventlog.publisher import AsyncPublisher
 from streams.privacy.keyring import RedisKeyring
 from streams.privacy.sealing import RecordSealer
@@ -247,3 +248,27 @@ async def test_reprocess_derives_a_new_version_with_the_new_rules_and_embedder(
     assert refused.exit_code == 2, refused.output
     assert "exists already" in refused.output
     assert "Traceback" not in refused.output
+
+    # Dropping the version asks what becomes of its own derived log; --with-log deletes it, so
+    # the name can be reprocessed into again (its topics held records, which a reprocess
+    # refuses to mix into).
+    kept = await invoke(["versions", "drop", "v1"], env)
+    assert kept.exit_code == 2, kept.output
+    assert "--with-log" in kept.output
+    assert new_topics.items in kept.output
+    dropped = await invoke(["versions", "drop", "v1", "--with-log"], env)
+    assert dropped.exit_code == 0, dropped.output
+    admin = admin_client(kafka_bootstrap)
+    await admin.start()
+    try:
+        left = set(await admin.list_topics()) & {
+            new_topics.items,
+            new_topics.lifecycle,
+            new_topics.deadletter,
+            new_topics.snapshots,
+        }
+    finally:
+        await admin.close()
+    assert left == set()
+    again_v1 = await invoke(["reprocess", "--version", "v1", "--batch-size", "50"], env)
+    assert again_v1.exit_code == 0, again_v1.output
