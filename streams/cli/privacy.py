@@ -9,7 +9,14 @@ import typer
 
 from streams.cli import deferred
 from streams.cli.configuration import configure, load_settings, open_keyring
-from streams.cli.console import checked_agent_id, console, fail, friendly_errors, run
+from streams.cli.console import (
+    checked_agent_id,
+    console,
+    fail,
+    friendly_errors,
+    if_stopped,
+    run,
+)
 from streams.cli.version_stores import VersionStores, version_stores
 from streams.settings import EngramSettings
 
@@ -52,7 +59,13 @@ def forget_agent(
     configure(settings)
 
     async def main() -> None:
-        report = await _forget(settings, stores, agent_id, reason=reason, timeout=timeout)
+        left = (
+            f"the request to forget {agent_id} may be on the log already, and then the worker "
+            f"that owns the agent carries it out; `engram forget-agent {agent_id} --yes` again "
+            "waits for it (a second request changes nothing)"
+        )
+        with if_stopped(lambda: left):
+            report = await _forget(settings, stores, agent_id, reason=reason, timeout=timeout)
         _print_report(agent_id, report, as_json=as_json)
 
     run(main)

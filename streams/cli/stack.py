@@ -268,6 +268,9 @@ def demo(
     seed: Annotated[int, typer.Option(help="Seed of the simulated town.")] = 4,
 ) -> None:
     settings = load_settings(http_port=0, log_level="warning")
+    # A directory of its own, so that the demo runs beside an `engram up` on the same data
+    # directory (one stack per directory) and never touches its archive or keyring.
+    settings = settings.model_copy(update={"data_dir": settings.data_dir / "demo"})
     configure(settings)
     run(lambda: _demo(settings, households=households, years=years, seed=seed))
 

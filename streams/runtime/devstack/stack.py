@@ -18,6 +18,7 @@ from types import TracebackType
 
 from schemas.errors import EngramError
 from streams.runtime.devstack.broker import TansuBroker
+from streams.runtime.devstack.data_dir_lock import DataDirLock
 from streams.runtime.devstack.redis_server import RedisServer
 from streams.runtime.node import Endpoints
 
@@ -45,8 +46,21 @@ class DevStack:
     broker: TansuBroker = field(init=False)
     redis: RedisServer = field(init=False)
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    lock: DataDirLock = field(init=False)
+    """Held from start to stop: one stack per data directory."""
+
+    def __post_init__(self) -> None:
+        self.lock = DataDirLock(self.data_dir)
 
     def start(self) -> Endpoints:
+        self.lock.acquire()
+        try:
+            return self._start()
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _start(self) -> Endpoints:
         stack_dir = (self.data_dir / "stack").resolve()
         if stack_dir.exists():
             if not _made_by_a_stack(stack_dir):
@@ -119,11 +133,14 @@ class DevStack:
                 server.kill()
 
     def stop(self) -> None:
-        self.stop_workers()
         try:
-            self.redis.stop()
+            self.stop_workers()
+            try:
+                self.redis.stop()
+            finally:
+                self.broker.stop()
         finally:
-            self.broker.stop()
+            self.lock.release()
 
     def __enter__(self) -> Endpoints:
         return self.start()

@@ -97,6 +97,54 @@ def test_up_publish_retrieve_stop_and_up_again(tmp_path: Path, workers: int) -> 
         assert up.wait(60) == 0
 
 
+def test_one_stack_per_data_dir_and_the_demo_beside_it(tmp_path: Path) -> None:
+    """A second `engram up` (or `engram demo`) on the data directory of a running one cleared
+    that stack's Redis and Qdrant Edge files at its start (the first then failed every flush),
+    and archived its own log over the first one's at its end."""
+    port = free_port()
+    env = {**os.environ, "ENGRAM_DATA_DIR": str(tmp_path)}
+    with engram_up(tmp_path, port, 1) as (up, banner):
+        bootstrap = re.search(r"kafka bootstrap\s+(\S+)", banner)
+        assert bootstrap, banner
+        subprocess.run(
+            [*ENGRAM, "publish", "H001", "Year 1: the river rose", "--importance", "0.9"],
+            env={**env, "ENGRAM_KAFKA_BOOTSTRAP": bootstrap.group(1)},
+            capture_output=True,
+            timeout=60,
+            check=True,
+        )
+        results = retrieve_when_ready(port, env, timeout=30)
+        assert results
+        stack_dir = (tmp_path / "stack").stat()
+
+        second = subprocess.run(
+            [*ENGRAM, "up", "--port", str(free_port())],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        said = " ".join(second.stderr.split())
+        assert second.returncode == 2, said
+        assert f"(pid {up.pid}) is running on {tmp_path}" in said
+        assert "Traceback" not in said
+        assert (tmp_path / "stack").stat().st_ino == stack_dir.st_ino, "the stack was cleared"
+
+        # The demo keeps a directory of its own under the data directory.
+        demo = subprocess.run(
+            [*ENGRAM, "demo", "--households", "1", "--years", "1"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert demo.returncode == 0, demo.stdout + demo.stderr
+        assert (tmp_path / "demo" / "stack").is_dir()
+        assert retrieve_when_ready(port, env, timeout=30) == results
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(60) == 0
+
+
 def child_process(pid: str) -> str:
     """A child's command line and state, as a failure message shows it (a zombie, a process
     that exited and was not yet waited for, has an empty command line)."""
