@@ -7,11 +7,12 @@ stack: a local broker, a local redis-server and Qdrant Edge under ``ENGRAM_DATA_
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
-from pydantic import Field, FilePath, SecretStr, model_validator
+from pydantic import Field, FilePath, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from processors.config import LifecycleRules
@@ -30,6 +31,13 @@ silent default."""
 
 KAFKA_NAME_CHARACTERS = r"^[A-Za-z0-9._-]*$"
 """What a Kafka topic or group name may hold; names built from a setting are also paths."""
+
+
+BOOTSTRAP_ENTRY = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:/,\[\]]+)(?::(?P<port>\d{1,5}))?")
+"""One broker of ENGRAM_KAFKA_BOOTSTRAP: a host name, an IPv4 address or a bracketed IPv6 one,
+and a port (Kafka's 9092 when none is given, as its clients assume)."""
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
 class EngramSettings(BaseSettings):
@@ -326,6 +334,41 @@ class EngramSettings(BaseSettings):
             separator = "&" if "?" in str(url) else "?"
             values = {**values, "redis_url": f"{url}{separator}ssl_ca_certs={quote(str(cafile))}"}
         return values
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _bootstrap_is_a_host_list(cls, value: str | None) -> str | None:
+        """Checked here, not by the first Kafka client: aiokafka's own parse of a malformed
+        list ends in "invalid literal for int()", far from the variable that caused it."""
+        if value is None:
+            return value
+        for entry in value.split(","):
+            found = BOOTSTRAP_ENTRY.fullmatch(entry.strip())
+            if found is None or not 0 < int(found.group("port") or 9092) < 65536:
+                raise ValueError(
+                    f"{entry.strip()!r} is not host:port (ENGRAM_KAFKA_BOOTSTRAP is a "
+                    "comma-separated list such as kafka-0:9092,kafka-1:9092)"
+                )
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url_is_redis(cls, value: str | None) -> str | None:
+        """A URL of another scheme reached redis-py as a traceback. The URL itself is never
+        echoed: it may carry the password."""
+        if value is None:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in REDIS_SCHEMES:
+            raise ValueError(
+                f"the scheme must be one of {', '.join(s + '://' for s in REDIS_SCHEMES)}, "
+                f"not {parts.scheme + '://' if parts.scheme else 'none'}"
+            )
+        try:
+            parts.port  # noqa: B018 (parsing it is the check)
+        except ValueError:
+            raise ValueError("the port is not a number from 0 to 65535") from None
+        return value
 
     @model_validator(mode="after")
     def _kafka_security_consistent(self) -> EngramSettings:

@@ -92,7 +92,16 @@ def import_command(
 
     async def main() -> None:
         archive = deferred.archive
-        total = sum(s.total for s in archive.read_manifest(directory))
+        summaries = archive.read_manifest(directory)
+        prefix = archive.topic_prefix_of(summaries)
+        if prefix is not None and prefix != settings.topic_prefix:
+            fail(
+                f"the archive's topics were written under the topic prefix {prefix!r} "
+                f"({summaries[0].name}, ...), and Engram with ENGRAM_TOPIC_PREFIX="
+                f"{settings.topic_prefix!r} would never read them: import with "
+                f"ENGRAM_TOPIC_PREFIX={prefix!r}"
+            )
+        total = sum(s.total for s in summaries)
         there: list[int] = []
         written: list[int] = []
 

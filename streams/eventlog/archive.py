@@ -35,6 +35,7 @@ from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from schemas.errors import EngramError
+from schemas.topics import Topics
 from streams.eventlog.derived_log import at_end, read_to_end
 from streams.eventlog.kafka_clients import admin_client, archive_producer, log_reader
 from streams.eventlog.topic_admin import ONE_COPY, TopicReplication
@@ -248,6 +249,19 @@ def read_manifest(directory: Path) -> list[TopicSummary]:
         ]
     except (KeyError, TypeError, ValueError) as exc:
         raise ArchiveError(f"{directory / MANIFEST} is damaged: {exc!r}") from None
+
+
+def topic_prefix_of(summaries: Sequence[TopicSummary]) -> str | None:
+    """The ``ENGRAM_TOPIC_PREFIX`` an archive's topics were written under (each is an Engram
+    topic's name after it), or None if they do not all tell the same one."""
+    bases = Topics().all()
+    prefixes = {
+        next((s.name[: -len(base)] for base in bases if s.name.endswith(base)), None)
+        for s in summaries
+    }
+    if len(prefixes) != 1:
+        return None
+    return prefixes.pop()
 
 
 def archive_notes(directory: Path) -> dict[str, str]:

@@ -88,3 +88,46 @@ def test_a_prefix_of_kafka_name_characters_stands(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("ENGRAM_APP_ID", "engram.tenant-A_1")
     settings = EngramSettings()
     assert (settings.topic_prefix, settings.app_id) == ("tenant-A_1.", "engram.tenant-A_1")
+
+
+@pytest.mark.parametrize(
+    "bootstrap", ["kafka-0:9092", "kafka-0:9092, kafka-1:9093", "10.0.0.7", "[::1]:9092"]
+)
+def test_a_broker_list_stands(bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGRAM_KAFKA_BOOTSTRAP", bootstrap)
+    assert EngramSettings().kafka_bootstrap == bootstrap
+
+
+@pytest.mark.parametrize("bootstrap", ["::::", "h:99999", "http://h:9092", "a:1,,b:2", "h:x"])
+def test_a_malformed_broker_list_is_refused_naming_the_entry(
+    bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiokafka's own parse ended in "invalid literal for int() with base 10: ''"."""
+    monkeypatch.setenv("ENGRAM_KAFKA_BOOTSTRAP", bootstrap)
+    with pytest.raises(ValidationError, match="is not host:port"):
+        EngramSettings()
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://user:s3cret@redis:6379/0", "the scheme must be one of"),
+        ("localhost:6379", "the scheme must be one of"),
+        ("redis://:s3cret@redis:abc/0", "the port is not a number"),
+    ],
+)
+def test_a_redis_url_of_another_kind_is_refused_without_its_password(
+    url: str, why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py raised a traceback for these; the refusal must not print the password."""
+    monkeypatch.setenv("ENGRAM_REDIS_URL", url)
+    with pytest.raises(ValidationError, match=why) as refused:
+        EngramSettings()
+    messages = " ".join(e["msg"] for e in refused.value.errors())
+    assert "s3cret" not in messages
+
+
+@pytest.mark.parametrize("url", ["redis://r:6379/0", "rediss://:pw@r:6380/1", "unix:///r.sock"])
+def test_a_redis_url_stands(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGRAM_REDIS_URL", url)
+    assert EngramSettings().redis_url == url

@@ -255,6 +255,11 @@ def test_the_command_line_exports_and_imports_with_a_clear_refusal(
     assert exported.exit_code == 0, exported.output
     assert "exported 1 records" in exported.stdout
     target = {**env, "ENGRAM_KAFKA_BOOTSTRAP": second_broker}
+    # Under another prefix the deployment would never read what it imported.
+    elsewhere = {**target, "ENGRAM_TOPIC_PREFIX": "other."}
+    misplaced = runner.invoke(cli, ["import", str(tmp_path / "a")], env=elsewhere)
+    assert misplaced.exit_code == 2, misplaced.output
+    assert f"import with ENGRAM_TOPIC_PREFIX={prefix!r}" in " ".join(misplaced.output.split())
     imported = runner.invoke(cli, ["import", str(tmp_path / "a")], env=target)
     assert imported.exit_code == 0, imported.output
     assert "imported 1 records" in imported.stdout
