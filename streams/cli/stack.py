@@ -116,6 +116,8 @@ async def _run_stack(
 ) -> None:
     """The stack's processes, from the restored log until a signal, then the log archived."""
     archive = settings.data_dir / "archive"
+    for repaired in deferred.archive.recover_interrupted_export(archive):
+        err.print(repaired)
     keyring = await record_dev_keyring(settings, endpoints.redis_url)
     if not fresh and (archive / "manifest.json").exists():
         # The broker keeps its log in memory: the last run's log comes back from its

@@ -101,6 +101,33 @@ async def export_log(
     return summaries
 
 
+def recover_interrupted_export(directory: Path) -> list[str]:
+    """What an export to ``directory`` that died half way left beside it, set right; only for
+    the one process that exports there (`engram up`, under its data-directory lock), since a
+    running export's directories look the same. An archive missing between the two renames of
+    the swap is put back: the new one if its staging directory is complete (the manifest is
+    written last), else the earlier one moved aside. Then the leftovers are deleted. Says
+    what it did."""
+    parent, name = directory.parent, directory.name
+    if not parent.is_dir():
+        return []
+    done: list[str] = []
+    staged = sorted(parent.glob(f".{name}.partial-*"), key=lambda p: p.stat().st_mtime)
+    earlier = sorted(parent.glob(f".{name}.earlier-*"), key=lambda p: p.stat().st_mtime)
+    if not directory.exists():
+        complete = [s for s in staged if (s / MANIFEST).is_file()]
+        kept = [e / name for e in earlier if (e / name / MANIFEST).is_file()]
+        if complete or kept:
+            source = (complete or kept)[-1]
+            os.replace(source, directory)
+            done.append(f"put back the archive an interrupted export left in {source}")
+    for leftover in [*staged, *earlier]:
+        if leftover.exists():
+            shutil.rmtree(leftover, ignore_errors=True)
+            done.append(f"deleted {leftover}, left by an interrupted export")
+    return done
+
+
 async def _export_into(
     bootstrap: str, topics: Sequence[str], staging: Path, progress: Progress | None
 ) -> list[TopicSummary]:
