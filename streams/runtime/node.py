@@ -279,7 +279,12 @@ class Node:
     async def _refusal(self, version: ProjectionVersion) -> str | None:
         derived = await self.versions.derived_log(version.name)
         self._logs[version.name] = derived
-        return self.serving.refusal(version, derived)
+        reason = self.serving.refusal(version, derived)
+        if reason is None and derived is None:
+            # A query service set up for a reprocessed version's embedder, moved back to the
+            # live log, would embed its queries unlike the live log's vectors.
+            reason = await self._live_embedder_refusal()
+        return reason
 
     def _leave(self, version: ProjectionVersion, reason: str) -> None:
         self.left_reason = reason

@@ -444,3 +444,35 @@ async def test_the_live_log_refuses_a_process_with_another_embedder(
 
     service = await Node(settings, Endpoints("", redis_server_url), run_processors=False).start()
     await service.stop()
+
+
+async def test_a_query_service_does_not_follow_back_to_a_live_log_of_another_embedder(
+    redis_server_url: str, tmp_path: Path
+) -> None:
+    """The live log's embedder was checked at start only: a query service serving a version
+    reprocessed with its embedder followed the pointer back to the live log, embedded with
+    another, and compared its queries with vectors it cannot be compared with."""
+    prefix = f"back{uuid.uuid4().hex[:8]}."
+    settings = isolated_settings(prefix, tmp_path, keyring=UNSEALED, embedder="hashing-64")
+    registry = ProjectionVersions.from_url(
+        redis_server_url, settings.redis_namespace, settings.qdrant_collection
+    )
+    try:
+        assert await registry.live_embedder(claim="hashing-v1-384") == "hashing-v1-384"
+        embedder = embedder_from_name(settings.embedder).id
+        log = DerivedLog(f"{prefix}v1.", f"{prefix}engram.v1", "0123456789ab", embedder)
+        await registered(settings, redis_server_url, log)
+        service = await Node(
+            settings, Endpoints("", redis_server_url), run_processors=False
+        ).start()
+        try:
+            assert service.version.name == "v1"
+            await registry.activate(None)  # back to the live log
+            await wait_until(service.left.is_set)
+            assert service.version.name == "v1", "it switched"
+            assert service.left_reason is not None
+            assert "live derived log is embedded with hashing-v1-384" in service.left_reason
+        finally:
+            await service.stop()
+    finally:
+        await registry.close()
