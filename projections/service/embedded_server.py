@@ -4,6 +4,7 @@ signals to it."""
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Iterator
 
 import uvicorn
@@ -22,3 +23,15 @@ class EmbeddedServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn ends the process (``SystemExit``) when it cannot bind: here an ``OSError``
+        that names the address, so the process stops what it started, in its own order, and
+        says why. A ``SystemExit`` in a task also left `engram up` hung on Faust's thread."""
+        try:
+            await super().serve(sockets)
+        except SystemExit:
+            config = self.config
+            raise OSError(
+                f"cannot listen on {config.host}:{config.port} (is the port in use?)"
+            ) from None

@@ -30,6 +30,7 @@ from streams.cli.signals import (
     until_signalled_or_exited,
     until_signalled_or_left,
 )
+from streams.runtime.devstack.ports import port_taken
 from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
@@ -94,6 +95,11 @@ async def _up(settings: EngramSettings, *, workers: int, fresh: bool) -> None:
     stop = stop_on_signal()
     # Before anything starts: a stack that could not archive its log at the end would lose it.
     deferred.archive.check_export_target(settings.data_dir / "archive")
+    if settings.http_port and port_taken(settings.http_host, settings.http_port):
+        fail(
+            f"port {settings.http_port} on {settings.http_host} is in use (another `engram "
+            "up`?): give this one another --port"
+        )
     stack = deferred.devstack.DevStack(settings.data_dir)
     stop.at_once(stack.kill)
     endpoints = stack.start()

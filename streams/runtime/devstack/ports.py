@@ -12,6 +12,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+def port_taken(host: str, port: int) -> bool:
+    """Whether binding ``host:port`` fails, as the query service's would (uvicorn binds with
+    SO_REUSEADDR, so a port that only lingers in TIME_WAIT counts as free)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+        return False
+
+
 def wait_for_port(port: int, timeout: float) -> bool:
     """True once something accepts connections on the port, False after ``timeout`` seconds."""
     import time

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import uvicorn
 
 from projections.service.embedded_server import EmbeddedServer
@@ -49,3 +51,17 @@ async def test_uvicorn_alone_takes_them_which_is_why_the_class_exists() -> None:
     during = await handlers_while_serving(uvicorn.Server(config()))
     assert during != before
     assert handlers() == before  # given back once it stops
+
+
+async def test_a_port_in_use_is_an_os_error_naming_it_not_an_exit() -> None:
+    """uvicorn raises SystemExit when it cannot bind: in a task of `engram up` that left the
+    process hung on Faust's thread; in `engram serve`, a bare exit."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = EmbeddedServer(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical", lifespan="off")
+        )
+        with pytest.raises(OSError, match=rf"cannot listen on 127\.0\.0\.1:{port}"):
+            await server.serve()
