@@ -166,57 +166,7 @@ class Node:
         self.version = await self.versions.active()
         await self._serve_derived_log_of(self.version)
         try:
-            self.working, self.episodic = await self._open_stores(self.version)
-            if self.episodic is not None and not settings.qdrant_url:
-                # This process holds the Edge shards: the deployment's other processes (a replay
-                # building the next version) must find them where it will open that version.
-                await record_edge_dir(
-                    self.endpoints.redis_url, settings.redis_namespace, settings.edge_path()
-                )
-            if self.run_processors or self.run_projector:
-                await ensure_topics(
-                    self.endpoints.kafka_bootstrap,
-                    self.topics,
-                    settings.partitions,
-                    replication=TopicReplication.from_settings(settings),
-                )
-            if self.run_projector:
-                assert self.episodic is not None
-                self.projector = await EpisodicProjector(
-                    self.endpoints.kafka_bootstrap,
-                    self.topics,
-                    self.episodic,
-                    group_id=f"{self._group}-episodic",
-                    fetch_max_wait=settings.fetch_max_wait,
-                    write_lock=self._write_lock,
-                    sealer=RecordSealer(self.keyring),
-                    commit_every=settings.edge_sync_seconds,
-                ).start()
-            if self.run_processors:
-                await self._start_processors()
-            if self.run_service:
-                await self._start_service()
-            writes = self.run_processors or self.run_projector
-            self.follower = await ProjectionFollower(
-                versions=self.versions,
-                role="worker" if self.run_processors else "projector" if writes else "service",
-                version=self.version,
-                stores=(self.working, self.episodic),
-                open_stores=self._open_stores,
-                on_switch=self._use_version,
-                write_lock=self._write_lock if writes else None,
-                refusal=self._refusal,
-                on_leave=self._leave,
-            ).start()
-            if settings.health_port is not None and not self.run_service:
-                app = probe_app(
-                    self.liveness,
-                    self.probe_readiness,
-                    metrics=self.metrics if settings.metrics else None,
-                )
-                self.probes = await ProbeServer(
-                    app, settings.http_host, settings.health_port
-                ).start()
+            await self._start_roles()
         except BaseException:
             # What started is stopped (Faust's thread, above all, which would hold the
             # process), then the failure goes on: a port in use, a backend gone.
@@ -224,6 +174,59 @@ class Node:
                 await self.stop()
             raise
         return self
+
+    async def _start_roles(self) -> None:
+        """The stores, and each role this process runs, on the active version."""
+        settings = self.settings
+        self.working, self.episodic = await self._open_stores(self.version)
+        if self.episodic is not None and not settings.qdrant_url:
+            # This process holds the Edge shards: the deployment's other processes (a replay
+            # building the next version) must find them where it will open that version.
+            await record_edge_dir(
+                self.endpoints.redis_url, settings.redis_namespace, settings.edge_path()
+            )
+        if self.run_processors or self.run_projector:
+            await ensure_topics(
+                self.endpoints.kafka_bootstrap,
+                self.topics,
+                settings.partitions,
+                replication=TopicReplication.from_settings(settings),
+            )
+        if self.run_projector:
+            assert self.episodic is not None
+            self.projector = await EpisodicProjector(
+                self.endpoints.kafka_bootstrap,
+                self.topics,
+                self.episodic,
+                group_id=f"{self._group}-episodic",
+                fetch_max_wait=settings.fetch_max_wait,
+                write_lock=self._write_lock,
+                sealer=RecordSealer(self.keyring),
+                commit_every=settings.edge_sync_seconds,
+            ).start()
+        if self.run_processors:
+            await self._start_processors()
+        if self.run_service:
+            await self._start_service()
+        writes = self.run_processors or self.run_projector
+        self.follower = await ProjectionFollower(
+            versions=self.versions,
+            role="worker" if self.run_processors else "projector" if writes else "service",
+            version=self.version,
+            stores=(self.working, self.episodic),
+            open_stores=self._open_stores,
+            on_switch=self._use_version,
+            write_lock=self._write_lock if writes else None,
+            refusal=self._refusal,
+            on_leave=self._leave,
+        ).start()
+        if settings.health_port is not None and not self.run_service:
+            app = probe_app(
+                self.liveness,
+                self.probe_readiness,
+                metrics=self.metrics if settings.metrics else None,
+            )
+            self.probes = await ProbeServer(app, settings.http_host, settings.health_port).start()
 
     async def _serve_derived_log_of(self, version: ProjectionVersion) -> None:
         """Write (and read history from) the derived log ``version`` continues, under its
