@@ -124,8 +124,11 @@ async def _run_stack(
     archive = settings.data_dir / "archive"
     for repaired in deferred.archive.recover_interrupted_export(archive):
         err.print(repaired)
+    restoring = not fresh and (archive / "manifest.json").exists()
+    if restoring:
+        _check_archive_prefix(settings, archive)
     keyring = await record_dev_keyring(settings, endpoints.redis_url)
-    if not fresh and (archive / "manifest.json").exists():
+    if restoring:
         # The broker keeps its log in memory: the last run's log comes back from its
         # archive, and the processors rebuild the projections from it.
         await transfer(
@@ -185,6 +188,19 @@ async def _run_stack(
             f"{node.left_reason}. The embedded stack keeps no projection version across a "
             "restart: `engram up` starts again on the live derived log of its archive",
             code=EXIT_RESTART,
+        )
+
+
+def _check_archive_prefix(settings: EngramSettings, archive: Path) -> None:
+    """An archive of another topic prefix would be restored into topics this run never reads,
+    and at its stop its own log, of its prefix only, would replace the archive: the earlier
+    log lost."""
+    prefix = deferred.archive.topic_prefix_of(deferred.archive.read_manifest(archive))
+    if prefix is not None and prefix != settings.topic_prefix:
+        fail(
+            f"{archive} holds the log of topic prefix {prefix!r}, and this run has "
+            f"ENGRAM_TOPIC_PREFIX={settings.topic_prefix!r}: its stop would archive its own log "
+            f"over it. Start with ENGRAM_TOPIC_PREFIX={prefix!r}, or another --data-dir"
         )
 
 

@@ -379,6 +379,19 @@ def test_up_refuses_another_embedder_than_its_archived_log_was_embedded_with(
     assert (tmp_path / "archive" / "manifest.json").read_text() == before
     assert stack_processes(tmp_path) == []
 
+    # Under another topic prefix, the run restored topics it never read, and its stop archived
+    # its own log over the earlier one.
+    monkeypatch.delenv("ENGRAM_EMBEDDER")
+    monkeypatch.setenv("ENGRAM_TOPIC_PREFIX", "other.")
+    with engram_process(["up", "--port", str(free_port())], tmp_path) as up:
+        assert up.wait(120) == 2
+        assert up.stdout is not None
+        told = " ".join(up.stdout.read().split())
+    assert "holds the log of topic prefix ''," in told, told
+    assert "Start with ENGRAM_TOPIC_PREFIX=''" in told
+    assert (tmp_path / "archive" / "manifest.json").read_text() == before
+    assert stack_processes(tmp_path) == []
+
 
 def test_up_says_a_version_activated_in_it_does_not_outlive_the_run(tmp_path: Path) -> None:
     """Activating a reprocessed version stops the stack's processors (exit 3, as a worker's);
