@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import threading
 from collections.abc import Callable, Coroutine, Iterator
+from types import FrameType
 from typing import Any, NoReturn
 
 import typer
@@ -14,7 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 
 from streams.cli import deferred
-from streams.cli.signals import StopSignal, stop_on_signal, unless_set
+from streams.cli.signals import STOPPING_SIGNALS, StopSignal, unless_set
 from streams.runtime.collector import tune_collector
 
 console = Console()
@@ -94,8 +96,8 @@ def if_stopped(left: Callable[[], str | None]) -> Iterator[None]:
         raise
 
 
-_STOP: list[StopSignal] = []
-"""The stop of the command :func:`run` runs, while it runs."""
+_SIGNALS: list[list[signal.Signals]] = []
+"""The signals the command :func:`run` runs has received, while it runs."""
 
 
 def unless_stopping() -> None:
@@ -103,7 +105,7 @@ def unless_stopping() -> None:
     work after a stop was asked is cancelled here. A cancel can be lost: on Python 3.11,
     ``asyncio.wait_for``, which redis-py wraps around every command it sends, swallows one
     that comes just as the command's write completes, and a replay then went on to switch."""
-    if _STOP and _STOP[-1].is_set():
+    if _SIGNALS and _SIGNALS[-1]:
         raise asyncio.CancelledError
 
 
@@ -114,24 +116,64 @@ def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     The first Ctrl-C, SIGTERM or SIGHUP cancels the work (its ``finally`` blocks run: a fence
     is lowered, a staging directory removed), then the command says what it left
     (:func:`if_stopped`) and exits with 128 + the signal's number, as a shell expects; a second
-    one ends it at once. SIGTERM's default would end it on the spot, none of that done.
-    Commands that wait for a signal themselves (:func:`streams.cli.signals.stop_on_signal`)
-    put their own handlers in place of these."""
+    one ends it at once, even while the loop is busy (the handlers are the interpreter's, not
+    the loop's). SIGTERM's default would end it on the spot, none of that done. Commands that
+    wait for a signal themselves (:func:`streams.cli.signals.stop_on_signal`) put their own
+    handlers in place of these while their loop runs."""
     tune_collector()
+    stop = StopSignal()
+    received: list[signal.Signals] = []
+    loops: list[asyncio.AbstractEventLoop] = []
 
-    async def until_done_or_stopped() -> signal.Signals | None:
-        stop = stop_on_signal()
-        _STOP.append(stop)
-        try:
-            done = await unless_set(stop, main())
-        finally:
-            _STOP.remove(stop)
-        return None if done else stop.signal
+    def deliver(sig: signal.Signals) -> None:
+        if stop.signal is None:
+            stop.received(sig)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        sig = signal.Signals(signum)
+        received.append(sig)
+        if len(received) > 1:
+            stop.stop_at_once(sig)
+        elif loops:
+            loops[0].call_soon_threadsafe(deliver, sig)
+
+    async def until_done_or_stopped() -> bool:
+        loops.append(asyncio.get_running_loop())
+        if received:  # came before the loop ran
+            deliver(received[0])
+        return await unless_set(stop, main())
 
     LEFT_WHEN_STOPPED.clear()
-    with friendly_errors():
-        by = asyncio.run(until_done_or_stopped())
-    if by is not None:
-        name = "Ctrl-C" if by == signal.SIGINT else by.name
-        err.print(f"{name}: stopped" + "".join(f"\n{left}" for left in LEFT_WHEN_STOPPED))
-        raise typer.Exit(128 + by)
+    previous = _take_signals(on_signal)
+    _SIGNALS.append(received)
+    try:
+        with friendly_errors():
+            done = asyncio.run(until_done_or_stopped())
+    finally:
+        _SIGNALS.remove(received)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if done:
+        return
+    if not received:
+        fail("the command's work was cancelled, not by a signal: it did not finish", code=1)
+    by = received[0]
+    name = "Ctrl-C" if by == signal.SIGINT else by.name
+    err.print(f"{name}: stopped" + "".join(f"\n{left}" for left in LEFT_WHEN_STOPPED))
+    raise typer.Exit(128 + by)
+
+
+def _take_signals(
+    handler: Callable[[int, FrameType | None], None],
+) -> dict[signal.Signals, Any]:
+    """``handler`` for each of :data:`STOPPING_SIGNALS`, from the main thread only (a command
+    run by a test's runner in another thread takes none); returns the handlers it replaced. A
+    SIGHUP that is ignored (`nohup`) stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for sig in STOPPING_SIGNALS:
+        if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+            continue
+        previous[sig] = signal.signal(sig, handler)
+    return previous

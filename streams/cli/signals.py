@@ -61,7 +61,7 @@ class StopSignal(asyncio.Event):
     def received(self, sig: signal.Signals) -> None:
         if self.signal is not None:
             if self._second_at_once:
-                self._stop_at_once(sig)
+                self.stop_at_once(sig)
             return
         self.signal = sig
         self.set()
@@ -70,7 +70,8 @@ class StopSignal(asyncio.Event):
         """``kill`` runs if a second signal comes (it must not wait long)."""
         self._at_once.append(kill)
 
-    def _stop_at_once(self, sig: signal.Signals) -> None:
+    def stop_at_once(self, sig: signal.Signals) -> None:
+        """The :meth:`at_once` callbacks, then the process ends with 128 + ``sig``'s number."""
         name = "Ctrl-C" if sig == signal.SIGINT else sig.name
         sys.stderr.write(f"{name} again: stopping at once\n")
         for kill in self._at_once:

@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 import typer
@@ -70,3 +72,39 @@ def test_a_lost_cancel_still_stops_the_job_at_its_next_progress(
     assert stopped.value.exit_code == 128 + signal.SIGINT
     assert progressed == []
     assert "Ctrl-C: stopped" in capsys.readouterr().err
+
+
+def test_a_second_signal_ends_the_command_at_once_while_its_loop_is_busy() -> None:
+    """Both signals reached the command through its event loop, so while a step held the loop
+    (a store's write of a large batch) the second waited for it like the first."""
+    script = (
+        "import os, signal, sys, time\n"
+        "from streams.cli.console import run\n"
+        "async def main():\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(30)  # holds the loop\n"
+        "    print('went on', flush=True)\n"
+        "run(main)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 128 + signal.SIGINT, done.stderr
+    assert "Ctrl-C again: stopping at once" in done.stderr
+    assert "went on" not in done.stdout
+
+
+def test_work_cancelled_by_no_signal_fails_rather_than_passing_for_done(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        await asyncio.sleep(0)
+
+    with pytest.raises(typer.Exit) as failed:
+        run(main)
+    assert failed.value.exit_code == 1
+    assert "cancelled, not by a signal" in capsys.readouterr().err
