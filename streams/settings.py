@@ -6,6 +6,7 @@ stack: a local broker, a local redis-server and Qdrant Edge under ``ENGRAM_DATA_
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -35,7 +36,16 @@ KAFKA_NAME_CHARACTERS = r"^[A-Za-z0-9._-]*$"
 
 BOOTSTRAP_ENTRY = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:/,\[\]]+)(?::(?P<port>\d{1,5}))?")
 """One broker of ENGRAM_KAFKA_BOOTSTRAP: a host name, an IPv4 address or a bracketed IPv6 one,
-and a port (Kafka's 9092 when none is given, as its clients assume)."""
+and a port (Kafka's 9092 when none is given, as its clients assume); or a bare IPv6 address."""
+
+
+def _bare_ipv6(entry: str) -> bool:
+    try:
+        ipaddress.IPv6Address(entry)
+    except ValueError:
+        return False
+    return True
+
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 
@@ -335,18 +345,27 @@ class EngramSettings(BaseSettings):
             values = {**values, "redis_url": f"{url}{separator}ssl_ca_certs={quote(str(cafile))}"}
         return values
 
+    @field_validator("kafka_bootstrap", "redis_url", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        """``ENGRAM_KAFKA_BOOTSTRAP=`` (exported empty) means unset, as the commands read it."""
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("kafka_bootstrap")
     @classmethod
     def _bootstrap_is_a_host_list(cls, value: str | None) -> str | None:
         """Checked here, not by the first Kafka client: aiokafka's own parse of a malformed
-        list ends in "invalid literal for int()", far from the variable that caused it."""
+        list ends in "invalid literal for int()", far from the variable that caused it. Empty
+        entries (a trailing comma) are skipped, as aiokafka skips them."""
         if value is None:
             return value
-        for entry in value.split(","):
-            found = BOOTSTRAP_ENTRY.fullmatch(entry.strip())
+        for entry in filter(None, (e.strip() for e in value.split(","))):
+            if _bare_ipv6(entry):
+                continue
+            found = BOOTSTRAP_ENTRY.fullmatch(entry)
             if found is None or not 0 < int(found.group("port") or 9092) < 65536:
                 raise ValueError(
-                    f"{entry.strip()!r} is not host:port (ENGRAM_KAFKA_BOOTSTRAP is a "
+                    f"{entry!r} is not host:port (ENGRAM_KAFKA_BOOTSTRAP is a "
                     "comma-separated list such as kafka-0:9092,kafka-1:9092)"
                 )
         return value
@@ -367,7 +386,10 @@ class EngramSettings(BaseSettings):
         try:
             parts.port  # noqa: B018 (parsing it is the check)
         except ValueError:
-            raise ValueError("the port is not a number from 0 to 65535") from None
+            raise ValueError(
+                "its host:port does not parse (a port from 0 to 65535; a password that holds "
+                "/, ?, # or @ must be percent-encoded)"
+            ) from None
         return value
 
     @model_validator(mode="after")

@@ -112,7 +112,7 @@ def import_command(
         def left() -> str:
             done = sum(written)
             return (
-                f"the target holds {done:,} of the archive's {total:,} records; "
+                f"the target holds at least {done:,} of the archive's {total:,} records; "
                 f"`engram import --resume {directory}` continues from there"
             )
 

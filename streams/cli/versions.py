@@ -152,12 +152,13 @@ def versions_drop(
             await deferred.projection_versions.wait_until_unused(
                 stores.versions, info.version, timeout=timeout
             )
-            await stores.drop(info.version)
-            console.print(f"dropped version {name}")
             if log_topics and with_log:
+                # Before the version is forgotten: if this fails, the command can run again.
                 deleted = await deferred.topic_admin.delete_topics(stores.bootstrap, log_topics)
                 console.print(f"deleted its derived log: {', '.join(deleted) or 'no topics'}")
-            elif log_topics:
+            await stores.drop(info.version)
+            console.print(f"dropped version {name}")
+            if log_topics and not with_log:
                 console.print(f"kept its derived log: {', '.join(log_topics)}")
         finally:
             await stores.versions.close()

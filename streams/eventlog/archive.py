@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.admin import NewTopic
 from aiokafka.errors import KafkaError
 
 from schemas.errors import EngramError
@@ -346,8 +347,9 @@ async def import_log(
     ``present`` is told how many records each partition held already; ``progress`` counts
     them too, so a bar sized by the manifest ends full."""
     summaries = read_manifest(directory)
-    reported = await _prepare_topics(bootstrap, summaries, replication, resume=resume)
+    reported, missing = await _check_topics(bootstrap, summaries, replication, resume=resume)
     starts = await _resume_points(bootstrap, directory, reported)
+    await _create_topics(bootstrap, missing)  # once nothing was refused
     for start in starts.values():
         if present is not None:
             present(start)
@@ -459,16 +461,16 @@ async def _import_partition(
     await settle()
 
 
-async def _prepare_topics(
+async def _check_topics(
     bootstrap: str,
     summaries: Sequence[TopicSummary],
     replication: TopicReplication,
     *,
     resume: bool,
-) -> dict[TopicPartition, int]:
-    """Create the archive's missing topics, refuse those laid out otherwise, and (unless
-    ``resume``) those that hold records; returns the reported end of every existing one's
-    partitions."""
+) -> tuple[dict[TopicPartition, int], list[NewTopic]]:
+    """Refuse the archive's topics that exist laid out otherwise, and (unless ``resume``)
+    those that hold records; returns the reported end of every existing one's partitions, and
+    the topics to create."""
     admin = admin_client(bootstrap)
     ends: dict[TopicPartition, int] = {}
     try:
@@ -501,13 +503,24 @@ async def _prepare_topics(
                     "an earlier import of this archive stopped half way, resume it "
                     "(`engram import --resume`)"
                 )
-        missing = [
-            replication.new_topic(s.name, s.partitions) for s in summaries if s.name not in existing
-        ]
-        if missing:
-            await admin.create_topics(missing)
     except KafkaError as exc:
         raise ArchiveError(f"cannot prepare topics on {bootstrap}: {exc}") from exc
     finally:
         await admin.close()
-    return ends
+    missing = [
+        replication.new_topic(s.name, s.partitions) for s in summaries if s.name not in existing
+    ]
+    return ends, missing
+
+
+async def _create_topics(bootstrap: str, topics: list[NewTopic]) -> None:
+    if not topics:
+        return
+    admin = admin_client(bootstrap)
+    try:
+        await admin.start()
+        await admin.create_topics(topics)
+    except KafkaError as exc:
+        raise ArchiveError(f"cannot create topics on {bootstrap}: {exc}") from exc
+    finally:
+        await admin.close()

@@ -14,7 +14,9 @@ on a cluster, a keep-forever log with one copy is one disk failure from gone.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -107,15 +109,27 @@ async def ensure_topics(
         await admin.close()
 
 
-async def delete_topics(bootstrap: str, names: Sequence[str]) -> list[str]:
-    """Delete those of ``names`` that exist (the derived log of a dropped projection version);
-    returns them."""
+async def delete_topics(
+    bootstrap: str, names: Sequence[str], *, timeout: float = 30.0
+) -> list[str]:
+    """Delete those of ``names`` that exist (the derived log of a dropped projection version)
+    and wait until the broker no longer lists them: Kafka deletes topics asynchronously, and a
+    topic created again under a name still being deleted would keep its old records. Returns
+    the topics deleted."""
     admin = admin_client(bootstrap)
     await admin.start()
     try:
         doomed = sorted(set(names) & set(await admin.list_topics()))
         if doomed:
             await admin.delete_topics(doomed)
+        deadline = time.monotonic() + timeout
+        while left := sorted(set(doomed) & set(await admin.list_topics())):
+            if time.monotonic() > deadline:
+                raise BackendUnavailableError(
+                    f"the broker at {bootstrap} still lists {', '.join(left)} {timeout:.0f}s "
+                    "after deleting them: run the command again later"
+                )
+            await asyncio.sleep(0.2)
         return doomed
     except KafkaError as exc:
         raise BackendUnavailableError(f"cannot delete topics on {bootstrap}: {exc}") from exc

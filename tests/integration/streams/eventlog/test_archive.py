@@ -297,3 +297,50 @@ async def test_a_damaged_line_is_named_by_file_and_line(
 
     with pytest.raises(ArchiveError, match=r"0\.jsonl\.gz, line 2: "):
         await import_log(second_broker, archive)
+
+
+async def test_a_refused_resume_creates_no_topic(
+    kafka_bootstrap: str, second_broker: str, tmp_path: Path
+) -> None:
+    """The import created the archive's missing topics before it checked the target's records,
+    so a refused resume had written to the target after all."""
+    import gzip
+    import json
+
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    topics = Topics(f"archref{uuid.uuid4().hex[:8]}.")
+    await ensure_topics(kafka_bootstrap, topics, 1)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        for i in range(3):
+            await producer.send(topics.observations, f'{{"n": {i}}}'.encode(), key=b"A1")
+        await producer.send(topics.items, b'{"x": 1}', key=b"A1")
+        await producer.flush()
+    finally:
+        await producer.stop()
+    archive = tmp_path / "archive"
+    await export_log(kafka_bootstrap, [topics.observations, topics.items], archive)
+    # An import that stopped after the first topic: only it exists on the target.
+    first = tmp_path / "first"
+    cut_short(archive, first, {topics.observations: 3})
+    manifest = json.loads((first / "manifest.json").read_text())
+    manifest["topics"] = [t for t in manifest["topics"] if t["name"] == topics.observations]
+    (first / "manifest.json").write_text(json.dumps(manifest))
+    await import_log(second_broker, first)
+    # Another log under the same names: its last observation differs.
+    part = archive / topics.observations / "0.jsonl.gz"
+    with gzip.open(part, "rb") as lines:
+        *head, last = lines.read().splitlines(keepends=True)
+    with gzip.open(part, "wb") as out:
+        out.write(b"".join(head) + last.replace(b'"value":"', b'"value":"AAAA'))
+
+    with pytest.raises(ArchiveError, match="holds records this archive does not"):
+        await import_log(second_broker, archive, resume=True)
+    admin = AIOKafkaAdminClient(bootstrap_servers=second_broker)
+    await admin.start()
+    try:
+        assert topics.items not in await admin.list_topics()
+    finally:
+        await admin.close()
