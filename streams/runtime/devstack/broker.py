@@ -13,6 +13,7 @@ from pathlib import Path
 from types import TracebackType
 
 from schemas.errors import EngramError
+from streams.runtime.devstack.child_process import dies_with_parent
 from streams.runtime.devstack.ports import free_port, wait_for_port
 
 
@@ -69,6 +70,7 @@ class TansuBroker:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
+            preexec_fn=dies_with_parent(),
         )
         if not wait_for_port(self.port, self.start_timeout):
             self.stop()

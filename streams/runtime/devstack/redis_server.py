@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import IO, Literal, Self
 
 from schemas.errors import EngramError
+from streams.runtime.devstack.child_process import dies_with_parent
 from streams.runtime.devstack.ports import free_port
 
 __all__ = ["RedisServer", "RedisServerError", "find_redis_server"]
@@ -189,6 +190,7 @@ class RedisServer:
                 # Not in the terminal's process group: Ctrl-C there is for the command that
                 # owns this server, which stops it once its own work is stopped.
                 start_new_session=True,
+                preexec_fn=dies_with_parent(),
             )
         except OSError as exc:
             raise RedisServerError(f"could not run {executable}: {exc}") from exc

@@ -18,6 +18,7 @@ from types import TracebackType
 
 from schemas.errors import EngramError
 from streams.runtime.devstack.broker import TansuBroker
+from streams.runtime.devstack.child_process import dies_with_parent
 from streams.runtime.devstack.data_dir_lock import DataDirLock
 from streams.runtime.devstack.redis_server import RedisServer
 from streams.runtime.node import Endpoints
@@ -100,7 +101,11 @@ class DevStack:
             # for `engram up`, which stops the workers with SIGTERM; a worker still importing
             # would print a KeyboardInterrupt traceback.
             worker = [sys.executable, "-m", "streams.cli.main", "worker"]
-            self.workers.append(subprocess.Popen(worker, env=env, start_new_session=True))
+            self.workers.append(
+                subprocess.Popen(
+                    worker, env=env, start_new_session=True, preexec_fn=dies_with_parent()
+                )
+            )
 
     def processes(self) -> dict[str, subprocess.Popen[bytes]]:
         """Every process the stack started, by what it is: `engram up` stops when any exits,

@@ -145,6 +145,20 @@ def test_one_stack_per_data_dir_and_the_demo_beside_it(tmp_path: Path) -> None:
         assert up.wait(60) == 0
 
 
+def test_up_killed_takes_its_broker_redis_and_workers_with_it(tmp_path: Path) -> None:
+    """They run in sessions of their own, so nothing stopped them when `engram up` itself was
+    killed: the broker, redis-server and the workers ran on as orphans, for good."""
+    with engram_up(tmp_path, free_port(), 2) as (up, _):
+        started = stack_processes(tmp_path)
+        assert len(started) >= 5, started  # up, the broker, redis-server, two workers
+        up.kill()
+        up.wait(10)
+        deadline = time.monotonic() + 15
+        while (left := stack_processes(tmp_path)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert left == [], [child_process(str(pid)) for pid in left]
+
+
 def child_process(pid: str) -> str:
     """A child's command line and state, as a failure message shows it (a zombie, a process
     that exited and was not yet waited for, has an empty command line)."""
