@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from projections.working import agent_index, redis_store
     from schemas import agent_events, envelope, errors, json_schema, topics
     from streams import demo
-    from streams.eventlog import archive, kafka_clients, publisher, topic_admin
+    from streams.eventlog import archive, dead_letters, kafka_clients, publisher, topic_admin
     from streams.eventlog import history as history_reader
     from streams.integrations import chat_summariser, tool_server
     from streams.privacy import forgetting, keyring, sealing
@@ -59,6 +59,7 @@ _MODULES = {
     "topics": "schemas.topics",
     "demo": "streams.demo",
     "archive": "streams.eventlog.archive",
+    "dead_letters": "streams.eventlog.dead_letters",
     "history_reader": "streams.eventlog.history",
     "kafka_clients": "streams.eventlog.kafka_clients",
     "publisher": "streams.eventlog.publisher",
@@ -90,6 +91,7 @@ __all__ = [
     "as_of",
     "broker",
     "chat_summariser",
+    "dead_letters",
     "demo",
     "devstack",
     "edge_location",

@@ -26,6 +26,7 @@ from streams.cli.progress import counted
 
 if TYPE_CHECKING:
     from projections.history import AgentHistory
+    from schemas.deadletter import DeadLetter
     from streams.eventlog.archive import TopicSummary
 
 commands = typer.Typer()
@@ -130,6 +131,50 @@ def import_command(
             console.print(f"({sum(there):,} of them were there already: resumed)")
 
     run(main)
+
+
+@commands.command(
+    "dead-letters",
+    help=(
+        "Show the latest records the processors could not use (memory.deadletter), newest "
+        "first: where each was published, why it was refused, and its first bytes. Such a "
+        "record is kept, never lost: publish it again, mended."
+    ),
+)
+def dead_letters_command(
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="How many to show.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print them as JSON lines.")] = False,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to read the log for.")] = 30.0,
+) -> None:
+    settings = load_settings()
+    bootstrap = bootstrap_of(settings)
+
+    async def main() -> None:
+        found = await deferred.dead_letters.latest_dead_letters(
+            bootstrap, deferred.topics.Topics(settings.topic_prefix), limit=limit, timeout=timeout
+        )
+        if as_json:
+            for letter in found.latest:
+                typer.echo(letter.model_dump_json())
+            return
+        if not found.total:
+            console.print("no dead letters: every record was used")
+            return
+        print_dead_letters(found.latest, found.total)
+
+    run(main)
+
+
+def print_dead_letters(latest: list[DeadLetter], total: int) -> None:
+    """One block a letter, newest first: when and where, the kind, the reason, the first bytes
+    (a table squeezed the reasons into a narrow column)."""
+    console.print(f"the latest {len(latest)} of {total:,} dead letters, newest first")
+    for letter in latest:
+        when = letter.failed_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+        where = f"{letter.topic}:{letter.partition}:{letter.offset}"
+        console.print(f"\n[bold]{when}[/bold]  {where}  [yellow]{letter.error_kind}[/yellow]")
+        console.print(f"  {letter.reason[:500]}", markup=False)
+        console.print(f"  {repr(letter.original_value()[:100])[2:-1]}", markup=False)
 
 
 def report(verb: str, summaries: list[TopicSummary], directory: Path) -> None:

@@ -16,6 +16,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
+from typer.testing import CliRunner
 
 from projections.service.client import AsyncEngramClient
 from schemas.agent_events import Decision, Observation
@@ -23,6 +24,8 @@ from schemas.codec import RecordOrigin, encode_event
 from schemas.deadletter import DeadLetter
 from schemas.envelope import MAX_CONTENT_CHARS
 from schemas.topics import Topics
+from streams.cli.main import app as cli
+from streams.eventlog.dead_letters import latest_dead_letters
 from streams.eventlog.publisher import AsyncPublisher, Position
 from streams.runtime.node import Endpoints, Node
 from tests.integration.streams.isolated import isolated_settings
@@ -275,6 +278,33 @@ async def test_poison_records_go_to_the_dead_letter_topic_and_good_ones_land(
         assert got[raw].error_kind == kind, got[raw]
         assert got[raw].reason
         assert got[raw].topic == topics.observations
+
+    # Read back for a person (`engram dead-letters`): one per source record, newest first. A
+    # batch processed again after a crash logs its letters again; here one, written twice.
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(topics.deadletter, encode_event(letters[0]), key=b"P1")
+        await producer.send_and_wait(topics.deadletter, b"not a dead letter", key=b"P1")
+    finally:
+        await producer.stop()
+    found = await latest_dead_letters(kafka_bootstrap, topics, limit=3)
+    assert (found.total, found.unreadable) == (len(poison) + 1, 1)
+    newest = sorted(letters, key=lambda letter: letter.failed_at, reverse=True)
+    assert [letter.failed_at for letter in found.latest] == [
+        letter.failed_at for letter in newest[:3]
+    ]
+    shown = await asyncio.to_thread(
+        CliRunner().invoke,
+        cli,
+        ["dead-letters", "--limit", "50"],
+        env={"ENGRAM_KAFKA_BOOTSTRAP": kafka_bootstrap, "ENGRAM_TOPIC_PREFIX": prefix},
+    )
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.output.split())
+    assert f"the latest {len(poison) + 1} of {len(poison) + 1} dead letters" in text
+    for letter in letters:
+        assert f"{letter.topic}:{letter.partition}:{letter.offset} {letter.error_kind}" in text
 
 
 async def test_the_api_answers_422_with_a_readable_message(node: Node) -> None:
