@@ -46,6 +46,19 @@ def retrieve_when_ready(port: int, env: dict[str, str], timeout: float) -> list[
         time.sleep(0.2)
 
 
+def publish_a_flood(banner: str, env: dict[str, str]) -> None:
+    """H001's Year-1 flood (importance 0.9), published to the broker the banner names."""
+    bootstrap = re.search(r"kafka bootstrap\s+(\S+)", banner)
+    assert bootstrap, banner
+    subprocess.run(
+        [*ENGRAM, "publish", "H001", "Year 1: the river rose", "--importance", "0.9"],
+        env={**env, "ENGRAM_KAFKA_BOOTSTRAP": bootstrap.group(1)},
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_up_publish_retrieve_stop_and_up_again(tmp_path: Path, workers: int) -> None:
     """With 2 workers, episodic memory is written by the projector from the log. A second
@@ -104,15 +117,7 @@ def test_one_stack_per_data_dir_and_the_demo_beside_it(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "ENGRAM_DATA_DIR": str(tmp_path)}
     with engram_up(tmp_path, port, 1) as (up, banner):
-        bootstrap = re.search(r"kafka bootstrap\s+(\S+)", banner)
-        assert bootstrap, banner
-        subprocess.run(
-            [*ENGRAM, "publish", "H001", "Year 1: the river rose", "--importance", "0.9"],
-            env={**env, "ENGRAM_KAFKA_BOOTSTRAP": bootstrap.group(1)},
-            capture_output=True,
-            timeout=60,
-            check=True,
-        )
+        publish_a_flood(banner, env)
         results = retrieve_when_ready(port, env, timeout=30)
         assert results
         stack_dir = (tmp_path / "stack").stat()
@@ -341,15 +346,7 @@ def test_up_archives_its_log_and_stops_its_servers_when_its_processors_crash(
     port = free_port()
     env = {**os.environ, "ENGRAM_DATA_DIR": str(tmp_path)}
     with engram_up(tmp_path, port, 1) as (up, banner):
-        bootstrap = re.search(r"kafka bootstrap\s+(\S+)", banner)
-        assert bootstrap, banner
-        subprocess.run(
-            [*ENGRAM, "publish", "H001", "Year 1: the river rose", "--importance", "0.9"],
-            env={**env, "ENGRAM_KAFKA_BOOTSTRAP": bootstrap.group(1)},
-            capture_output=True,
-            timeout=60,
-            check=True,
-        )
+        publish_a_flood(banner, env)
         assert retrieve_when_ready(port, env, timeout=30), "the event was never derived"
         up.send_signal(signal.SIGTERM)
         assert up.wait(60) == 0
@@ -372,6 +369,14 @@ def test_up_archives_its_log_and_stops_its_servers_when_its_processors_crash(
     assert stack_processes(tmp_path) == []
 
 
+def refused_up(data_dir: Path) -> str:
+    """What ``engram up`` on ``data_dir`` says as it refuses to start (exit code 2)."""
+    with engram_process(["up", "--port", str(free_port())], data_dir) as up:
+        assert up.wait(120) == 2
+        assert up.stdout is not None
+        return " ".join(up.stdout.read().split())
+
+
 def test_up_refuses_another_embedder_than_its_archived_log_was_embedded_with(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -384,10 +389,7 @@ def test_up_refuses_another_embedder_than_its_archived_log_was_embedded_with(
     before = (tmp_path / "archive" / "manifest.json").read_text()
 
     monkeypatch.setenv("ENGRAM_EMBEDDER", "hashing-256")
-    with engram_process(["up", "--port", str(free_port())], tmp_path) as up:
-        assert up.wait(120) == 2
-        assert up.stdout is not None
-        told = " ".join(up.stdout.read().split())
+    told = refused_up(tmp_path)
     assert "the live derived log is embedded with hashing-v1-384" in told, told
     assert "engram up --fresh" in told
     assert (tmp_path / "archive" / "manifest.json").read_text() == before
@@ -397,10 +399,7 @@ def test_up_refuses_another_embedder_than_its_archived_log_was_embedded_with(
     # its own log over the earlier one.
     monkeypatch.delenv("ENGRAM_EMBEDDER")
     monkeypatch.setenv("ENGRAM_TOPIC_PREFIX", "other.")
-    with engram_process(["up", "--port", str(free_port())], tmp_path) as up:
-        assert up.wait(120) == 2
-        assert up.stdout is not None
-        told = " ".join(up.stdout.read().split())
+    told = refused_up(tmp_path)
     assert "holds the log of topic prefix ''," in told, told
     assert "Start with ENGRAM_TOPIC_PREFIX=''" in told
     assert (tmp_path / "archive" / "manifest.json").read_text() == before

@@ -63,6 +63,24 @@ async def everything(bootstrap: str, topics: list[str], partitions: int) -> list
     return out
 
 
+async def three_observations(bootstrap: str, name: str, *, item: bool = False) -> Topics:
+    """Topics of a new prefix (one partition) holding three observations of A1, and with
+    ``item`` one record on memory.items."""
+    topics = Topics(f"{name}{uuid.uuid4().hex[:8]}.")
+    await ensure_topics(bootstrap, topics, 1)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        for i in range(3):
+            await producer.send(topics.observations, f'{{"n": {i}}}'.encode(), key=b"A1")
+        if item:
+            await producer.send(topics.items, b'{"x": 1}', key=b"A1")
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return topics
+
+
 async def test_export_then_import_reproduces_every_record_at_its_offset(
     kafka_bootstrap: str, second_broker: str, tmp_path: Path
 ) -> None:
@@ -277,16 +295,7 @@ async def test_a_damaged_line_is_named_by_file_and_line(
 ) -> None:
     import gzip
 
-    topics = Topics(f"archbad{uuid.uuid4().hex[:8]}.")
-    await ensure_topics(kafka_bootstrap, topics, 1)
-    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
-    await producer.start()
-    try:
-        for i in range(3):
-            await producer.send(topics.observations, f'{{"n": {i}}}'.encode(), key=b"A1")
-        await producer.flush()
-    finally:
-        await producer.stop()
+    topics = await three_observations(kafka_bootstrap, "archbad")
     archive = tmp_path / "archive"
     await export_log(kafka_bootstrap, [topics.observations], archive)
     part = archive / topics.observations / "0.jsonl.gz"
@@ -309,17 +318,7 @@ async def test_a_refused_resume_creates_no_topic(
 
     from aiokafka.admin import AIOKafkaAdminClient
 
-    topics = Topics(f"archref{uuid.uuid4().hex[:8]}.")
-    await ensure_topics(kafka_bootstrap, topics, 1)
-    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
-    await producer.start()
-    try:
-        for i in range(3):
-            await producer.send(topics.observations, f'{{"n": {i}}}'.encode(), key=b"A1")
-        await producer.send(topics.items, b'{"x": 1}', key=b"A1")
-        await producer.flush()
-    finally:
-        await producer.stop()
+    topics = await three_observations(kafka_bootstrap, "archref", item=True)
     archive = tmp_path / "archive"
     await export_log(kafka_bootstrap, [topics.observations, topics.items], archive)
     # An import that stopped after the first topic: only it exists on the target.
