@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import signal
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from types import FrameType
 from typing import Any, NoReturn
@@ -16,7 +17,7 @@ from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 
 from streams.cli import deferred
-from streams.cli.signals import STOPPING_SIGNALS, StopSignal, unless_set
+from streams.cli.signals import STOPPING_SIGNALS, StopSignal, is_echo, unless_set
 from streams.runtime.collector import tune_collector
 
 console = Console()
@@ -129,12 +130,17 @@ def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
         if stop.signal is None:
             stop.received(sig)
 
+    first_at: list[float] = []
+
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        sig = signal.Signals(signum)
+        sig, now = signal.Signals(signum), time.monotonic()
+        if received:
+            if not is_echo(sig, received[0], now - first_at[0]):
+                stop.stop_at_once(sig)
+            return
         received.append(sig)
-        if len(received) > 1:
-            stop.stop_at_once(sig)
-        elif loops:
+        first_at.append(now)
+        if loops:
             loops[0].call_soon_threadsafe(deliver, sig)
 
     async def until_done_or_stopped() -> bool:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,15 @@ async def unless_set(stop: asyncio.Event, work: Coroutine[Any, Any, None]) -> bo
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """Ctrl-C, an orchestrator's stop, and a terminal that closes."""
 
+ECHO_WITHIN = 0.1
+"""Seconds within which the same signal again is the first one delivered twice, not a second
+stop: `timeout` sends its signal to the command and then to its whole process group, the
+command included. Nobody presses Ctrl-C twice that fast."""
+
+
+def is_echo(sig: signal.Signals, first: signal.Signals, after: float) -> bool:
+    return sig == first and after < ECHO_WITHIN
+
 
 class StopSignal(asyncio.Event):
     """Set by the first of :data:`STOPPING_SIGNALS`; :attr:`signal` says which it was. A
@@ -55,15 +65,17 @@ class StopSignal(asyncio.Event):
     def __init__(self, *, second_at_once: bool = True) -> None:
         super().__init__()
         self.signal: signal.Signals | None = None
+        self._first_at = 0.0
         self._second_at_once = second_at_once
         self._at_once: list[Callable[[], None]] = []
 
     def received(self, sig: signal.Signals) -> None:
+        now = time.monotonic()
         if self.signal is not None:
-            if self._second_at_once:
+            if self._second_at_once and not is_echo(sig, self.signal, now - self._first_at):
                 self.stop_at_once(sig)
             return
-        self.signal = sig
+        self.signal, self._first_at = sig, now
         self.set()
 
     def at_once(self, kill: Callable[[], None]) -> None:

@@ -20,7 +20,11 @@ from schemas.errors import EngramError
 LOCK_FILE = "stack.lock"
 
 
-class DataDirInUseError(EngramError, RuntimeError):
+class DataDirError(EngramError, RuntimeError):
+    """The data directory cannot hold a stack; the message says why."""
+
+
+class DataDirInUseError(DataDirError):
     """Another embedded stack runs on this data directory."""
 
 
@@ -30,8 +34,19 @@ class DataDirLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by children
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by children
+        except OSError as exc:
+            where = self.path.parent
+            blocker = next(
+                (d for d in (where, *where.parents) if d.exists() and not d.is_dir()), None
+            )
+            why = exc.strerror if blocker is None else f"{blocker} is a file"
+            raise DataDirError(
+                f"cannot keep a stack in {self.path.parent} ({why}): give --data-dir "
+                "(ENGRAM_DATA_DIR) a directory"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

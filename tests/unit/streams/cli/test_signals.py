@@ -215,3 +215,14 @@ def test_under_nohup_a_closed_terminal_does_not_stop_the_command() -> None:
     done = subprocess.run([sys.executable, "-c", NOHUP], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["running"]
+
+
+def test_the_same_signal_delivered_twice_at_once_is_one() -> None:
+    """`timeout` delivers its signal twice (to the command, then to its process group): the
+    echo must not stop `engram up` at once, skipping its archive. (Were it taken for a second
+    signal, this test's process would end here.)"""
+    stop = StopSignal()
+    stop.received(signal.SIGTERM)
+    stop.received(signal.SIGTERM)
+    assert stop.signal == signal.SIGTERM
+    assert stop.is_set()

@@ -82,8 +82,9 @@ def test_a_second_signal_ends_the_command_at_once_while_its_loop_is_busy() -> No
         "from streams.cli.console import run\n"
         "async def main():\n"
         "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(0.3)  # holds the loop\n"
         "    os.kill(os.getpid(), signal.SIGINT)\n"
-        "    time.sleep(30)  # holds the loop\n"
+        "    time.sleep(30)\n"
         "    print('went on', flush=True)\n"
         "run(main)\n"
     )
@@ -108,3 +109,23 @@ def test_work_cancelled_by_no_signal_fails_rather_than_passing_for_done(
         run(main)
     assert failed.value.exit_code == 1
     assert "cancelled, not by a signal" in capsys.readouterr().err
+
+
+def test_one_signal_delivered_twice_is_one_stop(capsys: pytest.CaptureFixture[str]) -> None:
+    """`timeout` sends its signal to the command and then to its process group, the command
+    included: that stopped every command at once, without its cleanup."""
+    cleaned: list[str] = []
+
+    async def main() -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+            await asyncio.sleep(30)
+        finally:
+            cleaned.append("cleaned")
+
+    with pytest.raises(typer.Exit) as stopped:
+        run(main)
+    assert stopped.value.exit_code == 128 + signal.SIGTERM
+    assert cleaned == ["cleaned"]
+    assert "SIGTERM: stopped" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.runtime.devstack.data_dir_lock import DataDirInUseError, DataDirLock
+from streams.runtime.devstack.data_dir_lock import DataDirError, DataDirInUseError, DataDirLock
 from streams.runtime.devstack.stack import DevStack
 
 
@@ -67,3 +67,9 @@ def test_the_lock_of_a_killed_process_is_free(tmp_path: Path) -> None:
     lock = DataDirLock(tmp_path)
     lock.acquire()
     lock.release()
+
+
+def test_a_data_dir_under_a_file_is_named(tmp_path: Path) -> None:
+    (tmp_path / "notes").write_text("a file")
+    with pytest.raises(DataDirError, match=rf"{tmp_path / 'notes'} is a file"):
+        DataDirLock(tmp_path / "notes" / "demo").acquire()
