@@ -36,7 +36,7 @@ KAFKA_NAME_CHARACTERS = r"^[A-Za-z0-9._-]*$"
 
 BOOTSTRAP_ENTRY = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:/,\[\]]+)(?::(?P<port>\d{1,5}))?")
 """One broker of ENGRAM_KAFKA_BOOTSTRAP: a host name, an IPv4 address or a bracketed IPv6 one,
-and a port (Kafka's 9092 when none is given, as its clients assume); or a bare IPv6 address."""
+and a port (Kafka's 9092 when none is given, as its clients assume)."""
 
 
 def _bare_ipv6(entry: str) -> bool:
@@ -356,19 +356,22 @@ class EngramSettings(BaseSettings):
     def _bootstrap_is_a_host_list(cls, value: str | None) -> str | None:
         """Checked here, not by the first Kafka client: aiokafka's own parse of a malformed
         list ends in "invalid literal for int()", far from the variable that caused it. Empty
-        entries (a trailing comma) are skipped, as aiokafka skips them."""
+        entries (a trailing comma) are dropped: aiokafka would read one as localhost:9092."""
         if value is None:
             return value
-        for entry in filter(None, (e.strip() for e in value.split(","))):
+        entries = [e for e in (e.strip() for e in value.split(",")) if e]
+        for entry in entries:
             if _bare_ipv6(entry):
-                continue
+                raise ValueError(
+                    f"{entry!r}: write an IPv6 address in brackets, with its port ([{entry}]:9092)"
+                )
             found = BOOTSTRAP_ENTRY.fullmatch(entry)
             if found is None or not 0 < int(found.group("port") or 9092) < 65536:
                 raise ValueError(
                     f"{entry!r} is not host:port (ENGRAM_KAFKA_BOOTSTRAP is a "
                     "comma-separated list such as kafka-0:9092,kafka-1:9092)"
                 )
-        return value
+        return ",".join(entries) or None
 
     @field_validator("redis_url")
     @classmethod

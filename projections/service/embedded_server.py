@@ -30,8 +30,9 @@ class EmbeddedServer(uvicorn.Server):
         says why. A ``SystemExit`` in a task also left `engram up` hung on Faust's thread."""
         try:
             await super().serve(sockets)
-        except SystemExit:
-            config = self.config
+        except SystemExit as exc:
+            config, cause = self.config, exc.__context__  # what uvicorn caught, if anything
+            why = cause.strerror if isinstance(cause, OSError) and cause.strerror else None
             raise OSError(
-                f"cannot listen on {config.host}:{config.port} (is the port in use?)"
+                f"cannot listen on {config.host}:{config.port} ({why or 'is the port in use?'})"
             ) from None

@@ -14,6 +14,7 @@ from streams.runtime.logs import configure_logging
 from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
+    from schemas.topics import Topics
     from streams.privacy.keyring import Keyring
     from streams.runtime.node import Endpoints
 
@@ -90,3 +91,16 @@ async def record_dev_keyring(settings: EngramSettings, redis_url: str) -> str:
     location = settings.keyring or f"file:{settings.keyring_dir().resolve()}"
     await deferred.keyring.record_location(redis_url, settings.redis_namespace, location)
     return location
+
+
+async def active_topics(settings: EngramSettings, redis_url: str) -> Topics:
+    """The topics, with the derived log the active projection version continues."""
+    versions = deferred.projection_versions.ProjectionVersions.from_url(
+        redis_url, settings.redis_namespace, settings.qdrant_collection
+    )
+    try:
+        derived = await versions.derived_log((await versions.active()).name)
+    finally:
+        await versions.close()
+    prefix = None if derived is None else derived.topic_prefix
+    return deferred.topics.Topics(settings.topic_prefix, prefix)

@@ -10,13 +10,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 from streams.cli import deferred
-from streams.cli.configuration import bootstrap_of, load_settings, open_keyring
+from streams.cli.configuration import active_topics, bootstrap_of, load_settings, open_keyring
 from streams.cli.console import (
     checked_agent_id,
     console,
+    err,
     fail,
     friendly_errors,
     if_stopped,
@@ -150,15 +152,23 @@ def dead_letters_command(
     bootstrap = bootstrap_of(settings)
 
     async def main() -> None:
+        # The live log's, and (given Redis, which says) those of the derived log a
+        # reprocessed version continues once it is active.
+        topics = [deferred.topics.Topics(settings.topic_prefix).deadletter]
+        if settings.redis_url:
+            active = (await active_topics(settings, settings.redis_url)).deadletter
+            topics += [active] if active not in topics else []
         found = await deferred.dead_letters.latest_dead_letters(
-            bootstrap, deferred.topics.Topics(settings.topic_prefix), limit=limit, timeout=timeout
+            bootstrap, topics, limit=limit, timeout=timeout
         )
         if as_json:
             for letter in found.latest:
                 typer.echo(letter.model_dump_json())
             return
+        if found.unreadable:
+            err.print(f"{found.unreadable:,} records on {', '.join(topics)} are no dead letters")
         if not found.total:
-            console.print("no dead letters: every record was used")
+            console.print(f"no dead letters on {', '.join(topics)}")
             return
         print_dead_letters(found.latest, found.total)
 
@@ -172,7 +182,9 @@ def print_dead_letters(latest: list[DeadLetter], total: int) -> None:
     for letter in latest:
         when = letter.failed_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
         where = f"{letter.topic}:{letter.partition}:{letter.offset}"
-        console.print(f"\n[bold]{when}[/bold]  {where}  [yellow]{letter.error_kind}[/yellow]")
+        console.print(
+            f"\n[bold]{when}[/bold]  {where}  [yellow]{escape(letter.error_kind)}[/yellow]"
+        )
         console.print(f"  {letter.reason[:500]}", markup=False)
         console.print(f"  {repr(letter.original_value()[:100])[2:-1]}", markup=False)
 

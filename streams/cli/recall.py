@@ -22,7 +22,7 @@ from rich import box
 from rich.table import Table
 
 from streams.cli import deferred
-from streams.cli.configuration import configure, load_settings, open_keyring
+from streams.cli.configuration import active_topics, configure, load_settings, open_keyring
 from streams.cli.console import checked_agent_id, console, err, fail, run
 from streams.cli.memory import (
     Arousal,
@@ -54,7 +54,6 @@ from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
     from projections.retrieval.models import RetrievalRequest
-    from schemas.topics import Topics
     from streams.rebuild.as_of import LogRecaller, Recalled, Repeated
     from streams.rebuild.log_cut import LogPoint
 
@@ -223,7 +222,7 @@ async def _recaller(settings: EngramSettings, timeout: float) -> AsyncIterator[L
     """A :class:`LogRecaller` over the configured broker and Redis, on the derived log of the
     active projection version."""
     bootstrap, redis_url = settings.kafka_bootstrap or "", settings.redis_url or ""
-    topics = await _active_topics(settings, redis_url)
+    topics = await active_topics(settings, redis_url)
     keyring = await open_keyring(settings)
     try:
         recaller: LogRecaller = deferred.as_of.LogRecaller(
@@ -245,19 +244,6 @@ async def _recaller(settings: EngramSettings, timeout: float) -> AsyncIterator[L
     finally:
         if keyring is not None:
             await keyring.close()
-
-
-async def _active_topics(settings: EngramSettings, redis_url: str) -> Topics:
-    """The topics, with the derived log the active projection version continues."""
-    versions = deferred.projection_versions.ProjectionVersions.from_url(
-        redis_url, settings.redis_namespace, settings.qdrant_collection
-    )
-    try:
-        derived = await versions.derived_log((await versions.active()).name)
-    finally:
-        await versions.close()
-    prefix = None if derived is None else derived.topic_prefix
-    return deferred.topics.Topics(settings.topic_prefix, prefix)
 
 
 def _rebuilt(agent_id: str, recalled: Recalled) -> str:

@@ -154,7 +154,9 @@ def versions_drop(
             )
             if log_topics and with_log:
                 # Before the version is forgotten: if this fails, the command can run again.
-                deleted = await deferred.topic_admin.delete_topics(stores.bootstrap, log_topics)
+                deleted = await deferred.topic_admin.delete_topics(
+                    stores.bootstrap, log_topics, timeout=max(timeout, 1.0)
+                )
                 console.print(f"deleted its derived log: {', '.join(deleted) or 'no topics'}")
             await stores.drop(info.version)
             console.print(f"dropped version {name}")

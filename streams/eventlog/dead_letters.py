@@ -11,6 +11,7 @@ held.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,6 @@ from pydantic import ValidationError
 
 from schemas.deadletter import DeadLetter
 from schemas.errors import BackendUnavailableError
-from schemas.topics import Topics
 from streams.eventlog.derived_log import read_to_end
 from streams.eventlog.kafka_clients import log_reader
 
@@ -60,18 +60,21 @@ class _Latest:
 
 
 async def latest_dead_letters(
-    bootstrap: str, topics: Topics, *, limit: int, timeout: float = 30.0
+    bootstrap: str, topics: Sequence[str], *, limit: int, timeout: float = 30.0
 ) -> DeadLetters:
-    """The ``limit`` latest dead letters of every partition of ``topics.deadletter``."""
+    """The ``limit`` latest dead letters of every partition of the dead-letter ``topics`` (the
+    live one, and the one of the derived log a reprocessed version continues)."""
     latest = _Latest(limit)
     try:
-        parts = await _partitions(bootstrap, topics.deadletter)
-        tps = [TopicPartition(topics.deadletter, p) for p in parts]
+        tps = [
+            TopicPartition(topic, p)
+            for topic in topics
+            for p in await _partitions(bootstrap, topic)
+        ]
         await read_to_end(bootstrap, tps, latest.keep, timeout=timeout)
     except KafkaError as exc:
-        raise BackendUnavailableError(
-            f"cannot read {topics.deadletter} at {bootstrap}: {exc}"
-        ) from exc
+        names = ", ".join(topics)
+        raise BackendUnavailableError(f"cannot read {names} at {bootstrap}: {exc}") from exc
     ordered = [letter for _, _, letter in sorted(latest.heap, key=lambda e: e[:2], reverse=True)]
     return DeadLetters(ordered, len(latest.seen), latest.unreadable)
 

@@ -19,9 +19,10 @@ import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka.admin import NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
 from schemas.errors import BackendUnavailableError, EngramError
 from schemas.topics import Topics
@@ -121,7 +122,9 @@ async def delete_topics(
     try:
         doomed = sorted(set(names) & set(await admin.list_topics()))
         if doomed:
-            await admin.delete_topics(doomed)
+            answer = await admin.delete_topics(doomed)
+            if refused := refused_deletions(answer.topic_error_codes):
+                raise BackendUnavailableError(f"the broker at {bootstrap} refused: {refused}")
         deadline = time.monotonic() + timeout
         while left := sorted(set(doomed) & set(await admin.list_topics())):
             if time.monotonic() > deadline:
@@ -135,3 +138,10 @@ async def delete_topics(
         raise BackendUnavailableError(f"cannot delete topics on {bootstrap}: {exc}") from exc
     finally:
         await admin.close()
+
+
+def refused_deletions(topic_error_codes: Sequence[tuple[Any, ...]]) -> dict[str, str]:
+    """The topics a DeleteTopics answer refused, with the broker's reason. aiokafka returns
+    the answer rather than raising: unread, a refusal (an ACL, deletion disabled) looked like a
+    deletion still under way."""
+    return {str(t[0]): for_code(int(t[1])).__name__ for t in topic_error_codes if t[1] != 0}

@@ -579,7 +579,8 @@ class Node:
             await self.projector.stop()
         if self.follower is not None:
             await self.follower.stop()
-        for store in [s for s in (self.working, self.episodic) if s is not None]:
+        stores = (getattr(self, "working", None), self.episodic)  # none if a start failed first
+        for store in [s for s in stores if s is not None]:
             with contextlib.suppress(Exception):
                 await store.close()
         for index in self._agent_indexes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 
 
@@ -13,14 +14,20 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_taken(host: str, port: int) -> bool:
-    """Whether binding ``host:port`` fails, as the query service's would (uvicorn binds with
-    SO_REUSEADDR, so a port that only lingers in TIME_WAIT counts as free)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """Whether another process listens on ``host:port``, as binding the query service's socket
+    would find (uvicorn binds with SO_REUSEADDR, so a port that only lingers in TIME_WAIT
+    counts as free). Only "address in use" counts: an address this machine does not have is
+    the server's own error to report."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except OSError:
+        return False
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
-        except OSError:
-            return True
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
         return False
 
 
