@@ -288,11 +288,28 @@ class ProjectionVersions:
     # The fence: writers pause while a switch reads the last of the log.
 
     async def raise_fence(self, target: str, ttl: float) -> None:
-        """Ask every writer to pause; the TTL bounds the pause if the switch dies meanwhile."""
-        await self._call(self._client.set(f"{self._key}:fence", target, px=int(ttl * 1000)))
+        """Ask every writer to pause; the TTL bounds the pause if the switch dies meanwhile.
+        One fence at a time: a second switch overwrote the first one's fence, the writers
+        paused for the first went on writing into the version it was leaving, and the first
+        one's end deleted the second's fence, which then waited out its timeout."""
+        key = f"{self._key}:fence"
+        if not await self._call(self._client.set(key, target, px=int(ttl * 1000), nx=True)):
+            holder = await self.fence()
+            raise SwitchError(
+                f"another switch, to version {holder or '(unversioned)'}, is under way (its "
+                "writers are paused)"
+            )
 
-    async def lower_fence(self) -> None:
-        await self._call(self._client.delete(f"{self._key}:fence"))
+    async def extend_fence(self, target: str, ttl: float) -> bool:
+        """Give this switch's fence ``ttl`` more from now; False if it is no longer there."""
+        return bool(await self._call(self._fence_script(target, int(ttl * 1000))))
+
+    async def lower_fence(self, target: str) -> None:
+        """Lower this switch's fence, never another's."""
+        await self._call(self._fence_script(target, 0))
+
+    def _fence_script(self, target: str, ttl_ms: int) -> Awaitable[Any]:
+        return self._client.eval(FENCE_OF_MINE, 1, f"{self._key}:fence", target, ttl_ms)
 
     async def fence(self) -> str | None:
         value = await self._call(self._client.get(f"{self._key}:fence"))
@@ -361,6 +378,14 @@ class ProjectionVersions:
             raise ProjectionError(f"redis (projection versions): {exc}") from exc
 
 
+FENCE_OF_MINE = """
+if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '0' then return redis.call('del', KEYS[1]) end
+return redis.call('pexpire', KEYS[1], ARGV[2])
+"""
+"""Lower (a TTL of 0) or extend the fence, if it is still the one this switch raised."""
+
+
 class SwitchError(EngramError, RuntimeError):
     """The new version was built but could not be switched to; the message says why."""
 
@@ -391,12 +416,26 @@ async def fenced(
     while the body runs (the last of the log is applied and the pointer moved); lowered
     whatever happens. ``timeout`` bounds the wait for writers, and is the fence's TTL: a
     switch that dies meanwhile pauses nobody for longer."""
-    await versions.raise_fence(target.name or "", timeout)
+    name = target.name or ""
+    try:
+        await versions.raise_fence(name, timeout)
+    except SwitchError as exc:
+        raise SwitchError(
+            f"{exc}; version {target.label} is built and can be caught up and switched to "
+            f"then (`engram replay --into {target.label}`)"
+        ) from None
     try:
         await _wait_for_writers(versions, target, timeout)
+        # The wait used part of the fence's life: what the body does needs all of it.
+        if not await versions.extend_fence(name, timeout):
+            raise SwitchError(
+                f"the fence expired while the writers paused; version {target.label} is built "
+                f"and can be caught up and switched to later (`engram replay --into "
+                f"{target.label}`)"
+            )
         yield
     finally:
-        await versions.lower_fence()
+        await versions.lower_fence(name)
 
 
 async def _wait_for_writers(

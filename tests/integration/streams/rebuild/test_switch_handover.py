@@ -19,6 +19,7 @@ from projections.versions import (
     ProjectionStores,
     ProjectionVersion,
     ProjectionVersions,
+    SwitchError,
     WriteLock,
     fenced,
 )
@@ -100,4 +101,56 @@ async def test_a_writer_stays_paused_until_the_new_version_opens(redis_server_ur
         await follower.stop()
         for store in [working, *opened]:
             await store.close()
+        await registry.close()
+
+
+async def test_one_switch_at_a_time_and_each_lowers_only_its_own_fence(
+    redis_server_url: str,
+) -> None:
+    """Two replays at once: the second overwrote the first one's fence (the writers paused for
+    the first went on writing into the version it was leaving), and the first one's end then
+    deleted the second's, which waited out its whole timeout."""
+    namespace = f"twofences{uuid.uuid4().hex[:8]}"
+    registry = ProjectionVersions.from_url(redis_server_url, namespace, "c")
+    try:
+        first, second = registry.version("v1"), registry.version("v2")
+        async with fenced(registry, first, timeout=5):
+            assert await registry.fence() == "v1"
+            with pytest.raises(SwitchError, match=r"another switch, to version v1.*--into v2"):
+                async with fenced(registry, second, timeout=5):
+                    raise AssertionError("a second fence was raised")
+            assert await registry.fence() == "v1", "the refused switch lowered the first's"
+            await registry.lower_fence("v2")  # never another's
+            assert await registry.fence() == "v1"
+        assert await registry.fence() is None
+        async with fenced(registry, second, timeout=5):
+            assert await registry.fence() == "v2"
+        assert await registry.fence() is None
+    finally:
+        await registry.close()
+
+
+async def test_the_fence_lasts_its_whole_timeout_after_the_writers_paused(
+    redis_server_url: str,
+) -> None:
+    """Raised with the timeout as its life, the fence could expire in the body when the wait
+    for the writers took most of it: the writers then wrote into the version being left."""
+    namespace = f"fencelife{uuid.uuid4().hex[:8]}"
+    registry = ProjectionVersions.from_url(redis_server_url, namespace, "c")
+    old, new = registry.version(None), registry.version("v1")
+
+    async def a_slow_writer() -> None:
+        await registry.heartbeat("worker-1", "worker", old)
+        await asyncio.sleep(1.2)  # finishing its batch
+        await registry.heartbeat("worker-1", "worker", old, paused_for="v1")
+
+    try:
+        writer = asyncio.create_task(a_slow_writer())
+        await asyncio.sleep(0.1)
+        async with fenced(registry, new, timeout=2):
+            await asyncio.sleep(1.2)  # the body: 2.4 s after the raise, past the first life
+            assert await registry.fence() == "v1"
+        await writer
+        assert await registry.fence() is None
+    finally:
         await registry.close()
