@@ -13,6 +13,7 @@ dev stack does its keyring's location, and a process pointed at that Redis takes
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -29,6 +30,8 @@ __all__ = [
     "recorded_edge_dir",
 ]
 
+log = logging.getLogger("engram.edge")
+
 LOCATION_KEY = "{ns}#qdrant-edge:path"
 """The absolute directory of the deployment's Edge shards, set by the process that holds them."""
 
@@ -42,7 +45,18 @@ async def record_edge_dir(redis_url: str, namespace: str, path: Path) -> None:
     directory = await asyncio.to_thread(path.resolve)
     client = aioredis.Redis.from_url(redis_url, socket_timeout=10.0, socket_connect_timeout=5.0)
     try:
-        await client.set(LOCATION_KEY.format(ns=namespace), str(directory))
+        raw = await client.getset(LOCATION_KEY.format(ns=namespace), str(directory))
+        before = raw.decode() if isinstance(raw, bytes) else raw
+        if before is not None and before != str(directory):
+            # One process of a deployment holds its Edge shards: another directory here is a
+            # move, or a second holder (whose versions the first would serve empty).
+            log.warning(
+                "the Qdrant Edge directory recorded for %s moves from %s to %s: versions "
+                "built in the old one are not served from the new",
+                namespace,
+                before,
+                directory,
+            )
     except (RedisError, OSError) as exc:
         message = f"recording the Qdrant Edge directory in Redis failed: {exc}"
         raise ProjectionError(message) from exc

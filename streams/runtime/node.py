@@ -179,12 +179,6 @@ class Node:
         """The stores, and each role this process runs, on the active version."""
         settings = self.settings
         self.working, self.episodic = await self._open_stores(self.version)
-        if self.episodic is not None and not settings.qdrant_url:
-            # This process holds the Edge shards: the deployment's other processes (a replay
-            # building the next version) must find them where it will open that version.
-            await record_edge_dir(
-                self.endpoints.redis_url, settings.redis_namespace, settings.edge_path()
-            )
         if self.run_processors or self.run_projector:
             await ensure_topics(
                 self.endpoints.kafka_bootstrap,
@@ -227,6 +221,12 @@ class Node:
                 metrics=self.metrics if settings.metrics else None,
             )
             self.probes = await ProbeServer(app, settings.http_host, settings.health_port).start()
+        if self.episodic is not None and not settings.qdrant_url:
+            # This process holds the Edge shards: a replay must build the next version where it
+            # will open it. Once started only: a failed start's directory misled later replays.
+            await record_edge_dir(
+                self.endpoints.redis_url, settings.redis_namespace, settings.edge_path()
+            )
 
     async def _serve_derived_log_of(self, version: ProjectionVersion) -> None:
         """Write (and read history from) the derived log ``version`` continues, under its
