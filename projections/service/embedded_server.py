@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import uvicorn
 
@@ -19,6 +20,23 @@ class EmbeddedServer(uvicorn.Server):
     serves beside other work (a worker's probes; the dev stack's query service, which the demo
     calls): the process stops in its own order, finishing its work before its server, so its
     own handlers must stay in place. The server stops when told (``should_exit``)."""
+
+    @classmethod
+    def serving(cls, app: Any, *, host: str, port: int) -> EmbeddedServer:
+        """A server of ``app`` as Engram runs them: no lifespan, no access log, and its log
+        lines through Engram's logging (``log_config=None``): uvicorn's own configuration
+        printed plain text lines ("ERROR:    [Errno 98] ...") among ENGRAM_LOG_FORMAT=json's
+        objects."""
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            log_config=None,
+            lifespan="off",
+            access_log=False,
+        )
+        return cls(config)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:

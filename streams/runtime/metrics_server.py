@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import logging
 
-import uvicorn
 from prometheus_client import CollectorRegistry, make_asgi_app
 
 from projections.service.embedded_server import EmbeddedServer
@@ -22,15 +21,7 @@ START_TIMEOUT_S = 10.0
 
 class MetricsServer:
     def __init__(self, registry: CollectorRegistry, *, host: str, port: int) -> None:
-        config = uvicorn.Config(
-            make_asgi_app(registry),
-            host=host,
-            port=port,
-            log_level="warning",
-            lifespan="off",
-            access_log=False,
-        )
-        self._server = EmbeddedServer(config)
+        self._server = EmbeddedServer.serving(make_asgi_app(registry), host=host, port=port)
         self._task: asyncio.Task[None] | None = None
         self.port: int | None = None
 

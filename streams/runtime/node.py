@@ -422,15 +422,9 @@ class Node:
             learned=LearnedMemory(lambda: self.working, self.embedder),
             trace_retrieval=self.tracing.retrieval if self.tracing else None,
         )
-        config = uvicorn.Config(
-            app,
-            host=self.settings.http_host,
-            port=self.settings.http_port,
-            log_level="warning",
-            lifespan="off",
-            access_log=False,
+        self._server = EmbeddedServer.serving(
+            app, host=self.settings.http_host, port=self.settings.http_port
         )
-        self._server = EmbeddedServer(config)
         self._server_task = asyncio.create_task(self._server.serve())
         for _ in range(200):
             if self._server.started:

@@ -170,15 +170,7 @@ class ProbeServer:
     _task: asyncio.Task[None] | None = field(default=None, init=False)
 
     async def start(self) -> ProbeServer:
-        config = uvicorn.Config(
-            self.app,
-            host=self.host,
-            port=self.port,
-            log_level="warning",
-            lifespan="off",
-            access_log=False,
-        )
-        server = self._server = EmbeddedServer(config)
+        server = self._server = EmbeddedServer.serving(self.app, host=self.host, port=self.port)
         self._task = asyncio.create_task(server.serve())
         for _ in range(200):
             if server.started:

@@ -65,3 +65,21 @@ async def test_a_port_in_use_is_an_os_error_naming_it_not_an_exit() -> None:
         )
         with pytest.raises(OSError, match=rf"cannot listen on 127\.0\.0\.1:{port}"):
             await server.serve()
+
+
+async def test_its_log_lines_go_through_the_processs_logging(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """uvicorn's own logging configuration printed plain text lines ("ERROR:    [Errno 98]
+    ...") among the JSON objects of ENGRAM_LOG_FORMAT=json, past the process's handlers."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = EmbeddedServer.serving(app, host="127.0.0.1", port=port)
+        with pytest.raises(OSError, match="cannot listen"):
+            await server.serve()
+    assert any(
+        r.name == "uvicorn.error" and "error while attempting to bind" in r.getMessage()
+        for r in caplog.records
+    )
