@@ -26,7 +26,8 @@ class MetricsServer:
         self.port: int | None = None
 
     async def start(self) -> MetricsServer:
-        self._task = asyncio.create_task(self._serve())
+        # A port it cannot bind is an OSError naming it (EmbeddedServer.serve).
+        self._task = asyncio.create_task(self._server.serve())
         async with asyncio.timeout(START_TIMEOUT_S):
             while not self._server.started:
                 if self._task.done():
@@ -37,14 +38,6 @@ class MetricsServer:
         self.port = int(sockets[0].getsockname()[1])
         log.info("metrics on port %d at /metrics", self.port)
         return self
-
-    async def _serve(self) -> None:
-        """uvicorn exits the process (``SystemExit``) when it cannot bind: an ``OSError``."""
-        try:
-            await self._server.serve()
-        except SystemExit:
-            port = self._server.config.port
-            raise OSError(f"the metrics server cannot listen on port {port} (in use?)") from None
 
     async def stop(self) -> None:
         self._server.should_exit = True
