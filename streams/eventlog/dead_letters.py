@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from schemas.deadletter import DeadLetter
 from schemas.errors import BackendUnavailableError
-from streams.eventlog.derived_log import read_to_end
+from streams.eventlog.derived_log import read_with
 from streams.eventlog.kafka_clients import log_reader
 
 
@@ -65,27 +65,24 @@ async def latest_dead_letters(
     """The ``limit`` latest dead letters of every partition of the dead-letter ``topics`` (the
     live one, and the one of the derived log a reprocessed version continues)."""
     latest = _Latest(limit)
+    consumer = log_reader(bootstrap)  # one consumer: the layout first, then the read
     try:
+        await consumer.start()
+        # Read the layout before assigning anything: an assigned consumer narrows its
+        # metadata to the assigned topics. A topic that does not exist has no letters.
+        existing = await consumer.topics()
         tps = [
             TopicPartition(topic, p)
             for topic in topics
-            for p in await _partitions(bootstrap, topic)
+            if topic in existing
+            for p in sorted(consumer.partitions_for_topic(topic) or ())
         ]
-        await read_to_end(bootstrap, tps, latest.keep, timeout=timeout)
+        if tps:
+            await read_with(consumer, tps, latest.keep, timeout=timeout)
     except KafkaError as exc:
         names = ", ".join(topics)
         raise BackendUnavailableError(f"cannot read {names} at {bootstrap}: {exc}") from exc
-    ordered = [letter for _, _, letter in sorted(latest.heap, key=lambda e: e[:2], reverse=True)]
-    return DeadLetters(ordered, len(latest.seen), latest.unreadable)
-
-
-async def _partitions(bootstrap: str, topic: str) -> list[int]:
-    """The topic's partitions (none when it does not exist: nothing was ever dead-lettered)."""
-    consumer = log_reader(bootstrap)
-    await consumer.start()
-    try:
-        if topic not in await consumer.topics():
-            return []
-        return sorted(consumer.partitions_for_topic(topic) or ())
     finally:
         await consumer.stop()
+    ordered = [letter for _, _, letter in sorted(latest.heap, key=lambda e: e[:2], reverse=True)]
+    return DeadLetters(ordered, len(latest.seen), latest.unreadable)
