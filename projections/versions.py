@@ -64,6 +64,7 @@ __all__ = [
     "VersionInfo",
     "VersionState",
     "WriteLock",
+    "building",
     "fenced",
     "obey_fence",
     "wait_until_unused",
@@ -75,7 +76,10 @@ _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 """Valid in a Redis namespace, a Qdrant collection name and a directory name alike."""
 
 VersionState = Literal["building", "ready", "active", "retired"]
-Role = Literal["worker", "projector", "service"]
+Role = Literal["worker", "projector", "service", "replay", "reprocess"]
+_NOT_WRITERS: frozenset[str] = frozenset({"service", "replay", "reprocess"})
+"""Roles a switch does not wait for: a query service only reads, and a replay or reprocess
+writes the version it builds, never the active one."""
 
 
 @dataclass(frozen=True)
@@ -447,7 +451,7 @@ async def _wait_for_writers(
     while True:
         members = await versions.members()
         waiting = [
-            m for m in members if m.role != "service" and m.paused_for != (target.name or "")
+            m for m in members if m.role not in _NOT_WRITERS and m.paused_for != (target.name or "")
         ]
         if not waiting:
             return
@@ -486,6 +490,41 @@ async def obey_fence(
                 await asyncio.sleep(0.05)
         finally:
             await resume()
+
+
+@asynccontextmanager
+async def building(
+    versions: ProjectionVersions,
+    role: Role,
+    version: ProjectionVersion,
+    member_id: str,
+    *,
+    every: float = 3.0,
+    ttl: float = 10.0,
+) -> AsyncIterator[None]:
+    """Be a member that uses ``version`` while the body builds it, so that ``engram versions
+    drop`` waits for the build (:func:`wait_until_unused`) instead of deleting its stores under
+    it. A builder that dies stops mattering when its last heartbeat expires (``ttl``)."""
+    await versions.heartbeat(member_id, role, version, ttl=ttl)
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await versions.heartbeat(member_id, role, version, ttl=ttl)
+            except ProjectionError as exc:  # Redis away for a moment: the next beat retries
+                log.warning("heartbeat of %s %s failed: %s", role, member_id, exc)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        try:
+            await versions.leave(member_id)
+        except ProjectionError as exc:  # the heartbeat expires by itself
+            log.warning("%s %s could not leave: %s", role, member_id, exc)
 
 
 async def wait_until_unused(

@@ -154,7 +154,14 @@ async def forget_agent(
 
     active = await versions.active()
     infos = [i for i in await versions.versions() if not i.active]
-    held = {name for m in await versions.members() for name in (m.version, *m.holding)}
+    # A replay or reprocess building a version is no holder here: what it builds gets the
+    # erasure from the log (a "building" version is skipped below).
+    held = {
+        name
+        for m in await versions.members()
+        if m.role not in ("replay", "reprocess")
+        for name in (m.version, *m.holding)
+    }
     inactive = [i.version for i in infos if i.state != "building" and i.version.name not in held]
     report.skipped_versions = [i.version.label for i in infos if i.version not in inactive]
     if active.name is not None and None not in held:

@@ -50,7 +50,13 @@ from aiokafka import ConsumerRecord, TopicPartition
 from processors.batch_markers import MarkerIndex, SourceKey, marked_upto
 from processors.emission_order import causal_order
 from projections.interfaces import EpisodicMemoryStore, WorkingMemoryStore
-from projections.versions import OpenStores, ProjectionVersion, ProjectionVersions, fenced
+from projections.versions import (
+    OpenStores,
+    ProjectionVersion,
+    ProjectionVersions,
+    building,
+    fenced,
+)
 from projections.working.agent_index import AgentIndex
 from schemas.codec import decode_derived_record
 from schemas.memory_events import DerivedEvent, DerivedRecord, DerivedUpTo, SourcePosition
@@ -58,6 +64,7 @@ from schemas.topics import Topics
 from streams.eventlog.derived_log import decode_opened, read_to_end
 from streams.eventlog.kafka_clients import group_offsets_client, log_reader
 from streams.privacy.sealing import RecordSealer
+from streams.rebuild.projection_switch import member_id
 from streams.rebuild.replay_index import ReplayIndexer
 
 log = logging.getLogger("engram.replay")
@@ -384,6 +391,21 @@ class Replay:
         report = ReplayReport(version=target, previous=None)
         if begun is not None:
             begun(report)
+        async with building(self.versions, "replay", target, member_id("replay")):
+            await self._build(target, report, since, switch, total, advance, into is None)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    async def _build(
+        self,
+        target: ProjectionVersion,
+        report: ReplayReport,
+        since: datetime | None,
+        switch: bool,
+        total: Callable[[int], None] | None,
+        advance: Advance | None,
+        registered_here: bool,
+    ) -> None:
         cursor = DerivedLogCursor(self.bootstrap, self.topics, self.partitions, sealer=self.sealer)
         expected = await cursor.start_at(since)
         if total is not None:
@@ -412,7 +434,7 @@ class Replay:
                 log.info("replay pass %d: %d applied, %d held back", report.passes, applied, held)
                 if applied + held < self.tail_small:
                     break
-            if target.name is not None and into is None:
+            if target.name is not None and registered_here:
                 await self.versions.set_state(target.name, "ready")
             if switch:
                 await self._switch(cursor, stores, report, advance, indexer)
@@ -420,8 +442,6 @@ class Replay:
             await stores.let_go()
             if index is not None:
                 await index.close()
-        report.seconds = time.perf_counter() - started
-        return report
 
     async def _small(self, cursor: DerivedLogCursor) -> bool:
         """Whether what is left fits one batch, so a pass may read it all at once."""

@@ -61,7 +61,13 @@ from processors.batch_order import LiveBatches, batches_at_markers, topic_rank
 from processors.config import ProcessingConfig
 from processors.embedding import Embedder
 from processors.summarising import Summariser
-from projections.versions import DerivedLog, OpenStores, ProjectionVersion, ProjectionVersions
+from projections.versions import (
+    DerivedLog,
+    OpenStores,
+    ProjectionVersion,
+    ProjectionVersions,
+    building,
+)
 from projections.working.agent_index import AgentIndex
 from schemas.errors import EngramError
 from schemas.topics import Topics
@@ -69,6 +75,7 @@ from streams.eventlog.derived_log import read_markers, read_to_end
 from streams.eventlog.kafka_clients import group_offsets_client, log_reader, record_producer
 from streams.eventlog.topic_admin import TopicReplication, ensure_topics
 from streams.privacy.sealing import RecordSealer
+from streams.rebuild.projection_switch import member_id
 from streams.worker.batch_send import aiokafka_batch_sender
 from streams.worker.pipeline import IngestPipeline
 
@@ -290,13 +297,14 @@ class Reprocess:
         report = ReprocessReport(version, self.config_version, derived_topics, group)
         if begun is not None:
             begun(report)
-        sources = [topic for topic, _ in _sources(self.topics)]
-        if total is not None:
-            total(await _record_counts(self.bootstrap, sources, self.partitions))
-        derived_upto = await self._derive_into(report, advance)
-        # Only now: a version is "ready" once its group starts after everything derived here.
-        await commit_offsets(self.bootstrap, group, derived_upto)
-        await self.versions.set_state(version.name, "ready")
+        async with building(self.versions, "reprocess", version, member_id("reprocess")):
+            sources = [topic for topic, _ in _sources(self.topics)]
+            if total is not None:
+                total(await _record_counts(self.bootstrap, sources, self.partitions))
+            derived_upto = await self._derive_into(report, advance)
+            # Only now: a version is "ready" once its group starts after everything derived.
+            await commit_offsets(self.bootstrap, group, derived_upto)
+            await self.versions.set_state(version.name, "ready")
         report.seconds = time.perf_counter() - started
         return report
 
