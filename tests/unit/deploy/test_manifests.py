@@ -90,6 +90,42 @@ def test_the_partition_count_is_one_setting(kustomization: str) -> None:
     assert set(counts.values()) == {partitions}, counts
     scaler = named(resources, "ScaledObject", "engram-worker")
     assert scaler["spec"]["maxReplicaCount"] == partitions
+    # The autoscaler reads the lag on the cluster the workers use.
+    (trigger,) = scaler["spec"]["triggers"]
+    bootstrap = config(resources)["ENGRAM_KAFKA_BOOTSTRAP"]
+    assert trigger["metadata"]["bootstrapServers"] == bootstrap
+
+
+def test_an_overlay_changes_the_kafka_bootstrap_everywhere(tmp_path: Path) -> None:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    # kustomize takes a relative path to another kustomization, never an absolute one.
+    example = os.path.relpath(KUBERNETES / "overlays" / "example", overlay)
+    settings = os.path.relpath(KUBERNETES / "components" / "cluster-settings", overlay)
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [example],
+                "configMapGenerator": [
+                    {
+                        "name": "engram-config",
+                        "behavior": "merge",
+                        "literals": ["ENGRAM_KAFKA_BOOTSTRAP=other-kafka.kafka.svc:9093"],
+                    }
+                ],
+                "components": [settings],
+            }
+        )
+    )
+    done = subprocess.run(
+        [kubectl(), "kustomize", str(overlay)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    resources = [d for d in yaml.safe_load_all(done.stdout) if d]
+    (trigger,) = named(resources, "ScaledObject", "engram-worker")["spec"]["triggers"]
+    assert trigger["metadata"]["bootstrapServers"] == "other-kafka.kafka.svc:9093"
 
 
 def test_the_example_overlay_changes_the_partition_count_everywhere() -> None:
@@ -154,6 +190,20 @@ def test_every_container_is_locked_down_and_bounded(kustomization: str) -> None:
             mounts |= {m["mountPath"] for m in container["volumeMounts"]}
         # Writable paths on a read-only root: ENGRAM_DATA_DIR (the image's) and /tmp.
         assert {"/var/lib/engram", "/tmp"} <= mounts, name
+        # A disk-backed emptyDir counts toward the pod's ephemeral storage: the volumes' bounds
+        # must fit in it, or the kubelet evicts the pod before a volume is full.
+        volumes = sum(
+            mebibytes(v["emptyDir"]["sizeLimit"]) for v in spec["volumes"] if "emptyDir" in v
+        )
+        storage = sum(
+            mebibytes(c["resources"]["limits"]["ephemeral-storage"]) for c in spec["containers"]
+        )
+        assert volumes < storage, (name, volumes, storage)
+
+
+def mebibytes(quantity: str) -> int:
+    units = {"Mi": 1, "Gi": 1024}
+    return int(quantity[:-2]) * units[quantity[-2:]]
 
 
 def probe_path(container: Resource, probe: str) -> str:
@@ -180,6 +230,8 @@ def test_the_worker_is_a_static_member_with_three_probes_and_a_budget() -> None:
     (trigger,) = scaler["spec"]["triggers"]
     assert trigger["type"] == "kafka"
     assert trigger["metadata"]["consumerGroup"] == EngramSettings().app_id
+    # KEDA owns the count: a fixed one would be set back by every apply (a rebalance).
+    assert "replicas" not in worker["spec"]
 
 
 def test_the_query_service_probes_its_stores_scales_and_has_a_budget() -> None:
@@ -190,6 +242,7 @@ def test_the_query_service_probes_its_stores_scales_and_has_a_budget() -> None:
     assert probe_path(container, "livenessProbe") == "/healthz"
     hpa = named(resources, "HorizontalPodAutoscaler", "engram-query")
     assert hpa["spec"]["scaleTargetRef"]["name"] == "engram-query"
+    assert "replicas" not in query["spec"]
     budget = named(resources, "PodDisruptionBudget", "engram-query")
     assert budget["spec"]["selector"] == query["spec"]["selector"]
 
@@ -243,6 +296,11 @@ def test_each_job_may_be_retried(job: str, command: str) -> None:
     }
     if command == "replay":
         assert {"--version", "--resume"} <= set(container["args"])
+    # The Job runs the image the overlay's workers run (the image a reprocess's configuration
+    # version comes from), not the base's unqualified one.
+    images = {c["image"] for r in workloads(resources) for c in pod_spec(r)["containers"]}
+    assert images == {container["image"]}
+    assert container["image"].startswith("registry.example.com/")
     # The Job renders beside the overlay it belongs to, unchanged.
     others = [r for r in resources if r["kind"] != "Job"]
     assert others == rendered("overlays/example")
