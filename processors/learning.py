@@ -15,7 +15,7 @@ from processors import facts, memory_feedback, plan_cache, procedures
 from processors.learned_state import fold_learned
 from processors.learning_cause import Cause
 from processors.lifecycle import Deriving
-from processors.recording import AgentMemoryState
+from processors.recording import AgentMemoryState, agent_type_of
 from schemas.agent_events import AgentEvent, Decision, Feedback, Observation
 from schemas.learned_events import LearnedEvent, MemoryRated
 from schemas.memory_events import SourcePosition
@@ -28,7 +28,7 @@ def learn(
     position: SourcePosition | None = None,
 ) -> tuple[list[LearnedEvent], AgentMemoryState]:
     """What ``event`` teaches the agent's memory, and the agent's state after it."""
-    rules = ctx.config.profile_for(event.agent_type).learning
+    rules = ctx.config.profile_for(agent_type_of(event, state)).learning
     cause = Cause(event, position, ctx.config_version, ctx.embedder)
     out: list[LearnedEvent] = []
 

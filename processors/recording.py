@@ -213,6 +213,17 @@ def capacity_forgetting(
     )
 
 
+def agent_type_of(event: AgentEvent, state: AgentMemoryState) -> str:
+    """The type whose rules (capacities, importance, learning) apply to ``event``. Feedback
+    takes the agent's known type: it is said about the agent (often by a user, a tool or a
+    ``engram feedback`` that does not know the type, so it carries the default), and taking its
+    type made one feedback on an assistant (15 working memories) cut it to the default's 10.
+    An agent's first event, feedback included, gives the type."""
+    if event.event_type == "feedback" and state.next_seq > 0:
+        return state.agent_type
+    return event.agent_type
+
+
 def record(
     event: AgentEvent,
     state: AgentMemoryState,
@@ -222,9 +233,10 @@ def record(
     config_version: str,
     position: SourcePosition | None = None,
 ) -> Recorded:
-    profile = config.profile_for(event.agent_type)
+    agent_type = agent_type_of(event, state)
+    profile = config.profile_for(agent_type)
     importance, inputs = importance_of(event, profile)
-    destination = destination_for(importance, config.episodic_threshold_for(event.agent_type))
+    destination = destination_for(importance, config.episodic_threshold_for(agent_type))
     reading = assess(profile.surprise, state.surprise, event)
     memory_id = memory_id_for(event.agent_id, event.event_id)
     memory = MemoryRecorded(
@@ -241,13 +253,13 @@ def record(
         embedder=embedder.id,
         config_version=config_version,
         surprise=reading,
-        **agent_event_fields(event),
+        **(agent_event_fields(event) | {"agent_type": agent_type}),
     )
     forgotten: list[MemoryForgotten] = []
     working, episodic = state.working, state.episodic
     if destination == "working":
         working = (*working, WorkingEntry.of(memory))
-        capacity = config.working_capacity_for(event.agent_type)
+        capacity = config.working_capacity_for(agent_type)
         while len(working) > capacity:
             forgotten.append(
                 capacity_forgetting(working[0].memory_id, "working", memory, config_version)
@@ -257,7 +269,7 @@ def record(
         episodic, evicted = add_episodic(
             episodic,
             EpisodicEntry(importance, memory.seq, memory.memory_id),
-            config.episodic_capacity_for(event.agent_type),
+            config.episodic_capacity_for(agent_type),
         )
         forgotten.extend(
             capacity_forgetting(m, "episodic", memory, config_version) for m in evicted

@@ -16,6 +16,8 @@ import random
 from dataclasses import dataclass, field
 
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 
 from projections.history import AgentHistory
 from projections.learned.reads import PlanLookup, Procedures
@@ -216,7 +218,8 @@ async def run_demo(
     """Each household's latest decision: the next year's outcome is feedback on it."""
     for year in range(1, years + 1):
         flood = FLOOD_YEARS.get(year)
-        out.rule(f"Year {year}" + (f"  [red]flood (base damage ${flood:,})[/red]" if flood else ""))
+        flooded = f"  [red]flood (base damage ${flood:,})[/red]" if flood else ""
+        out.rule(Text.from_markup(f"Year {year}{flooded}"))
         happened = [e for house in houses for e in year_events(house, year)]
         feedback = [outcome_feedback(happened, last.get(house.agent_id)) for house in houses]
         happened.extend(f for f in feedback if f is not None)
@@ -233,14 +236,17 @@ async def run_demo(
             decision = with_plan(decision_event(house, year, skill))
             decisions.append(decision)
             last[house.agent_id] = decision
-            out.print(f"[bold]{house.agent_id}[/bold] recalls before deciding:")
+            who = escape(house.agent_id)
+            out.print(f"[bold]{who}[/bold] recalls before deciding:", markup=True)
             for m in recalled.results:
-                out.print(f"   {m.score:5.3f} [dim]{m.store:8}[/dim] {m.content}")
+                out.print(
+                    f"   {m.score:5.3f} [dim]{m.store:8}[/dim] {escape(m.content)}", markup=True
+                )
             if not recalled.results:
                 out.print("   (nothing yet)")
             lookup = await show_plan_lookup(client, house.agent_id, out)
             outcome.plan_lookups[(house.agent_id, year)] = lookup
-            out.print(f"   -> decides [cyan]{skill}[/cyan]")
+            out.print(f"   -> decides [cyan]{escape(skill)}[/cyan]", markup=True)
         await stats.wait_for(await publisher.publish_many(decisions), timeout)
         outcome.events_published += len(decisions)
 
@@ -257,7 +263,9 @@ async def run_demo(
         out.print(f"   {m.score:5.3f}  {m.content[:60]}...")
     first = trace.results[0].content if trace.results else ""
     verdict = "reproduced" if first.startswith("Year 1:") else "NOT reproduced"
-    out.print(f"The Year-1 flood beats the Year-10 gardening day: [bold]{verdict}[/bold]")
+    out.print(
+        f"The Year-1 flood beats the Year-10 gardening day: [bold]{verdict}[/bold]", markup=True
+    )
     return outcome
 
 

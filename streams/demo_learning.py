@@ -6,6 +6,7 @@ each decision answers the same request, so its plan is cached and looked up the 
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 
 from projections.learned.reads import PlanLookup, Procedures
 from projections.service.client import AsyncEngramClient
@@ -64,8 +65,9 @@ async def show_plan_lookup(client: AsyncEngramClient, agent_id: str, out: Consol
     lookup = await client.lookup_plan(agent_id, PLAN_PROMPT)
     if lookup.hit and lookup.plan is not None:
         out.print(
-            f"   plan cache: [green]hit[/green] {lookup.plan.skill} (similarity "
-            f"{lookup.similarity:.2f}, score {lookup.score:.2f}): reused"
+            f"   plan cache: [green]hit[/green] {escape(str(lookup.plan.skill))} (similarity "
+            f"{lookup.similarity:.2f}, score {lookup.score:.2f}): reused",
+            markup=True,
         )
     else:
         out.print("   plan cache: miss")

@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import httpx
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from projections.history import AgentHistory
 from projections.learned.reads import Facts, PlanLookup, Procedures
@@ -31,6 +32,7 @@ from projections.retrieval.models import (
     RetrievalResponse,
     WaitTimedOut,
 )
+from schemas.envelope import AGENT_ID_RULE, AgentId
 from schemas.errors import EngramError
 
 __all__ = [
@@ -174,6 +176,27 @@ def _timeout(http: httpx.Client | httpx.AsyncClient, request: RetrievalRequest) 
     )
 
 
+_AGENT_ID: TypeAdapter[str] = TypeAdapter(AgentId)
+
+
+def _agent_path(agent_id: str, rest: str) -> str:
+    """The path of ``rest`` for one agent. An id the events refuse is refused here, before any
+    request: put in a path as it was, ``x/../H1`` read the memories of H1 (httpx resolves the
+    dot segments) and ``a?b`` asked for another path. Percent-encoded, so an id made of dots
+    (``.``, ``..``, which the events accept) names that agent, not a directory."""
+    try:
+        _AGENT_ID.validate_python(agent_id)
+    except ValidationError:
+        # What the service answers for such an id, without asking it.
+        raise QueryError(
+            422, f"{agent_id!r} is not an agent id: it must be {AGENT_ID_RULE}"
+        ) from None
+    segment = quote(agent_id, safe="")
+    if set(agent_id) == {"."}:
+        segment = segment.replace(".", "%2E")
+    return f"/v1/agents/{segment}/{rest}"
+
+
 def _auth(api_key: str | None) -> dict[str, str]:
     return {} if api_key is None else {"Authorization": f"Bearer {api_key}"}
 
@@ -280,7 +303,7 @@ class EngramClient:
         """
         req = _request(request, after, params)
         response = self._http.post(
-            f"/v1/agents/{agent_id}/retrieve",
+            _agent_path(agent_id, "retrieve"),
             json=_body(req),
             timeout=_timeout(self._http, req),
         )
@@ -294,7 +317,7 @@ class EngramClient:
 
     def history(self, agent_id: str, *, limit: int | None = None) -> AgentHistory:
         """The agent's latest ``limit`` history entries (the service's default if None)."""
-        response = self._http.get(f"/v1/agents/{agent_id}/history", params=_history_params(limit))
+        response = self._http.get(_agent_path(agent_id, "history"), params=_history_params(limit))
         _raise_for(response)
         return AgentHistory.model_validate_json(response.content)
 
@@ -302,7 +325,7 @@ class EngramClient:
         """The agent's procedures for ``context``; ``params``: ``min_success_rate``,
         ``min_similarity``, ``top_k`` (the route's query parameters)."""
         response = self._http.get(
-            f"/v1/agents/{agent_id}/procedures", params=_learned_params(context=context, **params)
+            _agent_path(agent_id, "procedures"), params=_learned_params(context=context, **params)
         )
         _raise_for(response)
         return Procedures.model_validate_json(response.content)
@@ -310,14 +333,14 @@ class EngramClient:
     def facts(self, agent_id: str, query: str | None = None, **params: Any) -> Facts:
         """The agent's facts for ``query``; ``params``: ``top_k``, ``history``."""
         response = self._http.get(
-            f"/v1/agents/{agent_id}/facts", params=_learned_params(query=query, **params)
+            _agent_path(agent_id, "facts"), params=_learned_params(query=query, **params)
         )
         _raise_for(response)
         return Facts.model_validate_json(response.content)
 
     def lookup_plan(self, agent_id: str, prompt: str) -> PlanLookup:
         """A cached plan for ``prompt`` (a hit), or a miss."""
-        response = self._http.post(f"/v1/agents/{agent_id}/plans/lookup", json={"prompt": prompt})
+        response = self._http.post(_agent_path(agent_id, "plans/lookup"), json={"prompt": prompt})
         _raise_for(response)
         return PlanLookup.model_validate_json(response.content)
 
@@ -369,7 +392,7 @@ class AsyncEngramClient:
         """As :meth:`EngramClient.retrieve`."""
         req = _request(request, after, params)
         response = await self._http.post(
-            f"/v1/agents/{agent_id}/retrieve",
+            _agent_path(agent_id, "retrieve"),
             json=_body(req),
             timeout=_timeout(self._http, req),
         )
@@ -379,7 +402,7 @@ class AsyncEngramClient:
     async def history(self, agent_id: str, *, limit: int | None = None) -> AgentHistory:
         """The agent's latest ``limit`` history entries (the service's default if None)."""
         response = await self._http.get(
-            f"/v1/agents/{agent_id}/history", params=_history_params(limit)
+            _agent_path(agent_id, "history"), params=_history_params(limit)
         )
         _raise_for(response)
         return AgentHistory.model_validate_json(response.content)
@@ -389,7 +412,7 @@ class AsyncEngramClient:
     ) -> Procedures:
         """As :meth:`EngramClient.procedures`."""
         response = await self._http.get(
-            f"/v1/agents/{agent_id}/procedures", params=_learned_params(context=context, **params)
+            _agent_path(agent_id, "procedures"), params=_learned_params(context=context, **params)
         )
         _raise_for(response)
         return Procedures.model_validate_json(response.content)
@@ -397,7 +420,7 @@ class AsyncEngramClient:
     async def facts(self, agent_id: str, query: str | None = None, **params: Any) -> Facts:
         """As :meth:`EngramClient.facts`."""
         response = await self._http.get(
-            f"/v1/agents/{agent_id}/facts", params=_learned_params(query=query, **params)
+            _agent_path(agent_id, "facts"), params=_learned_params(query=query, **params)
         )
         _raise_for(response)
         return Facts.model_validate_json(response.content)
@@ -405,7 +428,7 @@ class AsyncEngramClient:
     async def lookup_plan(self, agent_id: str, prompt: str) -> PlanLookup:
         """As :meth:`EngramClient.lookup_plan`."""
         response = await self._http.post(
-            f"/v1/agents/{agent_id}/plans/lookup", json={"prompt": prompt}
+            _agent_path(agent_id, "plans/lookup"), json={"prompt": prompt}
         )
         _raise_for(response)
         return PlanLookup.model_validate_json(response.content)

@@ -15,17 +15,23 @@ from typing import Any, NoReturn
 import typer
 from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from streams.cli import deferred
 from streams.cli.signals import STOPPING_SIGNALS, StopSignal, is_echo, unless_set
 from streams.runtime.collector import tune_collector
 
-console = Console()
-err = Console(stderr=True)
+console = Console(markup=False, emoji=False)
+"""No markup by default: what is printed is mostly stored text and user input, where ``[/INST]``
+was a crash (a closing tag without an opening one) and ``[bold]`` or ``:smile:`` changed what
+was shown. A styled line says ``markup=True`` and escapes what it interpolates."""
+err = Console(stderr=True, markup=False, emoji=False, soft_wrap=True)
+"""``soft_wrap``: an error is one line however long, not cut at 80 columns where stderr is no
+terminal (a log collector, a Job's output)."""
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(f"[red]error:[/red] {escape(message)}", markup=True)
     raise typer.Exit(code)
 
 

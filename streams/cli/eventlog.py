@@ -183,7 +183,8 @@ def print_dead_letters(latest: list[DeadLetter], total: int) -> None:
         when = letter.failed_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
         where = f"{letter.topic}:{letter.partition}:{letter.offset}"
         console.print(
-            f"\n[bold]{when}[/bold]  {where}  [yellow]{escape(letter.error_kind)}[/yellow]"
+            f"\n[bold]{when}[/bold]  {escape(where)}  [yellow]{escape(letter.error_kind)}[/yellow]",
+            markup=True,
         )
         console.print(f"  {letter.reason[:500]}", markup=False)
         console.print(f"  {repr(letter.original_value()[:100])[2:-1]}", markup=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from streams.cli import deferred
 from streams.cli.configuration import configure, load_settings, open_keyring
@@ -115,16 +116,18 @@ def _print_report(agent_id: str, report: ForgetReport, *, as_json: bool) -> None
     if as_json:
         console.print_json(data=summary)
         return
-    console.print(f"[green]forgot {agent_id}[/green]")
+    console.print(f"[green]forgot {escape(agent_id)}[/green]", markup=True)
     for name, value in summary.items():
         console.print(f"  {name:<22} {value}")
     if not report.sealed:
         console.print(
             "[yellow]no keyring (ENGRAM_KEYRING=off): the agent's events stay readable "
-            "in the log; only the projections were erased[/yellow]"
+            "in the log; only the projections were erased[/yellow]",
+            markup=True,
         )
     elif not report.key_ids:
         console.print(
             "[yellow]the agent had no sealing key: its events were published unsealed "
-            "and stay readable in the log; the projections were erased[/yellow]"
+            "and stay readable in the log; the projections were erased[/yellow]",
+            markup=True,
         )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from streams.cli import deferred
 from streams.cli.configuration import (
@@ -159,7 +160,7 @@ async def _run_stack(
         if code is not None:
             gone = next(name for name, child in children.items() if child.poll() is not None)
             lost = f"{gone} exited with code {code}"
-            err.print(f"[red]{lost}[/red]: stopping the stack")
+            err.print(f"[red]{escape(str(lost))}[/red]: stopping the stack", markup=True)
     finally:
         if stack.broker.running():
             await node.stop()
@@ -246,7 +247,10 @@ def _archive_and_kill(
     The exit holds the event loop, so the archive is written from a thread of its own."""
 
     def last_words() -> None:
-        err.print(f"[red]the processors stopped[/red]: archiving the log to {archive}")
+        err.print(
+            f"[red]the processors stopped[/red]: archiving the log to {escape(str(archive))}",
+            markup=True,
+        )
         job = _archive_log(settings, endpoints, archive)
         writer = threading.Thread(target=asyncio.run, args=(job,), daemon=True)
         writer.start()
@@ -265,7 +269,7 @@ def _announce(
     node: Node, stack: DevStack, endpoints: Endpoints, *, keyring: str, workers: int
 ) -> None:
     """Where everything is, and how to publish to it."""
-    console.print("[green]Engram is up[/green]")
+    console.print("[green]Engram is up[/green]", markup=True)
     console.print(f"  query service   {node.http_url}  (docs: {node.http_url}/docs)")
     console.print(f"  kafka bootstrap {endpoints.kafka_bootstrap}")
     console.print(f"  redis           {endpoints.redis_url}")

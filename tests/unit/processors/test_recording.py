@@ -14,7 +14,7 @@ from processors.embedding import HashingEmbedder, keywords
 from processors.lifecycle import Deriving
 from processors.recording import AgentMemoryState, record
 from processors.summarising import ExtractiveSummariser
-from schemas.agent_events import Observation
+from schemas.agent_events import Feedback, Observation
 from schemas.codec import encode_event
 from schemas.memory_events import MemoryForgotten, MemoryRecorded, memory_id_for
 
@@ -215,3 +215,26 @@ def test_two_agents_with_the_same_event_id_get_two_memories() -> None:
     assert memory_a.memory_id != memory_b.memory_id
     assert memory_a.event_id != memory_b.event_id
     assert memory_a.memory_id == memory_id_for("A", "turn-1")
+
+
+def test_feedback_keeps_the_agents_type_and_capacities() -> None:
+    """A feedback that names no type (``engram feedback``, an MCP tool) carried the default,
+    and recording it made the assistant a default agent: its working memory cut from 20 to 10."""
+    turns = [
+        Observation(agent_id="A1", agent_type="assistant", content=f"hello, turn {i}")
+        for i in range(15)
+    ]
+    _, _, state = run(turns)
+    assert len(state.working) == 15
+    thanks = Feedback(agent_id="A1", target_event_id=turns[0].event_id, signal=1.0, content="ok")
+    assert thanks.agent_type == "default"
+    out = record(thanks, state, config=CONFIG, embedder=EMBEDDER, config_version=VERSION)
+    assert not out.forgotten
+    assert len(out.state.working) == 16
+    assert out.state.agent_type == out.memory.agent_type == "assistant"
+    # An agent's first event gives its type, feedback or not.
+    first = Feedback(agent_id="A2", agent_type="assistant", target_event_id="x", signal=1.0)
+    out = record(
+        first, AgentMemoryState(), config=CONFIG, embedder=EMBEDDER, config_version=VERSION
+    )
+    assert out.state.agent_type == "assistant"

@@ -1,0 +1,52 @@
+"""What the command line prints is shown as it is: stored text and user input are not read as
+Rich markup (``[/INST]``, common in a language model's text, was a crash: a closing tag with no
+opening one; ``[bold]`` and ``:smile:`` changed what was shown), and an error is one line."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+import typer
+
+from projections.history import AgentHistory, LogPosition, TimelineEntry
+from streams.cli.console import console, err, fail
+from streams.cli.eventlog import history_table
+
+TEXTS = ["Year 1: the [/INST] tag", "closing [/] and [/bold]", "[bold]Year 1[/bold] :smile:"]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_printed_text_is_shown_verbatim(text: str) -> None:
+    with console.capture() as captured:
+        console.print(text)
+    assert captured.get().rstrip("\n") == text
+
+
+def test_a_history_shows_stored_text_verbatim() -> None:
+    entries = tuple(
+        TimelineEntry(
+            at=datetime(2026, 1, 1, tzinfo=UTC),
+            kind="recorded",
+            memory_id=f"m{i}",
+            text=text,
+            event_id=f"e{i}",
+            position=LogPosition(topic="memory.items", partition=0, offset=i),
+        )
+        for i, text in enumerate(TEXTS)
+    )
+    history = AgentHistory(
+        agent_id="U3", entries=entries, counts={"recorded": 3}, total=3, truncated=False
+    )
+    with console.capture() as captured:
+        console.print(history_table(history), width=200)
+    for text in TEXTS:
+        assert text in captured.get()
+
+
+def test_an_error_names_the_input_verbatim_on_one_line() -> None:
+    message = "--after: '[/]:0:x' is not topic:partition:offset " + "x" * 150
+    with err.capture() as captured, pytest.raises(typer.Exit) as exited:
+        fail(message)
+    assert exited.value.exit_code == 2
+    assert captured.get() == f"error: {message}\n"
