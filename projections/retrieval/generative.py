@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from projections.memory import StoredMemory
 from projections.retrieval.breakdowns import GenerativeBreakdown
 from projections.retrieval.scoring import (
+    MAX_WEIGHT,
     Ranking,
     ScoredMemory,
     check_top_k,
@@ -31,7 +32,8 @@ from projections.retrieval.scoring import (
 RECENCY_DECAY = 0.995
 """Park et al. 2023, section 4.1: recency decays by 0.995 per hour since the last retrieval."""
 
-GenerativeWeight = Annotated[float, Field(ge=0.0)]
+GenerativeWeight = Annotated[float, Field(ge=0.0, le=MAX_WEIGHT)]
+"""Bounded as :data:`~projections.retrieval.scoring.Weight` is, for the same reason."""
 
 
 class GenerativeWeights(BaseModel):

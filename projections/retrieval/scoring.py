@@ -60,7 +60,12 @@ INTERFERENCE_CAP = 0.8
 """Seed 003, section 1.B (gamma): the interference penalty never exceeds 0.8, so a superseded
 memory stays partially retrievable."""
 
-Weight = Annotated[float, Field(ge=0.0)]
+MAX_WEIGHT = 1e6
+"""Weights are relative, so a bound costs nothing, and without one a weight near the largest
+float overflowed the score to infinity: every result tied, the answer said ``"score": null``
+against its own schema, and the retrieval's record on ``memory.access`` was a dead letter."""
+
+Weight = Annotated[float, Field(ge=0.0, le=MAX_WEIGHT)]
 
 
 class Weights(BaseModel):

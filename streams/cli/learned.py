@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from streams.cli import deferred
 from streams.cli.configuration import bootstrap_of, load_settings
 from streams.cli.console import console, fail, friendly_errors, run
-from streams.cli.memory import Url, _publish
+from streams.cli.memory import ApiKey, Url, _publish
 
 if TYPE_CHECKING:
     from projections.service.client import EngramClient
@@ -25,11 +25,13 @@ LearnedTopK = Annotated[int, typer.Option(min=1, max=50, help="How many to show.
 Answer = TypeVar("Answer", bound=BaseModel)
 
 
-def _ask(url: str, call: Callable[[EngramClient], Answer]) -> Answer:
+def _ask(url: str, api_key: str | None, call: Callable[[EngramClient], Answer]) -> Answer:
     with friendly_errors():
         try:
-            with deferred.query_client.EngramClient(url) as client:
+            with deferred.query_client.EngramClient(url, api_key=api_key) as client:
                 return call(client)
+        except deferred.httpx.InvalidURL as exc:
+            fail(f"--url: {url!r} is not a valid URL ({exc})")
         except deferred.httpx.HTTPError as exc:
             fail(f"cannot reach the query service at {url}: {exc}")
 
@@ -41,10 +43,12 @@ def procedures(
     min_success_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.0,
     top_k: LearnedTopK = 10,
     url: Url = "http://127.0.0.1:8000",
+    api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
     answer = _ask(
         url,
+        api_key,
         lambda c: c.procedures(agent_id, context, min_success_rate=min_success_rate, top_k=top_k),
     )
     if as_json:
@@ -66,9 +70,10 @@ def facts(
     history: Annotated[bool, typer.Option(help="Include superseded facts.")] = False,
     top_k: LearnedTopK = 10,
     url: Url = "http://127.0.0.1:8000",
+    api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
-    answer = _ask(url, lambda c: c.facts(agent_id, query, top_k=top_k, history=history))
+    answer = _ask(url, api_key, lambda c: c.facts(agent_id, query, top_k=top_k, history=history))
     if as_json:
         typer.echo(answer.model_dump_json(indent=2))
         return
@@ -84,9 +89,10 @@ def plan(
     agent_id: Annotated[str, typer.Argument(help="Whose plan cache.")],
     prompt: Annotated[str, typer.Argument(help="The request.")],
     url: Url = "http://127.0.0.1:8000",
+    api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
-    answer = _ask(url, lambda c: c.lookup_plan(agent_id, prompt))
+    answer = _ask(url, api_key, lambda c: c.lookup_plan(agent_id, prompt))
     if as_json:
         typer.echo(answer.model_dump_json(indent=2))
         return
@@ -110,20 +116,27 @@ def feedback(
     target: Annotated[str, typer.Argument(help="The event id the feedback is about.")],
     signal_value: Annotated[float, typer.Argument(metavar="SIGNAL", help="-1..1")],
     content: Annotated[str | None, typer.Option(help="Why, in words.")] = None,
-    agent_type: Annotated[str, typer.Option(help="Profile in agent_types.yaml.")] = "default",
+    agent_type: Annotated[
+        str,
+        typer.Option(
+            help="Profile in agent_types.yaml. Feedback keeps the type an agent already has: "
+            "this one applies only when the feedback is the agent's first event."
+        ),
+    ] = "default",
 ) -> None:
     if not -1.0 <= signal_value <= 1.0:
         fail(f"SIGNAL must lie in [-1, 1], got {signal_value}")
     settings = load_settings()
     bootstrap = bootstrap_of(settings)
     fields = {"content": content} if content else {}
-    event = deferred.agent_events.Feedback(
-        agent_id=agent_id,
-        agent_type=agent_type,
-        target_event_id=target,
-        signal=signal_value,
-        **fields,
-    )
+    with friendly_errors():  # an invalid id or an empty target: one line, not a traceback
+        event = deferred.agent_events.Feedback(
+            agent_id=agent_id,
+            agent_type=agent_type,
+            target_event_id=target,
+            signal=signal_value,
+            **fields,
+        )
 
     async def main() -> None:
         await _publish(settings, bootstrap, event)

@@ -375,5 +375,7 @@ def _retrieve(
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "request"
             fail(f"invalid retrieval: {where}: {first['msg'].removeprefix('Value error, ')}")
+        except deferred.httpx.InvalidURL as exc:
+            fail(f"--url: {url!r} is not a valid URL ({exc})")
         except deferred.httpx.HTTPError as exc:  # transport errors
             fail(f"cannot reach the query service at {url}: {exc}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shlex
 import signal
 import threading
 from collections.abc import Callable
@@ -276,12 +277,26 @@ def _announce(
     console.print(f"  qdrant edge     {stack.edge_path}")
     console.print(f"  keyring         {keyring}")
     console.print(f"  workers         {workers} process(es)")
-    console.print(
-        "Publish with: ENGRAM_KAFKA_BOOTSTRAP="
-        f"{endpoints.kafka_bootstrap} ENGRAM_REDIS_URL={endpoints.redis_url} "
-        "engram publish H001 'Year 1: ...'"
-    )
+    console.print("In another shell, the other commands reach this stack with:")
+    # One line however narrow the terminal: it is meant to be copied.
+    console.print(f"  export {stack_variables(node, stack, endpoints)}", soft_wrap=True)
+    console.print("  engram publish H001 'Year 1: ...'; engram retrieve H001")
     console.print("Ctrl-C stops.")
+
+
+def stack_variables(node: Node, stack: DevStack, endpoints: Endpoints) -> str:
+    """The variables that point every other command at this stack: without ``ENGRAM_URL`` a
+    stack started with ``--port`` was out of reach of ``engram retrieve`` (it asked port 8000),
+    and without ``ENGRAM_QDRANT_PATH`` the version commands looked for another Edge shard."""
+    return " ".join(
+        f"{name}={shlex.quote(str(value))}"
+        for name, value in (
+            ("ENGRAM_KAFKA_BOOTSTRAP", endpoints.kafka_bootstrap),
+            ("ENGRAM_REDIS_URL", endpoints.redis_url),
+            ("ENGRAM_URL", node.http_url),
+            ("ENGRAM_QDRANT_PATH", stack.edge_path),
+        )
+    )
 
 
 @commands.command(

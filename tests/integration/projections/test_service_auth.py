@@ -26,7 +26,7 @@ from projections.service.auth import digest
 from projections.service.client import AsyncEngramClient, QueryError
 from streams.integrations.tool_server import ToolServerSettings, run_tool_server
 from streams.runtime.node import Endpoints, Node
-from tests.integration.streams.isolated import isolated_settings
+from tests.integration.streams.isolated import invoke, isolated_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -123,6 +123,20 @@ async def test_the_python_client_presents_its_key(node: Node) -> None:
         with pytest.raises(QueryError) as unauthenticated:
             await anonymous.history("H001")
     assert unauthenticated.value.status == 401
+
+
+@pytest.mark.parametrize(
+    "args", [["retrieve", "H001"], ["procedures", "H001"], ["facts", "H001"], ["plan", "H001", "x"]]
+)
+async def test_the_command_line_presents_its_key(node: Node, args: list[str]) -> None:
+    """`engram procedures`, `facts` and `plan` took no key: always 401 from such a service."""
+    assert node.http_url is not None
+    env = {"ENGRAM_URL": node.http_url}
+    anonymous = await invoke(args, env)
+    assert anonymous.exit_code == 2, anonymous.output
+    assert "401" in anonymous.output
+    keyed = await invoke(args, env | {"ENGRAM_API_KEY": READER})
+    assert keyed.exit_code == 0, keyed.output
 
 
 async def test_the_openapi_document_declares_the_bearer_scheme(http: httpx.AsyncClient) -> None:

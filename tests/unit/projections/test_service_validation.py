@@ -257,6 +257,9 @@ async def test_bad_agent_id_is_refused(client: httpx.AsyncClient, agent_id: str)
         ({"mode": "constrained", "profile": "GENEROUS"}, "profile"),
         ({"mode": "constrained", "arousal": 1.5}, "arousal"),
         ({"mode": "generative", "generative": {"recency": -1}}, "generative.recency"),
+        # Past the bound, a score overflowed to infinity (answered as "score": null).
+        ({"mode": "weighted", "weights": {"recency": 1.7e308}}, "weights.recency"),
+        ({"mode": "generative", "generative": {"importance": 1e7}}, "generative.importance"),
         ({"mode": "generative", "generative": {"recency_decay": 0}}, "generative.recency_decay"),
         ({"filter": {"kinds": ["semantic"]}}, "filter.kinds.0"),
         ({"filter": {"min_importance": 2}}, "filter.min_importance"),

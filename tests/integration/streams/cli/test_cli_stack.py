@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -90,6 +91,21 @@ def test_up_publish_retrieve_stop_and_up_again(tmp_path: Path, workers: int) -> 
         )
         assert json.loads(published.stdout)["topic"] == "agent.observations"
         results = retrieve_when_ready(port, env, timeout=30)
+        # The banner's variables reach the stack from another shell, its port included.
+        exported = re.search(r"^\s*export (.+)$", banner, re.MULTILINE)
+        assert exported, banner
+        variables = dict(item.split("=", 1) for item in shlex.split(exported.group(1)))
+        assert variables["ENGRAM_URL"] == f"http://127.0.0.1:{port}"
+        by_banner = subprocess.run(
+            [*ENGRAM, "retrieve", "H001", "--year", "3"],
+            env={**env, **variables},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        found = json.loads(by_banner.stdout)["results"]
+        assert [m["memory_id"] for m in found] == [m["memory_id"] for m in results]
         assert results[0]["importance"] == 0.9
         assert results[0]["store"] == "episodic"
         assert results[0]["score"] == pytest.approx(0.9 * 0.95)

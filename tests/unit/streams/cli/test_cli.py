@@ -65,6 +65,12 @@ def closed_port() -> int:
             {},
             "invalid retrieval: generative.recency",
         ),
+        (["retrieve", "H1", "--url", "http://127.0.0.1:abc"], {}, "is not a valid URL"),
+        (["plan", "H1", "x", "--url", "http://[::1"], {}, "is not a valid URL"),
+        (["facts", "a/b"], {}, "'a/b' is not an agent id"),
+        (["procedures", "a?b"], {}, "'a?b' is not an agent id"),
+        (["feedback", "a b", "x", "0.5"], {"ENGRAM_KAFKA_BOOTSTRAP": "x:1"}, "agent_id: String"),
+        (["feedback", "H1", "", "0.5"], {"ENGRAM_KAFKA_BOOTSTRAP": "x:1"}, "target_event_id"),
         (["worker"], {}, "cluster mode needs"),
         (["worker"], {"ENGRAM_PARTITIONS": "zero"}, "partitions: Input should be a valid integer"),
     ],
@@ -177,3 +183,13 @@ def test_an_agent_id_the_events_refuse_is_named_with_the_rule(args: list[str]) -
     assert result.exit_code == 2, result.output
     said = " ".join(result.output.split())
     assert f"{args[1]!r} is not an agent id: it must be 1-200 characters" in said
+
+
+def test_the_mcp_help_names_every_tool_it_serves() -> None:
+    from projections.service.tools import memory_tools
+
+    result = runner.invoke(app, ["mcp", "--help"], env={"COLUMNS": "300"})
+    said = " ".join(result.output.split())
+    names = memory_tools().names()
+    assert len(names) == 7
+    assert [name for name in names if name not in said] == []
