@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -69,20 +70,64 @@ def known_errors() -> tuple[type[Exception], ...]:
     )
 
 
+UNREACHABLE = 75
+"""The exit code of a failure to reach the broker or Redis (sysexits' ``EX_TEMPFAIL``): the same
+command may well succeed later, so a retry is worth it (the Kubernetes Jobs retry it). Exit code
+2 stays a refusal, which would be refused again (the Jobs fail at once on it): before, an
+unreachable broker was a 2 too, and a rolling restart of Kafka failed a replay Job for good."""
+
+
+def _unreachable_types() -> tuple[type[BaseException], ...]:
+    from aiokafka.errors import KafkaConnectionError, NodeNotReadyError, RequestTimedOutError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    return (
+        ConnectionError,  # refused, reset, aborted
+        socket.gaierror,  # a host name that does not resolve (yet)
+        KafkaConnectionError,
+        NodeNotReadyError,
+        RequestTimedOutError,
+        RedisConnectionError,
+        RedisTimeoutError,
+    )
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` comes of a server that could not be reached: it, or what it was raised
+    from (the stores wrap the clients' errors)."""
+    kinds = _unreachable_types()
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kinds):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or (
+            None if current.__suppress_context__ else current.__context__
+        )
+    return False
+
+
 @contextlib.contextmanager
 def friendly_errors() -> Iterator[None]:
-    """Known failures become one readable line and exit code 2, never a traceback."""
+    """Known failures become one readable line and exit code 2 (a refusal), or
+    :data:`UNREACHABLE` where a server could not be reached, never a traceback."""
     known = known_errors()
     try:
         yield
     except typer.Exit:
         raise
     except known as exc:
-        fail(str(exc))
+        fail(str(exc), _code(exc))
     except ValidationError as exc:
         fail(f"invalid input:\n{validation_lines(exc)}")
     except (deferred.errors.EngramError, TimeoutError, OSError, ValueError, RuntimeError) as exc:
-        fail(f"{type(exc).__name__}: {exc}")
+        fail(f"{type(exc).__name__}: {exc}", _code(exc))
+
+
+def _code(exc: BaseException) -> int:
+    return UNREACHABLE if unreachable(exc) else 2
 
 
 LEFT_WHEN_STOPPED: list[str] = []

@@ -16,6 +16,7 @@ from rich.table import Table
 from streams.cli import deferred
 from streams.cli.configuration import active_topics, bootstrap_of, load_settings, open_keyring
 from streams.cli.console import (
+    UNREACHABLE,
     checked_agent_id,
     console,
     err,
@@ -23,6 +24,7 @@ from streams.cli.console import (
     friendly_errors,
     if_stopped,
     run,
+    unreachable,
 )
 from streams.cli.progress import counted
 
@@ -250,7 +252,7 @@ def history(
         try:
             asyncio.run(main())
         except deferred.agent_history.LogUnavailableError as exc:
-            fail(str(exc))
+            fail(str(exc), UNREACHABLE if unreachable(exc) else 2)
 
 
 def history_table(timeline: AgentHistory) -> Table:

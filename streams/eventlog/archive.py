@@ -479,8 +479,8 @@ async def _check_topics(
         present = [s for s in summaries if s.name in existing]
         if present:
             consumer = log_reader(bootstrap)
-            await consumer.start()
             try:
+                await consumer.start()
                 await consumer.topics()
                 wrong = {
                     s.name: len(consumer.partitions_for_topic(s.name) or ())

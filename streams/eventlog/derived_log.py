@@ -70,8 +70,8 @@ async def read_to_end(
     if not tps:
         return {}
     consumer = log_reader(bootstrap)
-    await consumer.start()
     try:
+        await consumer.start()
         return await read_with(consumer, tps, on_record, starts=starts, timeout=timeout)
     finally:
         await consumer.stop()

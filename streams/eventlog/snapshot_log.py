@@ -59,8 +59,8 @@ async def read_snapshots(
     """The latest whole snapshot of each partition that has one, and the records read."""
     parts = sorted(set(partitions))
     consumer = log_reader(bootstrap)
-    await consumer.start()
     try:
+        await consumer.start()
         if topic not in await consumer.topics():
             return {}, 0
         tps = [TopicPartition(topic, p) for p in parts]

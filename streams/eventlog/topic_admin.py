@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka.admin import NewTopic
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
 from schemas.errors import BackendUnavailableError, EngramError
@@ -68,6 +68,18 @@ class TopicLayoutError(EngramError, RuntimeError):
     """Existing topics do not have the partition count Engram is configured for."""
 
 
+async def started_admin(bootstrap: str) -> AIOKafkaAdminClient:
+    """An admin client, started; closed again if it cannot start (else it lingers, and its
+    finaliser warns of it at exit), its error raised as it is: a broker out of reach."""
+    admin = admin_client(bootstrap)
+    try:
+        await admin.start()
+    except BaseException:
+        await admin.close()
+        raise
+    return admin
+
+
 async def ensure_topics(
     bootstrap: str,
     topics: Topics,
@@ -77,8 +89,7 @@ async def ensure_topics(
 ) -> None:
     """Create the missing ones (existing topics keep their replication: Kafka changes it only
     by a partition reassignment) and check every one has ``partitions``."""
-    admin = admin_client(bootstrap)
-    await admin.start()
+    admin = await started_admin(bootstrap)
     try:
         existing = set(await admin.list_topics())
         configs: dict[str, dict[str, str]] = {name: {} for name in topics.all()}
@@ -117,8 +128,7 @@ async def delete_topics(
     and wait until the broker no longer lists them: Kafka deletes topics asynchronously, and a
     topic created again under a name still being deleted would keep its old records. Returns
     the topics deleted."""
-    admin = admin_client(bootstrap)
-    await admin.start()
+    admin = await started_admin(bootstrap)
     try:
         doomed = sorted(set(names) & set(await admin.list_topics()))
         if doomed:

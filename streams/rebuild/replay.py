@@ -115,8 +115,8 @@ class DerivedLogCursor:
         """Start at the beginning, or at the first record written at or after ``since``;
         returns the number of records to read (a lower bound: see :func:`at_end`)."""
         consumer = log_reader(self.bootstrap)
-        await consumer.start()
         try:
+            await consumer.start()
             tps = self.topic_partitions()
             ends = await consumer.end_offsets(tps)
             starts = await consumer.beginning_offsets(tps)
@@ -135,8 +135,8 @@ class DerivedLogCursor:
     async def backlog(self) -> int:
         """Records between the cursor and the ends the broker reports now (a lower bound)."""
         consumer = log_reader(self.bootstrap)
-        await consumer.start()
         try:
+            await consumer.start()
             ends = await consumer.end_offsets(self.topic_partitions())
         finally:
             await consumer.stop()
@@ -213,8 +213,8 @@ async def committed_offsets(
     """The consumer group's committed offsets (next record to process) of the source
     partitions; a partition it never committed is absent."""
     consumer = group_offsets_client(bootstrap, group_id)
-    await consumer.start()
     try:
+        await consumer.start()
         out = {}
         for tp in tps:
             offset = await consumer.committed(tp)

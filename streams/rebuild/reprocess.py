@@ -129,8 +129,8 @@ async def commit_offsets(bootstrap: str, group: str, offsets: dict[TopicPartitio
     if not offsets:
         return
     consumer = group_offsets_client(bootstrap, group)
-    await consumer.start()
     try:
+        await consumer.start()
         consumer.assign(list(offsets))
         await consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in offsets.items()})
     finally:
@@ -195,8 +195,8 @@ async def read_live_batches(
 async def _record_counts(bootstrap: str, names: Sequence[str], partitions: int) -> int:
     """How many records these topics hold (a lower bound on Tansu, see :func:`at_end`)."""
     consumer = log_reader(bootstrap)
-    await consumer.start()
     try:
+        await consumer.start()
         tps = [TopicPartition(name, p) for name in names for p in range(partitions)]
         ends = await consumer.end_offsets(tps)
         starts = await consumer.beginning_offsets(tps)

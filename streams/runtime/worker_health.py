@@ -109,8 +109,8 @@ class AssignmentProgress:
         tps = [TopicPartition(t, p) for t, p in assigned]
         ends_of = await BrokerLogEnds(self.bootstrap, 1 + max(p for _, p in assigned)).start()
         reader = log_end_reader(self.bootstrap)
-        await reader.start()
         try:
+            await reader.start()
             ends = await ends_of(assigned)
             starts = await reader.beginning_offsets(tps)
         finally:
