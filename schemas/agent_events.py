@@ -15,9 +15,12 @@ from pydantic import (
     model_validator,
 )
 
-from schemas.envelope import MAX_CONTENT_CHARS, Event, EventId, Tag
+from schemas.envelope import MAX_CONTENT_CHARS, NOT_WHITESPACE, Event, EventId, Tag
 
-Content = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS)]
+Content = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS, pattern=NOT_WHITESPACE)
+]
+"""Kept as given, but not whitespace alone: that was recorded as a memory of nothing."""
 
 
 def _encodable(value: dict[str, JsonValue]) -> dict[str, JsonValue]:

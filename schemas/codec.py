@@ -163,9 +163,19 @@ class RecordOrigin:
 
     @property
     def occurred_at(self) -> datetime | None:
+        """The record's timestamp as a time; a :class:`DecodeError` past the last date Python
+        knows (year 9999): any client may set the timestamp, and the ``ValueError`` it raised
+        there ended the worker on every attempt, so no later record was processed."""
         if self.timestamp_ms is None or self.timestamp_ms < 0:
             return None
-        return datetime.fromtimestamp(self.timestamp_ms / 1000, UTC)
+        try:
+            return datetime.fromtimestamp(self.timestamp_ms / 1000, UTC)
+        except (ValueError, OverflowError, OSError):
+            raise DecodeError(
+                "invalid",
+                f"the record gives no occurred_at, and its timestamp in the log "
+                f"({self.timestamp_ms} ms) is past any date",
+            ) from None
 
 
 def _complete_from_record(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -137,12 +138,25 @@ def _fields(raw: bytes) -> dict[str, object]:
     return fields
 
 
+_AGENT_ID = re.compile(r"[A-Za-z0-9_.:@\-]{1,200}")
+""":data:`schemas.envelope.AgentId`'s rule."""
+_KEY_ID = re.compile(r"[0-9a-f]{1,64}")
+"""What :func:`new_agent_key` makes (16 hex digits), with room."""
+
+
 def sealed_header(raw: bytes) -> SealedHeader:
     """Who a sealed record belongs to and which key opens it, read without the key."""
     fields = _fields(raw)
     agent_id, key_id = fields.get("agent_id"), fields.get("key_id")
     if not isinstance(agent_id, str) or not isinstance(key_id, str) or not agent_id or not key_id:
         raise SealError("a sealed record without agent_id and key_id")
+    # Checked here, before a keyring is asked: an id no event accepts (300 characters, a NUL)
+    # made the file keyring's lookup fail, which the worker took for a keyring outage and
+    # retried without end, every partition stalled behind one forged record.
+    if not _AGENT_ID.fullmatch(agent_id):
+        raise SealError(f"a sealed record whose agent_id is no agent id: {agent_id[:200]!r}")
+    if not _KEY_ID.fullmatch(key_id):
+        raise SealError(f"a sealed record whose key_id is not a key id: {key_id[:100]!r}")
     nonce, data = fields.get("nonce"), fields.get("data")
     if not isinstance(nonce, str) or not isinstance(data, str):
         raise SealError("a sealed record without nonce and data")

@@ -238,3 +238,29 @@ def test_feedback_keeps_the_agents_type_and_capacities() -> None:
         first, AgentMemoryState(), config=CONFIG, embedder=EMBEDDER, config_version=VERSION
     )
     assert out.state.agent_type == "assistant"
+
+
+def test_a_timestamp_past_any_date_is_a_dead_letter_not_a_crash() -> None:
+    """A record that gives no occurred_at takes its time from its timestamp in the log, which
+    any client sets: past year 9999 it raised ValueError and ended the worker, every restart."""
+    from schemas.codec import RecordOrigin, decode_agent_event
+
+    value = b'{"agent_id": "P05", "content": "ts far future"}'
+    good = Observation(agent_id="P05", content="good after", importance=0.5)
+    records = [
+        RawRecord("agent.observations", 0, 0, b"P05", value, "observation", timestamp_ms=10**15),
+        RawRecord("agent.observations", 0, 1, b"P05", encode_event(good), "observation"),
+    ]
+    result = process_batch(
+        records,
+        lambda _: AgentMemoryState(),
+        ctx=Deriving(CONFIG, EMBEDDER, ExtractiveSummariser(), VERSION),
+        failed_at=datetime.now(UTC),
+    )
+    assert [(d.offset, d.error_kind) for d in result.dead_letters] == [(0, "invalid")]
+    assert "past any date" in result.dead_letters[0].reason
+    assert [m.content for m in result.derived if isinstance(m, MemoryRecorded)] == ["good after"]
+    # In range, the timestamp is the event's time.
+    origin = RecordOrigin("agent.observations", 0, 0, 1_700_000_000_000)
+    at = decode_agent_event(value, expected_type="observation", origin=origin).occurred_at
+    assert at == datetime.fromtimestamp(1_700_000_000, UTC)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,12 +21,15 @@ from schemas.codec import (
     decode_derived_event,
     encode_event,
 )
+from schemas.envelope import NOT_WHITESPACE
 from schemas.json_schema import export_json_schemas, json_schemas
 from schemas.memory_events import ImportanceInputs, MemoryRecorded, decode_vector, encode_vector
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "events"
 
-texts = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=200)
+texts = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=200).filter(
+    lambda text: re.search(NOT_WHITESPACE, text) is not None  # whitespace alone is refused
+)
 agent_ids = st.from_regex(r"[A-Za-z0-9_.:@\-]{1,40}", fullmatch=True)
 times = st.datetimes(
     min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
@@ -287,3 +291,13 @@ def test_every_field_the_exported_schema_leaves_optional_is_filled_deterministic
         first = decode_agent_event(raw, expected_type=name, origin=ORIGIN)
         assert isinstance(first, model)
         assert first == decode_agent_event(raw, expected_type=name, origin=ORIGIN)
+
+
+@pytest.mark.parametrize("content", ["   ", "\n\t", "\u3000"])
+def test_whitespace_alone_is_no_content(content: str) -> None:
+    """It was recorded as a memory of nothing."""
+    raw = orjson.dumps({"agent_id": "P01", "content": content})
+    with pytest.raises(DecodeError) as refused:
+        decode_agent_event(raw, expected_type="observation")
+    assert "content" in refused.value.reason
+    assert Observation(agent_id="P01", content=" kept as given ").content == " kept as given "

@@ -205,3 +205,29 @@ def test_read_back_an_erasure_of_a_sealed_agent_goes_before_its_new_life() -> No
         "MemoryRecorded",
         "AgentForgotten",
     ]
+
+
+async def test_a_forged_header_is_a_dead_letter_not_a_keyring_outage(tmp_path: Path) -> None:
+    """An agent id no event accepts made the file keyring's lookup fail ("File name too long",
+    "embedded null byte"), which the worker retried as an outage: every partition stalled."""
+    sealer = RecordSealer(FileKeyring(tmp_path))
+    forged = [
+        orjson.dumps({"sealed": 1, "agent_id": agent, "key_id": key, "nonce": "", "data": ""})
+        for agent, key in (("A" * 300, "00ff"), ("x\u0000", "00ff"), ("H1", "../../etc"))
+    ]
+    opened = await sealer.open_all(forged)  # asks the keyring nothing it cannot answer
+    assert [(o.kind if isinstance(o, DecodeError) else o) for o in opened] == ["invalid"] * 3
+    records = [
+        RawRecord(TOPICS.observations, 0, offset, b"S01", value, expected_type="observation")
+        for offset, value in enumerate(forged)
+    ]
+    await sealer.prepare_open(r.value for r in records)
+    good = RecordSealer(FileKeyring(tmp_path))
+    await good.prepare_seal(["S01"])
+    records.append(observed("S01", 3, good, "good after"))
+    await sealer.prepare_open([records[-1].value])
+    result = process_batch(
+        records, lambda _: AgentMemoryState(), ctx=CTX, failed_at=NOW, opener=sealer
+    )
+    assert [d.error_kind for d in result.dead_letters] == ["invalid"] * 3
+    assert [m.content for m in result.derived if isinstance(m, MemoryRecorded)] == ["good after"]
