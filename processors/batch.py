@@ -114,9 +114,29 @@ def _decode(
         case "retrieval":
             return decode_retrieval(value)
         case "agent":
-            return decode_agent_event(value, expected_type=raw.expected_type, origin=raw.origin)
+            event = decode_agent_event(value, expected_type=raw.expected_type, origin=raw.origin)
+            _check_placed(raw.key, event.agent_id)
+            return event
         case _:
             assert_never(raw.kind)
+
+
+def _check_placed(key: bytes | None, agent_id: str) -> None:
+    """An agent event is keyed by its agent id, which puts every event of the agent on one
+    partition: its state is folded per partition, and its history read from that partition
+    alone. One keyed otherwise, or not keyed, landed elsewhere and split the agent (memories
+    missing from its history, its working memory out of order, the wrong ones evicted after
+    a takeover)."""
+    if key is None:
+        raise DecodeError(
+            "misplaced", f"an event of agent {agent_id!r} without a key: key it by the agent id"
+        )
+    if key != agent_id.encode():
+        shown = key[:200].decode("utf-8", "replace")
+        raise DecodeError(
+            "misplaced",
+            f"an event of agent {agent_id!r} keyed {shown!r}: key it by the agent id",
+        )
 
 
 def _decode_agent_events(

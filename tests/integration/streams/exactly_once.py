@@ -29,6 +29,7 @@ from streams.eventlog.derived_log import read_partitions, read_records
 from streams.privacy.sealing import RecordSealer
 from streams.runtime.node import processing_config
 from streams.settings import EngramSettings
+from tests.agent_streams import agent_key_of
 
 
 def workload(agents: int, per_agent: int) -> list[Observation]:
@@ -66,7 +67,7 @@ async def expected_derived(
             topic=position.topic,
             partition=position.partition,
             offset=position.offset,
-            key=None,
+            key=agent_key_of(value),
             value=value,
             expected_type="observation",
         )

@@ -103,7 +103,9 @@ def test_the_hashing_embedder_is_deterministic_normalised_and_lexical() -> None:
 def test_a_batch_dead_letters_poison_and_processes_the_rest() -> None:
     good = [Observation(agent_id=f"A{i % 2}", content=f"ok {i}", importance=0.5) for i in range(4)]
     records = [
-        RawRecord("agent.observations", 0, i * 2, b"A", encode_event(e), "observation")
+        RawRecord(
+            "agent.observations", 0, i * 2, e.agent_id.encode(), encode_event(e), "observation"
+        )
         for i, e in enumerate(good)
     ]
     records.insert(2, RawRecord("agent.observations", 0, 3, b"A", b"\xff\xfe", "observation"))
@@ -264,3 +266,29 @@ def test_a_timestamp_past_any_date_is_a_dead_letter_not_a_crash() -> None:
     origin = RecordOrigin("agent.observations", 0, 0, 1_700_000_000_000)
     at = decode_agent_event(value, expected_type="observation", origin=origin).occurred_at
     assert at == datetime.fromtimestamp(1_700_000_000, UTC)
+
+
+def test_an_event_keyed_otherwise_than_by_its_agent_is_misplaced() -> None:
+    """Keyed otherwise, or not keyed, it landed on another partition than its agent's: the
+    agent's state split between two owners, and its history missed the memory."""
+    event = Observation(agent_id="P04", content="key mismatch", importance=0.5)
+    value = encode_event(event)
+    records = [
+        RawRecord("agent.observations", 0, 0, b"P03", value, "observation"),
+        RawRecord("agent.observations", 0, 1, None, value, "observation"),
+        RawRecord("agent.observations", 0, 2, b"P04", value, "observation"),
+    ]
+    result = process_batch(
+        records,
+        lambda _: AgentMemoryState(),
+        ctx=Deriving(CONFIG, EMBEDDER, ExtractiveSummariser(), VERSION),
+        failed_at=datetime.now(UTC),
+    )
+    assert [(d.offset, d.error_kind) for d in result.dead_letters] == [
+        (0, "misplaced"),
+        (1, "misplaced"),
+    ]
+    assert "keyed 'P03'" in result.dead_letters[0].reason
+    assert [m.source_position.offset for m in result.derived if isinstance(m, MemoryRecorded)] == [
+        2
+    ]

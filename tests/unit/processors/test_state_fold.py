@@ -42,7 +42,7 @@ from schemas.memory_events import (
     ScheduleTick,
     SourcePosition,
 )
-from tests.agent_streams import CTX, START
+from tests.agent_streams import CTX, START, agent_key_of
 
 OBS, SCHED, ACCESS = "agent.observations", "memory.schedule", "memory.access"
 PARTITION = {"S1": 0, "W1": 0, "S2": 1}
@@ -70,7 +70,8 @@ class Run:
     ) -> SourcePosition:
         offset = self.offsets.get(f"{topic}/{partition}", 0)
         self.offsets[f"{topic}/{partition}"] = offset + 1
-        raw = RawRecord(topic, partition, offset, None, value, expected, kind)  # type: ignore[arg-type]
+        key = agent_key_of(value) if kind == "agent" else None
+        raw = RawRecord(topic, partition, offset, key, value, expected, kind)  # type: ignore[arg-type]
         result = process_batch(
             [raw],
             lambda a: self.states.get(a) or AgentMemoryState(),

@@ -225,7 +225,9 @@ class Stream:
         topic = "agent.decisions" if what == "decide" else "agent.observations"
         offset = sum(1 for r in self.records if r.topic == topic)
         self.records.append(
-            RawRecord(topic, 0, offset, None, encode_event(event), event.event_type, "agent")
+            RawRecord(
+                topic, 0, offset, event.agent_id.encode(), encode_event(event), event.event_type
+            )
         )
 
 
