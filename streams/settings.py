@@ -335,14 +335,25 @@ class EngramSettings(BaseSettings):
     @model_validator(mode="before")
     @classmethod
     def _redis_ca_in_url(cls, values: Any) -> Any:
-        """Every Redis client of Engram is made from the URL (``redis.from_url``), which takes
-        the CA bundle as its ``ssl_ca_certs`` parameter: added there once, it reaches them all."""
+        """Every Redis client of Engram is made from a URL (``redis.from_url``), which takes the
+        CA bundle as its ``ssl_ca_certs`` parameter: added to ``ENGRAM_REDIS_URL`` and to a
+        keyring's own URL once, it reaches them all."""
         if not isinstance(values, dict):
             return values
-        url, cafile = values.get("redis_url"), values.get("redis_ssl_cafile")
-        if url and cafile and "ssl_ca_certs=" not in str(url):
-            separator = "&" if "?" in str(url) else "?"
-            values = {**values, "redis_url": f"{url}{separator}ssl_ca_certs={quote(str(cafile))}"}
+        cafile = values.get("redis_ssl_cafile")
+        if not cafile:
+            return values
+        values = dict(values)
+        # A keyring of its own (a rediss:// URL) is a Redis of the same deployment: same CA.
+        for name in ("redis_url", "keyring"):
+            url = values.get(name)
+            if (
+                isinstance(url, str)
+                and url.startswith(("redis://", "rediss://"))
+                and "ssl_ca_certs=" not in url
+            ):
+                separator = "&" if "?" in url else "?"
+                values[name] = f"{url}{separator}ssl_ca_certs={quote(str(cafile))}"
         return values
 
     @field_validator("kafka_bootstrap", "redis_url", mode="before")

@@ -33,7 +33,7 @@ from schemas.errors import EngramError
 from schemas.memory_events import AgentForgotten, ForgetAgent
 from schemas.topics import Topics
 from streams.eventlog.kafka_clients import record_producer
-from streams.eventlog.publisher import Position, PublishError
+from streams.eventlog.publisher import KEY_REFRESH_S, Position, PublishError
 from streams.privacy.keyring import Keyring
 
 OpenWorking = Callable[[ProjectionVersion], WorkingMemoryStore]
@@ -137,9 +137,11 @@ async def forget_agent(
     open_inactive: OpenStores,
     reason: str | None = None,
     timeout: float = 60.0,
+    publishers_trust: float = KEY_REFRESH_S,
 ) -> ForgetReport:
     """Forget ``agent_id``; raises :class:`ForgetTimeoutError` (with the report) when no worker
-    completed the request within ``timeout``: it stays in the log and completes later."""
+    completed the request within ``timeout``: it stays in the log and completes later. Returns
+    once what any publisher publishes for the agent belongs to its new life."""
     key_ids = tuple(await keyring.key_ids(agent_id)) if keyring is not None else ()
     now = datetime.now(UTC)
     request = ForgetAgent(
@@ -187,6 +189,12 @@ async def forget_agent(
         await working.close()
     if not report.applied or report.keys_remaining:
         raise ForgetTimeoutError(report)
+    if key_ids:
+        # Publishers (and the query service's retrieval records) trust a key they hold for up
+        # to KEY_REFRESH_S: one already running sealed with the deleted key for that long, and
+        # what it published right after this returned was forgotten with the old life, its
+        # position returned and no dead letter. Past the wait, every one has dropped it.
+        await asyncio.sleep(publishers_trust)
     return report
 
 

@@ -60,4 +60,9 @@ def test_the_image_is_built_in_two_stages_and_runs_as_a_user() -> None:
     assert not any(line.startswith("HEALTHCHECK") for line in lines)
     assert any("--from=builder" in line for line in runtime)
     assert any("-r /tmp/requirements.lock" in line and "--no-deps" in line for line in lines)
+    # Building Engram fetches nothing unpinned: no build isolation, its build tools pinned.
+    installs = [line for line in lines if "pip install" in line]
+    assert any("--no-build-isolation /src" in line for line in installs), installs
+    assert not any(re.search(r"pip install (?!.*--no-build-isolation).*/src", i) for i in installs)
+    assert any(re.search(r"setuptools==[\d.]+ wheel==[\d.]+", line) for line in installs)
     assert any("ENGRAM_DATA_DIR=/var/lib/engram" in line for line in runtime)

@@ -94,6 +94,9 @@ async def test_a_forgotten_agent_leaves_the_projections_and_the_readable_log(
         assert len(logged) > len(events())
         assert not [v for v in logged if b"secret-" in v]
 
+        # A publisher that runs through the forget (an MCP tool server's) holds the old key.
+        living = await AsyncPublisher(kafka_bootstrap, topics=topics, keyring=node.keyring).start()
+        await node.pipeline.stats.wait_for([await living.observe(FORGOTTEN_AGENT, "old life")])
         result = await invoke(
             ["forget-agent", FORGOTTEN_AGENT, "--yes", "--json", "--reason", "asked"], env
         )
@@ -127,10 +130,11 @@ async def test_a_forgotten_agent_leaves_the_projections_and_the_readable_log(
         entries = orjson.loads(history.stdout)["entries"]
         assert [e["kind"] for e in entries] == ["agent_forgotten"]
 
-        # The agent may publish again: a new life, with a new key.
-        async with AsyncPublisher(kafka_bootstrap, topics=topics, keyring=node.keyring) as pub:
-            again = await pub.observe(FORGOTTEN_AGENT, "a new life", importance=0.9, year=5)
-            await node.pipeline.stats.wait_for([again])
+        # The agent may publish again: a new life, with a new key, from the running publisher
+        # too (it sealed with the deleted key for 5 s, and the command waited them out).
+        again = await living.observe(FORGOTTEN_AGENT, "a new life", importance=0.9, year=5)
+        await node.pipeline.stats.wait_for([again])
+        await living.close()
         reborn = await memories(node.working, node.episodic, FORGOTTEN_AGENT)
         assert [m.content for m in reborn] == ["a new life"]
         live_kept = await memories(node.working, node.episodic, KEPT_AGENT)

@@ -226,3 +226,15 @@ def test_the_redis_ca_file_reaches_every_client_through_the_url(pem: tuple[Path,
     assert url == f"rediss://:pw@redis:6380/0?ssl_ca_certs={pem[0]}"
     kept = settings(redis_url="rediss://redis/0?ssl_ca_certs=/a", redis_ssl_cafile=pem[0])
     assert kept.redis_url == "rediss://redis/0?ssl_ca_certs=/a"  # the URL's own wins
+
+
+def test_the_redis_ca_file_reaches_a_keyring_of_its_own(pem: tuple[Path, Path]) -> None:
+    """deploy/README.md's keyring is a Redis of its own over TLS: it never got the CA."""
+    chosen = settings(
+        redis_url="rediss://:pw@redis:6380/0",
+        keyring="rediss://:pw@keyring:6380/0",
+        redis_ssl_cafile=pem[0],
+    )
+    assert chosen.keyring == f"rediss://:pw@keyring:6380/0?ssl_ca_certs={pem[0]}"
+    for kind in ("redis", "off", f"file:{pem[1].parent}"):
+        assert settings(keyring=kind, redis_ssl_cafile=pem[0]).keyring == kind
