@@ -38,6 +38,11 @@ class AsOfNotInLogError(EngramError, LookupError):
         self.log_end = log_end
 
 
+class AsOfUnknownTopicError(AsOfNotInLogError):
+    """The point of ``as_of`` names a topic this log does not have: a malformed request, not a
+    point the log lacks (yet), so it is answered 422, as the same mistake in ``after`` is."""
+
+
 class AsOfNotInLog(BaseModel):
     """The body of a 409 for ``as_of``: why the log does not hold that point."""
 

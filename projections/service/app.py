@@ -27,7 +27,12 @@ from pydantic_core import to_jsonable_python
 from projections.history import MAX_HISTORY_LIMIT, AgentHistory, LogUnavailableError
 from projections.interfaces import ProjectionError
 from projections.learned.reads import LearnedMemory
-from projections.retrieval.as_of import AsOfNotInLog, AsOfNotInLogError, LogRecall
+from projections.retrieval.as_of import (
+    AsOfNotInLog,
+    AsOfNotInLogError,
+    AsOfUnknownTopicError,
+    LogRecall,
+)
 from projections.retrieval.engine import (
     PositionsNotAppliedError,
     PositionsNotInLogError,
@@ -253,6 +258,15 @@ def _add_error_handlers(app: FastAPI, metrics: ServiceMetrics | None) -> None:
     async def _not_in_log(_: Request, error: PositionsNotInLogError) -> JSONResponse:
         body = NotInLog(detail=str(error), missing=error.missing)
         return JSONResponse(status_code=NOT_IN_LOG_STATUS, content=body.model_dump(mode="json"))
+
+    @app.exception_handler(AsOfUnknownTopicError)
+    async def _as_of_unknown_topic(_: Request, error: AsOfUnknownTopicError) -> JSONResponse:
+        loc = ["body", "as_of", "topic"]
+        message = f"as_of.topic: {error}"
+        return JSONResponse(
+            status_code=422,
+            content={"detail": [{"loc": loc, "msg": message, "type": "value_error"}]},
+        )
 
     @app.exception_handler(AsOfNotInLogError)
     async def _as_of_not_in_log(_: Request, error: AsOfNotInLogError) -> JSONResponse:

@@ -97,11 +97,13 @@ class ApiKeys(BaseModel):
         token = bearer_token(authorization)
         if token is None:
             return None
-        presented = digest(token).encode("ascii")
+        presented = [d.encode("ascii") for d in _digests(token)]
         found: ApiKey | None = None
         for key in self.keys:
-            if hmac.compare_digest(presented, key.sha256.encode("ascii")):
-                found = key
+            stored = key.sha256.encode("ascii")
+            for candidate in presented:
+                if hmac.compare_digest(candidate, stored):
+                    found = key
         return found
 
     def decide(self, authorization: str | None, scope: Scope, agent_id: str | None) -> Decision:
@@ -112,6 +114,18 @@ class ApiKeys(BaseModel):
             reason = "missing bearer token" if authorization is None else "unknown API key"
             return Decision(401, reason)
         return authorize(key, scope, agent_id)
+
+
+def _digests(token: str) -> list[str]:
+    """The digests a presented key may stand for. The server hands a header over decoded as
+    Latin-1 (Starlette does), so a key with characters past ASCII, sent as UTF-8 (``clé``),
+    arrives as other characters: its bytes, got back by encoding as Latin-1, are the key the
+    keys file holds the digest of. Always two entries, so the time says nothing either."""
+    try:
+        sent = token.encode("latin-1")
+    except UnicodeEncodeError:  # not from a header's bytes: the key as given
+        sent = token.encode("utf-8")
+    return [digest(token), hashlib.sha256(sent).hexdigest()]
 
 
 def authorize(key: ApiKey, scope: Scope, agent_id: str | None) -> Decision:

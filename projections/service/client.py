@@ -197,8 +197,10 @@ def _agent_path(agent_id: str, rest: str) -> str:
     return f"/v1/agents/{segment}/{rest}"
 
 
-def _auth(api_key: str | None) -> dict[str, str]:
-    return {} if api_key is None else {"Authorization": f"Bearer {api_key}"}
+def _auth(api_key: str | None) -> dict[bytes, bytes]:
+    """As UTF-8 bytes: httpx encodes a text header as ASCII, and a key with characters past it
+    failed with a UnicodeEncodeError before any request."""
+    return {} if api_key is None else {b"Authorization": f"Bearer {api_key}".encode()}
 
 
 def _history_params(limit: int | None) -> dict[str, int]:

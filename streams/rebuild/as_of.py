@@ -49,7 +49,7 @@ from processors.embedding import Embedder
 from projections.episodic.candidates import CANDIDATE_LIMIT, RELEVANCE_CANDIDATE_LIMIT
 from projections.episodic.factory import open_episodic_store
 from projections.interfaces import EpisodicMemoryStore, ProjectionError
-from projections.retrieval.as_of import AsOfNotInLogError
+from projections.retrieval.as_of import AsOfUnknownTopicError
 from projections.retrieval.engine import RetrievalEngine
 from projections.retrieval.log_end import LogEnds
 from projections.retrieval.models import AsOfPosition, RetrievalRequest, RetrievalResponse
@@ -269,7 +269,7 @@ class LogRecaller:
         if position is None or position.topic in (topics.items, topics.lifecycle):
             return {}
         if position.topic not in self.point_topics:
-            raise AsOfNotInLogError(
+            raise AsOfUnknownTopicError(
                 f"{position.topic!r} is not a topic of this log: a point names one of "
                 + ", ".join(sorted(self.point_topics))
             )

@@ -36,6 +36,8 @@ PUBLISHER = f"publisher-{uuid.uuid4().hex}"
 """May read and publish for agents H* and team-a.*."""
 SERVICE = f"mcp-service-{uuid.uuid4().hex}"
 """The MCP server's own key for the query service: read, every agent."""
+ACCENTED = f"clé-{uuid.uuid4().hex}"
+"""A key past ASCII (its digest taken of its UTF-8 bytes, as `printf %s KEY | sha256sum`)."""
 
 START_TIMEOUT_S = 60.0
 
@@ -47,6 +49,7 @@ def keys_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("households", READER, ["H*"], ["read"]),
         ("planner", PUBLISHER, ["H*", "team-a.*"], ["read", "publish"]),
         ("mcp", SERVICE, ["*"], ["read"]),
+        ("accented", ACCENTED, ["H*"], ["read"]),
     ]
     keys = [
         {"name": name, "sha256": digest(key), "agents": agents, "scopes": scopes}
@@ -137,6 +140,17 @@ async def test_the_command_line_presents_its_key(node: Node, args: list[str]) ->
     assert "401" in anonymous.output
     keyed = await invoke(args, env | {"ENGRAM_API_KEY": READER})
     assert keyed.exit_code == 0, keyed.output
+
+
+async def test_a_key_past_ascii_authenticates(node: Node) -> None:
+    """The client failed to encode it (UnicodeEncodeError), and the server, which reads a
+    header as Latin-1, digested other characters than the key's: always 401."""
+    assert node.http_url is not None
+    async with AsyncEngramClient(node.http_url, api_key=ACCENTED) as client:
+        await client.retrieve("H001")
+        with pytest.raises(QueryError) as refused:
+            await client.retrieve("X001")
+    assert refused.value.status == 403  # known, and held to its agents
 
 
 async def test_the_openapi_document_declares_the_bearer_scheme(http: httpx.AsyncClient) -> None:

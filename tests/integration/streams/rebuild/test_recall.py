@@ -314,6 +314,14 @@ async def test_a_point_the_log_does_not_hold_is_refused(node: Node, phases: Phas
     assert answer.status_code == 422, answer.text
     assert "as_of" in answer.text
 
+    # A topic the log does not have is a malformed point (as in `after`), not one not held yet.
+    elsewhere = {"topic": "zzz", "partition": 0, "offset": 5}
+    answer = await retrieve(node, {**REQUEST, "as_of": elsewhere})
+    assert answer.status_code == 422, answer.text
+    (problem,) = answer.json()["detail"]
+    assert problem["loc"] == ["body", "as_of", "topic"]
+    assert "'zzz' is not a topic of this log" in problem["msg"]
+
     result = await invoke(["recall", AGENT, "--as-of", "yesterday"], phases.env)
     assert result.exit_code == 2, result.output
     assert "neither topic:partition:offset" in " ".join(result.output.split())
