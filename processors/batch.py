@@ -103,7 +103,7 @@ class BatchResult:
 
 
 def _decode(
-    raw: RawRecord, opener: RecordOpener
+    raw: RawRecord, opener: RecordOpener, placement: Callable[[str], int] | None
 ) -> AgentEvent | ScheduleTick | ForgetAgent | MemoryRetrieved:
     if raw.value is None:
         raise DecodeError("empty", "record has no value (a tombstone?)")
@@ -115,18 +115,19 @@ def _decode(
             return decode_retrieval(value)
         case "agent":
             event = decode_agent_event(value, expected_type=raw.expected_type, origin=raw.origin)
-            _check_placed(raw.key, event.agent_id)
+            _check_placed(raw, event.agent_id, placement)
             return event
         case _:
             assert_never(raw.kind)
 
 
-def _check_placed(key: bytes | None, agent_id: str) -> None:
+def _check_placed(raw: RawRecord, agent_id: str, placement: Callable[[str], int] | None) -> None:
     """An agent event is keyed by its agent id, which puts every event of the agent on one
     partition: its state is folded per partition, and its history read from that partition
-    alone. One keyed otherwise, or not keyed, landed elsewhere and split the agent (memories
-    missing from its history, its working memory out of order, the wrong ones evicted after
-    a takeover)."""
+    alone. One keyed otherwise, or not keyed, or placed by another partitioner than murmur2
+    (librdkafka's default, crc32), landed elsewhere and split the agent (memories missing from
+    its history, its working memory out of order, the wrong ones evicted after a takeover)."""
+    key = raw.key
     if key is None:
         raise DecodeError(
             "misplaced", f"an event of agent {agent_id!r} without a key: key it by the agent id"
@@ -137,10 +138,17 @@ def _check_placed(key: bytes | None, agent_id: str) -> None:
             "misplaced",
             f"an event of agent {agent_id!r} keyed {shown!r}: key it by the agent id",
         )
+    if placement is not None and (home := placement(agent_id)) != raw.partition:
+        raise DecodeError(
+            "misplaced",
+            f"an event of agent {agent_id!r} on partition {raw.partition}: its events belong on "
+            f"partition {home}, where Kafka's default partitioner (murmur2 of the key) puts "
+            "them (with kcat or librdkafka: -X topic.partitioner=murmur2_random)",
+        )
 
 
 def _decode_agent_events(
-    records: Sequence[RawRecord], opener: RecordOpener
+    records: Sequence[RawRecord], opener: RecordOpener, placement: Callable[[str], int] | None
 ) -> dict[int, AgentEvent | DecodeError]:
     """The batch's agent events decoded ahead (by index), so their texts are embedded in one
     call (:mod:`processors.batch_embedding`) before the rules run one event at a time."""
@@ -149,7 +157,7 @@ def _decode_agent_events(
         if raw.kind != "agent":
             continue
         try:
-            event = _decode(raw, opener)
+            event = _decode(raw, opener, placement)
         except DecodeError as exc:
             early[index] = exc
             continue
@@ -212,7 +220,7 @@ def process_batch(
     is only noted), so a batch that forgets an agent is derived again, with the keys
     forgotten and every row prepared, as is one whose placeholders cannot all be filled."""
     opener = opener or PlainRecords()
-    early = _decode_agent_events(records, opener)
+    early = _decode_agent_events(records, opener, ctx.placement)
     prepared = _prepared(ctx)
     prepared.prepare(
         event.content for event in early.values() if not isinstance(event, DecodeError)
@@ -262,7 +270,7 @@ def _derive(
         try:
             if isinstance(decoded, DecodeError):
                 raise decoded
-            event = decoded or _decode(raw, batch.opener)
+            event = decoded or _decode(raw, batch.opener, ctx.placement)
         except DecodeError as exc:
             batch.refuse(raw, exc, failed_at)
             continue

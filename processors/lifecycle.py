@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
@@ -69,6 +69,7 @@ class Deriving:
     embedder: Embedder
     summariser: Summariser
     config_version: str
+    placement: Callable[[str], int] | None = None  # an agent's partition (None: unchecked)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,10 @@ dev stack does its keyring's location, and a process pointed at that Redis takes
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
+import socket
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -23,7 +26,9 @@ from projections.interfaces import ProjectionError
 from schemas.errors import EngramError
 
 __all__ = [
+    "HOLDER_KEY",
     "LOCATION_KEY",
+    "EdgeHolderLease",
     "EdgeLocationError",
     "edge_dir_for",
     "record_edge_dir",
@@ -36,8 +41,117 @@ LOCATION_KEY = "{ns}#qdrant-edge:path"
 """The absolute directory of the deployment's Edge shards, set by the process that holds them."""
 
 
+HOLDER_KEY = "{ns}#qdrant-edge:holder"
+"""Which process holds the shards now, and where: a lease its holder renews while it runs."""
+
+HOLDER_TTL_S = 15.0
+"""How long a holder that died keeps its lease: a new holder elsewhere waits that long."""
+
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
 class EdgeLocationError(EngramError, ValueError):
     """This process is configured with another Edge directory than the deployment's."""
+
+
+class EdgeHolderLease:
+    """This process holds the deployment's Edge shards, said in Redis under a lease it renews.
+
+    A second process that would hold them in another directory while the first runs is
+    refused: it served an empty episodic memory as ready, and took the recorded location over,
+    so that replays built where the running holder never looks. The same directory again is a
+    restart (Edge's own lock refuses a second opener while the first lives), and a holder that
+    died lets go when its lease ends (:data:`HOLDER_TTL_S`)."""
+
+    def __init__(self, client: aioredis.Redis, key: str, value: str, ttl: float) -> None:
+        self._client, self._key, self._value, self._ttl = client, key, value, ttl
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def take(
+        cls, redis_url: str, namespace: str, path: Path, *, ttl: float = HOLDER_TTL_S
+    ) -> EdgeHolderLease:
+        directory = str(await asyncio.to_thread(path.resolve))
+        holder = f"{socket.gethostname()}:{os.getpid()}"
+        value = json.dumps({"holder": holder, "dir": directory})
+        client = aioredis.Redis.from_url(redis_url, socket_timeout=10.0, socket_connect_timeout=5.0)
+        lease = cls(client, HOLDER_KEY.format(ns=namespace), value, ttl)
+        try:
+            await lease._acquire(namespace, directory)
+        except BaseException:
+            await client.aclose()
+            raise
+        lease._task = asyncio.create_task(lease._renew(), name="edge-holder-lease")
+        return lease
+
+    async def _acquire(self, namespace: str, directory: str) -> None:
+        ttl_ms = int(self._ttl * 1000)
+        try:
+            if await self._client.set(self._key, self._value, nx=True, px=ttl_ms):
+                return
+            current = await self._client.get(self._key)
+            other = _holding(current)
+            if other is not None and other.get("dir") != directory:
+                raise EdgeLocationError(
+                    f"the Qdrant Edge shards of {namespace} are held at {other.get('dir')} by "
+                    f"{other.get('holder')}, which runs: Qdrant Edge lives inside one process, "
+                    f"and this one would hold shards of its own at {directory}, which no "
+                    "other process reads or writes. Give several processes a Qdrant server "
+                    "(ENGRAM_QDRANT_URL), run workers with ENGRAM_EPISODIC_WRITER=projector, "
+                    f"or stop that process first (one that died lets go within {self._ttl:g} s)"
+                )
+            # The same directory (a restart before the old lease ran out), or a lease gone.
+            await self._client.set(self._key, self._value, px=ttl_ms)
+        except (RedisError, OSError) as exc:
+            raise ProjectionError(f"taking the Qdrant Edge holder lease failed: {exc}") from exc
+
+    async def _renew(self) -> None:
+        ttl_ms = int(self._ttl * 1000)
+        warned = False
+        while True:
+            await asyncio.sleep(self._ttl / 3)
+            try:
+                held = await self._client.eval(_RENEW, 1, self._key, self._value, ttl_ms)
+                # Run out (Redis was away longer than the lease): taken back if still free.
+                held = held or await self._client.set(self._key, self._value, nx=True, px=ttl_ms)
+            except (RedisError, OSError) as exc:  # Redis away a moment: the next turn retries
+                log.warning("renewing the Qdrant Edge holder lease failed: %s", exc)
+                continue
+            if not held and not warned:
+                log.warning("the Qdrant Edge holder lease is held by another process now")
+            warned = not held
+
+    async def release(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        try:
+            await self._client.eval(_RELEASE, 1, self._key, self._value)
+        except (RedisError, OSError) as exc:  # it runs out by itself
+            log.warning("releasing the Qdrant Edge holder lease failed: %s", exc)
+        finally:
+            await self._client.aclose()
+
+
+def _holding(raw: bytes | str | None) -> dict[str, str] | None:
+    if raw is None:
+        return None
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
 
 
 async def record_edge_dir(redis_url: str, namespace: str, path: Path) -> None:

@@ -67,6 +67,7 @@ def known_errors() -> tuple[type[Exception], ...]:
         deferred.archive.ArchiveError,
         deferred.keyring.KeyringError,
         deferred.service_auth.ApiKeysFileError,
+        deferred.edge_location.EdgeLocationError,
     )
 
 
@@ -77,36 +78,52 @@ command may well succeed later, so a retry is worth it (the Kubernetes Jobs retr
 unreachable broker was a 2 too, and a rolling restart of Kafka failed a replay Job for good."""
 
 
-def _unreachable_types() -> tuple[type[BaseException], ...]:
-    from aiokafka.errors import KafkaConnectionError, NodeNotReadyError, RequestTimedOutError
+def _failure_kinds() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(What a retry may change, what it would meet again) among the causes of a failure;
+    besides these, a Kafka error that says it is retriable (a leader election, a timeout)."""
+    import ssl
+
+    import httpx
+    from aiokafka.errors import KafkaTimeoutError
+    from redis.exceptions import AuthenticationError, AuthorizationError
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
-    return (
+    passing = (
         ConnectionError,  # refused, reset, aborted
+        TimeoutError,  # a wait on a broker or a store that did not answer in time
         socket.gaierror,  # a host name that does not resolve (yet)
-        KafkaConnectionError,
-        NodeNotReadyError,
-        RequestTimedOutError,
+        KafkaTimeoutError,  # aiokafka's own, after retrying a leader election
         RedisConnectionError,
         RedisTimeoutError,
+        httpx.TransportError,  # a Qdrant server out of reach
     )
+    # A wrong password or certificate is a refusal, whatever wraps it (redis-py's
+    # AuthenticationError is one of its ConnectionErrors).
+    lasting = (AuthenticationError, AuthorizationError, ssl.SSLError)
+    return passing, lasting
 
 
 def unreachable(exc: BaseException) -> bool:
-    """Whether ``exc`` comes of a server that could not be reached: it, or what it was raised
-    from (the stores wrap the clients' errors)."""
-    kinds = _unreachable_types()
+    """Whether ``exc`` comes of a server that could not be reached, or not in time: it, or
+    what it was raised from (the stores wrap the clients' errors); never a refused password
+    or certificate, which another attempt would meet again."""
+    from aiokafka.errors import KafkaError
+
+    passing, lasting = _failure_kinds()
     seen: set[int] = set()
+    found = False
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, kinds):
-            return True
+        if isinstance(current, lasting):
+            return False
+        if isinstance(current, passing) or (isinstance(current, KafkaError) and current.retriable):
+            found = True
         seen.add(id(current))
         current = current.__cause__ or (
             None if current.__suppress_context__ else current.__context__
         )
-    return False
+    return found
 
 
 @contextlib.contextmanager

@@ -13,7 +13,9 @@ cut short by a crash logged never reached a projection, and was derived again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiokafka.partitioner import DefaultPartitioner
@@ -55,6 +57,13 @@ def partition_for(agent_id: str, partitions: int) -> int:
         raise ValueError("partitions must be at least 1")
     chosen: int = DefaultPartitioner()(agent_id.encode("utf-8"), list(range(partitions)), None)
     return chosen
+
+
+def placement(partitions: int) -> Callable[[str], int]:
+    """:func:`partition_for` of each agent id, remembered (a worker asks it for every event)."""
+    if partitions < 1:
+        raise ValueError("partitions must be at least 1")
+    return functools.lru_cache(maxsize=65_536)(lambda agent_id: partition_for(agent_id, partitions))
 
 
 async def read_agent_history(

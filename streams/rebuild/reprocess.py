@@ -72,6 +72,7 @@ from projections.working.agent_index import AgentIndex
 from schemas.errors import EngramError
 from schemas.topics import Topics
 from streams.eventlog.derived_log import read_markers, read_to_end
+from streams.eventlog.history import placement
 from streams.eventlog.kafka_clients import group_offsets_client, log_reader, record_producer
 from streams.eventlog.topic_admin import TopicReplication, ensure_topics
 from streams.privacy.sealing import RecordSealer
@@ -353,6 +354,7 @@ class Reprocess:
                 # The version's derived log is new: the pipeline trusts its index from the
                 # opening markers on, as a live worker does a log it opens empty.
                 agent_index=index,
+                placement=placement(self.partitions),
             )
             parts = list(range(self.partitions))
             reading = asyncio.ensure_future(self._read(parts[0]))

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from processors.config import ProcessingConfig, load_processing_config
 from processors.embedding import Embedder, embedder_from_name
 from processors.summarising import Summariser
-from projections.episodic.edge_location import record_edge_dir
+from projections.episodic.edge_location import EdgeHolderLease, record_edge_dir
 from projections.episodic.factory import open_episodic_store
 from projections.history import AgentHistory
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
@@ -41,7 +41,7 @@ from projections.versions import (
 from projections.working.agent_index import AgentIndex
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.topics import Topics
-from streams.eventlog.history import read_agent_history
+from streams.eventlog.history import placement, read_agent_history
 from streams.eventlog.kafka_clients import use_security
 from streams.eventlog.log_ends import BrokerLogEnds
 from streams.eventlog.topic_admin import TopicReplication, ensure_topics
@@ -131,6 +131,7 @@ class Node:
     progress: AssignmentProgress | None = field(default=None, init=False)
     """Whether the processors caught up with their assignment (``ENGRAM_HEALTH_PORT`` set)."""
     probes: ProbeServer | None = field(default=None, init=False)
+    edge_lease: EdgeHolderLease | None = field(default=None, init=False)
     tracing: Tracing | None = field(default=None, init=False)
     """Spans around batches and retrievals (``ENGRAM_TRACING``); None: no tracing."""
 
@@ -179,6 +180,10 @@ class Node:
         """The stores, and each role this process runs, on the active version."""
         settings = self.settings
         self.working, self.episodic = await self._open_stores(self.version)
+        if self.episodic is not None and not settings.qdrant_url:  # this process holds Edge
+            self.edge_lease = await EdgeHolderLease.take(
+                self.endpoints.redis_url, settings.redis_namespace, settings.edge_path()
+            )
         if self.run_processors or self.run_projector:
             await ensure_topics(
                 self.endpoints.kafka_bootstrap,
@@ -221,9 +226,8 @@ class Node:
                 metrics=self.metrics if settings.metrics else None,
             )
             self.probes = await ProbeServer(app, settings.http_host, settings.health_port).start()
-        if self.episodic is not None and not settings.qdrant_url:
-            # This process holds the Edge shards: a replay must build the next version where it
-            # will open it. Once started only: a failed start's directory misled later replays.
+        if self.edge_lease is not None:
+            # Where replays build versions; once started only (a failed start's misled them).
             await record_edge_dir(
                 self.endpoints.redis_url, settings.redis_namespace, settings.edge_path()
             )
@@ -380,6 +384,7 @@ class Node:
                 summariser=self.summariser,
                 sealer=RecordSealer(self.keyring),
                 agent_index=self._current_agent_index(),
+                placement=placement(settings.partitions),
                 **shell,
             )
 
@@ -582,6 +587,8 @@ class Node:
                 await index.close()
         with contextlib.suppress(Exception):
             await self.versions.close()
+        if self.edge_lease is not None:  # once its shards are closed
+            await self.edge_lease.release()
         if self.keyring is not None:
             with contextlib.suppress(Exception):
                 await self.keyring.close()

@@ -157,10 +157,15 @@ class IngestPipeline:
     """Which partitions a batch may derive while the group rebalances."""
     settle_within: float = 30.0
     """Longest a batch waits for the group's assignment after a revocation."""
+    placement: Callable[[str], int] | None = None
+    """The partition an agent's records belong on (:func:`streams.eventlog.history.placement`);
+    an agent event elsewhere is a dead letter. None: not checked."""
 
     def __post_init__(self) -> None:
         self.config_version = self.config.version(self.embedder.id, self.summariser.id)
-        self.ctx = Deriving(self.config, self.embedder, self.summariser, self.config_version)
+        self.ctx = Deriving(
+            self.config, self.embedder, self.summariser, self.config_version, self.placement
+        )
         self.rank = topic_rank(self.topics)
         self.folded = FoldedState(schedule_topic=self.topics.schedule)
         self._recovered: set[int] = set()

@@ -168,6 +168,10 @@ def test_worker_and_query_service_run_as_the_image_user_from_a_root_owned_direct
             kafka_bootstrap,
             redis_server_url,
             ENGRAM_HEALTH_PORT=str(worker_port),
+            # One process of a deployment holds its Qdrant Edge shards (the query service
+            # here; the image's roles share a Qdrant server): the worker leaves episodic
+            # memory to it, as workers beside `engram up` do.
+            ENGRAM_EPISODIC_WRITER="projector",
         ),
         shared_dir / "worker.log",
         as_user=image_user,

@@ -292,3 +292,22 @@ def test_an_event_keyed_otherwise_than_by_its_agent_is_misplaced() -> None:
     assert [m.source_position.offset for m in result.derived if isinstance(m, MemoryRecorded)] == [
         2
     ]
+
+
+def test_an_event_on_another_partition_than_its_agents_is_misplaced() -> None:
+    """Keyed right but placed by another partitioner (librdkafka's default is crc32, not
+    Kafka's murmur2), it split the agent just the same."""
+    event = Observation(agent_id="P04", content="placed by crc32", importance=0.5)
+    records = [
+        RawRecord("agent.observations", p, 0, b"P04", encode_event(event), "observation")
+        for p in (0, 3)
+    ]
+    ctx = Deriving(CONFIG, EMBEDDER, ExtractiveSummariser(), VERSION, placement=lambda _: 3)
+    result = process_batch(
+        records, lambda _: AgentMemoryState(), ctx=ctx, failed_at=datetime.now(UTC)
+    )
+    assert [(d.partition, d.error_kind) for d in result.dead_letters] == [(0, "misplaced")]
+    assert "belong on partition 3" in result.dead_letters[0].reason
+    assert [
+        m.source_position.partition for m in result.derived if isinstance(m, MemoryRecorded)
+    ] == [3]

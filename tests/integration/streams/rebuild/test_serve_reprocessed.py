@@ -39,6 +39,7 @@ from streams.rebuild.projection_switch import (
 )
 from streams.runtime.node import Endpoints, Node, processing_config
 from streams.settings import EngramSettings
+from tests.integration.fixtures.qdrant import SharedQdrant
 from tests.integration.streams.isolated import invoke, isolated_settings
 from tests.integration.streams.rebuild.test_reprocess import configurations
 from tests.integration.streams.worker_process import WorkerProcess, worker_environment
@@ -382,13 +383,21 @@ async def wait_until(done: Callable[[], bool]) -> None:
 
 
 async def test_query_services_follow_a_version_embedded_like_them_and_read_its_log(
-    redis_server_url: str, tmp_path: Path
+    redis_server_url: str, tmp_path: Path, shared_qdrant: SharedQdrant
 ) -> None:
     """A query service derives nothing, so it follows a reprocessed version and reads its
-    derived log for histories; one whose embedder differs leaves like a worker."""
+    derived log for histories; one whose embedder differs leaves like a worker. (The other
+    reads a Qdrant server: one process of a deployment holds its Qdrant Edge shards.)"""
     prefix = f"svc{uuid.uuid4().hex[:8]}."
     settings = isolated_settings(prefix, tmp_path, keyring=UNSEALED)
-    other = isolated_settings(prefix, tmp_path / "other", keyring=UNSEALED, embedder="hashing-64")
+    other = isolated_settings(
+        prefix,
+        tmp_path / "other",
+        keyring=UNSEALED,
+        embedder="hashing-64",
+        qdrant_url=shared_qdrant.url,
+        qdrant_collection=f"{prefix}other",
+    )
     endpoints = Endpoints("", redis_server_url)  # no broker: no retrieval records, no history
     same = await Node(settings, endpoints, run_processors=False).start()
     different = await Node(other, endpoints, run_processors=False).start()

@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from projections.episodic.edge_location import record_edge_dir, recorded_edge_dir
+from projections.episodic.edge_location import (
+    EdgeLocationError,
+    record_edge_dir,
+    recorded_edge_dir,
+)
 from streams.runtime.node import Endpoints, Node
 from tests.integration.streams.isolated import isolated_settings
 
@@ -50,3 +54,26 @@ async def test_a_new_edge_directory_is_recorded_with_a_warning(
     await record_edge_dir(redis_server_url, namespace, tmp_path / "b")
     assert f"moves from {tmp_path / 'a'} to {tmp_path / 'b'}" in caplog.text
     assert await recorded_edge_dir(redis_server_url, namespace) == (tmp_path / "b").resolve()
+
+
+async def test_a_second_edge_holder_elsewhere_is_refused_while_the_first_runs(
+    kafka_bootstrap: str, redis_server_url: str, tmp_path: Path
+) -> None:
+    """An `engram serve` beside a running `engram up`, with its own Edge directory, served an
+    empty episodic memory as ready, and took the deployment's recorded location over."""
+    prefix = f"holders{uuid.uuid4().hex[:8]}."
+    first = isolated_settings(prefix, tmp_path / "first")
+    second = isolated_settings(prefix, tmp_path / "second")
+    endpoints = Endpoints(kafka_bootstrap, redis_server_url)
+    async with Node(first, endpoints):
+        with pytest.raises(
+            EdgeLocationError,
+            match=r"held at .*first.* which runs: Qdrant Edge lives inside one process",
+        ):
+            await Node(second, endpoints).start()
+        recorded = await recorded_edge_dir(redis_server_url, first.redis_namespace)
+        assert recorded == first.edge_path().resolve()
+    # Stopped, the first lets go: the second may hold them elsewhere (a move).
+    async with Node(second, endpoints):
+        recorded = await recorded_edge_dir(redis_server_url, first.redis_namespace)
+        assert recorded == second.edge_path().resolve()
