@@ -347,11 +347,8 @@ class EngramSettings(BaseSettings):
         # A keyring of its own (a rediss:// URL) is a Redis of the same deployment: same CA.
         for name in ("redis_url", "keyring"):
             url = values.get(name)
-            if (
-                isinstance(url, str)
-                and url.startswith(("redis://", "rediss://"))
-                and "ssl_ca_certs=" not in url
-            ):
+            # TLS URLs only: redis-py refuses ssl_ca_certs on a plain connection (TypeError).
+            if isinstance(url, str) and url.startswith("rediss://") and "ssl_ca_certs=" not in url:
                 separator = "&" if "?" in url else "?"
                 values[name] = f"{url}{separator}ssl_ca_certs={quote(str(cafile))}"
         return values

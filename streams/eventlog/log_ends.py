@@ -34,7 +34,11 @@ class BrokerLogEnds:
         self._lock = asyncio.Lock()
 
     async def start(self) -> BrokerLogEnds:
-        await self._consumer.start()
+        try:
+            await self._consumer.start()
+        except BaseException:  # stopped, or its finaliser warns of it at exit
+            await self._consumer.stop()
+            raise
         # One turn of the loop lets the consumer's coordinator task begin: stopped before it
         # ever ran (a lookup that asked the broker nothing), aiokafka's stop raises
         # CancelledError (aiokafka issue 647).

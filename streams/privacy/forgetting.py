@@ -189,7 +189,7 @@ async def forget_agent(
         await working.close()
     if not report.applied or report.keys_remaining:
         raise ForgetTimeoutError(report)
-    if key_ids:
+    if keyring is not None:  # the keys may have gone just now, a run that timed out earlier
         # Publishers (and the query service's retrieval records) trust a key they hold for up
         # to KEY_REFRESH_S: one already running sealed with the deleted key for that long, and
         # what it published right after this returned was forgotten with the old life, its

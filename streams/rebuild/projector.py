@@ -132,7 +132,11 @@ class EpisodicProjector:
             self.group_id,
             fetch_max_wait=self.fetch_max_wait,
         )
-        await self._consumer.start()
+        try:
+            await self._consumer.start()
+        except BaseException:  # nobody stops what did not start: its finaliser warned at exit
+            await self._consumer.stop()
+            raise
         self._task = asyncio.create_task(self._run(), name="episodic-projector")
         return self
 

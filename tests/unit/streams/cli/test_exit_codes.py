@@ -4,9 +4,16 @@ so a rolling restart of Kafka failed a replay Job for good."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 import typer
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    LeaderNotAvailableError,
+    TopicAuthorizationFailedError,
+)
+from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from typer.testing import CliRunner
 
@@ -32,6 +39,13 @@ def wrapped(cause: BaseException) -> ProjectionError:
         (KafkaConnectionError("Unable to bootstrap"), UNREACHABLE),
         (ConnectionRefusedError(111, "Connect call failed"), UNREACHABLE),
         (wrapped(RedisConnectionError("Error 111 connecting")), UNREACHABLE),
+        (KafkaTimeoutError("after a leader election"), UNREACHABLE),
+        (LeaderNotAvailableError(), UNREACHABLE),
+        (TimeoutError("read from the broker took longer than 60 s"), UNREACHABLE),
+        (wrapped(httpx.ConnectError("All connection attempts failed")), UNREACHABLE),
+        # A wrong password is no outage, though redis-py makes it one of its ConnectionErrors.
+        (wrapped(AuthenticationError("invalid username-password pair")), 2),
+        (TopicAuthorizationFailedError(), 2),
         (ProjectionError("version 'v1' is active; replay into another one first"), 2),
         (ValueError("a bad name"), 2),
         (FileNotFoundError(2, "No such file"), 2),

@@ -236,5 +236,8 @@ def test_the_redis_ca_file_reaches_a_keyring_of_its_own(pem: tuple[Path, Path]) 
         redis_ssl_cafile=pem[0],
     )
     assert chosen.keyring == f"rediss://:pw@keyring:6380/0?ssl_ca_certs={pem[0]}"
-    for kind in ("redis", "off", f"file:{pem[1].parent}"):
+    for kind in ("redis", "off", f"file:{pem[1].parent}", "redis://plain:6379/1"):
         assert settings(keyring=kind, redis_ssl_cafile=pem[0]).keyring == kind
+    # A plain connection takes no CA (redis-py raises TypeError on ssl_ca_certs there).
+    plain = settings(redis_url="redis://redis:6379/0", redis_ssl_cafile=pem[0])
+    assert plain.redis_url == "redis://redis:6379/0"
