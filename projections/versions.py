@@ -50,6 +50,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
+from projections.owned_keys import IF_MINE
 from schemas.errors import EngramError
 
 __all__ = [
@@ -313,7 +314,8 @@ class ProjectionVersions:
         await self._call(self._fence_script(target, 0))
 
     def _fence_script(self, target: str, ttl_ms: int) -> Awaitable[Any]:
-        return self._client.eval(FENCE_OF_MINE, 1, f"{self._key}:fence", target, ttl_ms)
+        # Lowered (a TTL of 0) or extended only if it is still the one this switch raised.
+        return self._client.eval(IF_MINE, 1, f"{self._key}:fence", target, ttl_ms)
 
     async def fence(self) -> str | None:
         value = await self._call(self._client.get(f"{self._key}:fence"))
@@ -380,14 +382,6 @@ class ProjectionVersions:
             return await awaitable
         except RedisError as exc:
             raise ProjectionError(f"redis (projection versions): {exc}") from exc
-
-
-FENCE_OF_MINE = """
-if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
-if ARGV[2] == '0' then return redis.call('del', KEYS[1]) end
-return redis.call('pexpire', KEYS[1], ARGV[2])
-"""
-"""Lower (a TTL of 0) or extend the fence, if it is still the one this switch raised."""
 
 
 class SwitchError(EngramError, RuntimeError):

@@ -23,6 +23,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from projections.interfaces import ProjectionError
+from projections.owned_keys import IF_MINE
 from schemas.errors import EngramError
 
 __all__ = [
@@ -46,19 +47,6 @@ HOLDER_KEY = "{ns}#qdrant-edge:holder"
 
 HOLDER_TTL_S = 15.0
 """How long a holder that died keeps its lease: a new holder elsewhere waits that long."""
-
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
 
 
 class EdgeLocationError(EngramError, ValueError):
@@ -122,7 +110,7 @@ class EdgeHolderLease:
         while True:
             await asyncio.sleep(self._ttl / 3)
             try:
-                held = await self._client.eval(_RENEW, 1, self._key, self._value, ttl_ms)
+                held = await self._client.eval(IF_MINE, 1, self._key, self._value, ttl_ms)
                 # Run out (Redis was away longer than the lease): taken back if still free.
                 held = held or await self._client.set(self._key, self._value, nx=True, px=ttl_ms)
             except (RedisError, OSError) as exc:  # Redis away a moment: the next turn retries
@@ -137,7 +125,7 @@ class EdgeHolderLease:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         try:
-            await self._client.eval(_RELEASE, 1, self._key, self._value)
+            await self._client.eval(IF_MINE, 1, self._key, self._value, 0)
         except (RedisError, OSError) as exc:  # it runs out by itself
             log.warning("releasing the Qdrant Edge holder lease failed: %s", exc)
         finally:
