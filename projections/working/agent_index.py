@@ -22,7 +22,9 @@ The index is derived data. It is trusted for a partition number only while
 ``{ns}:idx:whole:{partition}`` is set: a worker sets it when it opens an empty log's partition
 and clears it when a takeover finds a batch logged but never applied (a crash may then have cut
 between its marker and its index entry). Without it, or with nothing indexed for the agent (a
-log older than the index, a lost Redis, a forgotten agent), readers scan the whole partition.
+log older than the index, a lost Redis), readers scan the whole partition. Forgetting an agent
+drops its old life from the index before the batch of the erasure is indexed, so the index
+keeps the erasure, and what a new life adds after it.
 """
 
 from __future__ import annotations

@@ -189,14 +189,21 @@ async def read_indexed(
                 tp = TopicPartition(topic, partition)
                 tail = ends.get(topic, -1) + 1
                 consumer.assign([tp])
-                for first, last in _merged(sorted(o for o in offsets if o < tail)):
+                # A fetch brings back whole record batches, past the span it was asked for:
+                # what it brought of later spans is kept once, and a span it covered is not
+                # read again (they were kept at both, up to nine times a record).
+                wanted_here = {o for o in offsets if o < tail}
+                have: set[int] = set()
+                for first, last in _merged(sorted(wanted_here)):
+                    if first in have and last in have:  # one contiguous fetch held it all
+                        continue
                     got = await _read_span(consumer, tp, first, last, poll_ms)
                     read += len(got)
-                    kept.extend(
-                        (tp, r.offset, r.value, r.timestamp)
-                        for r in got
-                        if r.offset in offsets and r.value is not None
-                    )
+                    for r in got:
+                        if r.offset in wanted_here and r.offset not in have:
+                            have.add(r.offset)
+                            if r.value is not None:
+                                kept.append((tp, r.offset, r.value, r.timestamp))
                 # What was logged after the index's end, to the log's end (read as every
                 # reader of the log does: the end the broker reports may fall short).
                 await read_with(

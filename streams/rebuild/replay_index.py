@@ -95,14 +95,18 @@ class ReplayIndexer:
         pending: list[BatchEntries] = []
         for offset, marker in fresh:
             mine = events.get(marker.event_id, [])
-            pending.append(self._entries(marker, offset, mine, retrievals.get(marker.event_id, [])))
             forgotten = {e.agent_id for _, e in mine if isinstance(e, AgentForgotten)}
+            if forgotten:
+                # As the live worker does: the old life out of the index, then the batch in,
+                # so that the index keeps the erasure itself.
+                await self.index.add_batches(pending)
+                pending = []
+                for agent in sorted(forgotten):
+                    await self.index.forget(agent)
+            pending.append(self._entries(marker, offset, mine, retrievals.get(marker.event_id, [])))
             if forgotten or len(pending) >= INDEXED_PER_CALL:
                 await self.index.add_batches(pending)
                 pending = []
-            for agent in sorted(forgotten):
-                # As the live worker does once the erasure is applied.
-                await self.index.forget(agent)
             self.marker_upto[partition] = offset
         await self.index.add_batches(pending)
         if whole:

@@ -393,6 +393,11 @@ class IngestPipeline:
         markers = batch.markers(delivered, datetime.now(UTC))
         landed = await self._log_markers(markers)
         if (index := self.agent_index) is not None:
+            # A forgotten agent's index loses its old life before the batch is indexed, so it
+            # keeps the erasure itself: deleted after, the index a new life starts left it out
+            # of the agent's history.
+            for agent in result.forgotten_agents:
+                await self._retrying("agent index", partial(index.forget, agent))
             entries = batch_entries(records, result.derived, delivered, landed)
             await self._retrying("agent index", lambda: index.add_batch(entries))
         await self.apply(result.derived)
@@ -443,8 +448,6 @@ class IngestPipeline:
                 deleted = await self._with_keyring(keyring.forget, agent, key_ids)
                 log.info("forgot agent", extra={"agent_id": agent, "keys_deleted": deleted})
             self.sealer.forget(agent, key_ids)
-            if (index := self.agent_index) is not None:
-                await self._retrying("agent index", partial(index.forget, agent))
         self.stats.forgotten_records += result.forgotten_records
 
     async def _send(self, events: Sequence[DerivedEvent]) -> list[Sent]:

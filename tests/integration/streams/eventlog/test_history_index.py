@@ -48,10 +48,10 @@ async def test_a_small_agents_history_reads_its_own_records_and_equals_the_scan(
         on.setdefault(partition_for(f"H{i:03d}", partitions), []).append(f"H{i:03d}")
     big, small = next(agents for agents in on.values() if len(agents) >= 2)[:2]
     topics = Topics(prefix)
-    async with (
-        Node(settings, Endpoints(kafka_bootstrap, redis_server_url)) as node,
-        AsyncPublisher(kafka_bootstrap, topics=topics) as publisher,
-    ):
+    async with Node(settings, Endpoints(kafka_bootstrap, redis_server_url)) as node:
+        publisher = await AsyncPublisher(
+            kafka_bootstrap, topics=topics, keyring=node.keyring
+        ).start()
         assert node.pipeline is not None
         # Each burst is its own batch: the small agent's records sit between the big one's.
         for r in range(ROUNDS):
@@ -76,23 +76,47 @@ async def test_a_small_agents_history_reads_its_own_records_and_equals_the_scan(
                     assert build_timeline(agent, scan.events).total > 0
                     if agent == small:
                         small_read, total = indexed.read, scan.read
-                # Forgetting the agent deletes its index: its history is the scan's again.
+                # Forgetting the agent drops its old life from the index, and keeps the
+                # erasure, also once a new life is indexed after it.
+                assert node.keyring is not None
                 request = ForgetAgent(
-                    event_id=str(uuid.uuid4()), agent_id=small, requested_at=datetime.now(UTC)
+                    event_id=str(uuid.uuid4()),
+                    agent_id=small,
+                    requested_at=datetime.now(UTC),
+                    key_ids=tuple(await node.keyring.key_ids(small)),
                 )
                 forgot = await request_forget(kafka_bootstrap, topics, request)
                 await node.pipeline.stats.wait_for([forgot])
+                # A publisher of its own: one that ran through the forget trusts the deleted
+                # key for 5 s (what `engram forget-agent` waits out).
+                async with AsyncPublisher(
+                    kafka_bootstrap, topics=topics, keyring=node.keyring
+                ) as anew:
+                    reborn = await anew.publish_many([observation(small, 99)])
+                await node.pipeline.stats.wait_for(reborn)
                 names = (topics.items, topics.lifecycle, topics.access)
                 partition = partition_for(small, partitions)
-                assert await index.lookup(small, partition, names) is None
                 assert await index.lookup(big, partition, names) is not None
-                after = await read_agent_events(
-                    kafka_bootstrap, topics, small, partitions, sealer, index
-                )
-                assert not after.indexed
-                assert build_timeline(small, after.events).counts["agent_forgotten"] == 1
+                # A reader of its own, as the service makes per history: the first one still
+                # holds the deleted key.
+                async with log_sealer(redis_server_url, settings.redis_namespace) as fresh:
+                    after = await read_agent_events(
+                        kafka_bootstrap, topics, small, partitions, fresh, index
+                    )
+                    after_scan = await read_agent_events(
+                        kafka_bootstrap, topics, small, partitions, fresh
+                    )
+                timeline = build_timeline(small, after.events)
+                scanned = build_timeline(small, after_scan.events)
+                assert [(e.kind, e.position) for e in timeline.entries] == [
+                    (e.kind, e.position) for e in scanned.entries
+                ], (after.indexed, timeline.counts, scanned.counts)
+                assert timeline == scanned
+                assert timeline.counts["agent_forgotten"] == 1
+                assert timeline.counts["recorded"] == 1  # the new life
         finally:
             await index.close()
+            await publisher.close()
     # The small agent's few records and their batches' neighbours, not the big agent's 300.
     assert total >= ROUNDS * BIG_PER_ROUND
     assert small_read <= total // 10, (small_read, total)
@@ -163,3 +187,42 @@ async def test_a_trimmed_agents_history_reads_the_log_before_its_index_and_equal
     # The untrimmed agent's few records and their neighbours, not the other agents' 560.
     assert small_scan.read >= 2 * cap * 20 + 400
     assert small_indexed.read <= small_scan.read // 10, (small_indexed.read, small_scan.read)
+
+
+async def test_records_far_apart_in_one_fetch_are_read_once(
+    kafka_bootstrap: str, redis_server_url: str, tmp_path: Path
+) -> None:
+    """The index's places of an agent, far apart (past the merging gap) but in one record
+    batch of the log: a fetch at the first brought back the others, which were kept, then
+    read and kept again at their own places. Histories showed records up to nine times."""
+    prefix = f"hixonce{uuid.uuid4().hex[:8]}."
+    settings = isolated_settings(prefix, tmp_path)
+    partitions = settings.partitions
+    on: dict[int, list[str]] = {}
+    for i in range(200):
+        on.setdefault(partition_for(f"H{i:03d}", partitions), []).append(f"H{i:03d}")
+    big, small = next(agents for agents in on.values() if len(agents) >= 2)[:2]
+    topics = Topics(prefix)
+    mixed = [
+        observation(small if n % 40 == 0 else big, n) for n in range(200)
+    ]  # small's every 40 records, in one batch
+    async with (
+        Node(settings, Endpoints(kafka_bootstrap, redis_server_url)) as node,
+        AsyncPublisher(kafka_bootstrap, topics=topics) as publisher,
+    ):
+        assert node.pipeline is not None
+        await node.pipeline.stats.wait_for(await publisher.publish_many(mixed))
+        index = AgentIndex.from_url(redis_server_url, settings.redis_namespace)
+        try:
+            async with log_sealer(redis_server_url, settings.redis_namespace) as sealer:
+                scan = await read_agent_events(kafka_bootstrap, topics, small, partitions, sealer)
+                indexed = await read_agent_events(
+                    kafka_bootstrap, topics, small, partitions, sealer, index
+                )
+        finally:
+            await index.close()
+    assert indexed.indexed
+    places = [(e.position.topic, e.position.offset) for e in indexed.events]
+    assert len(places) == len(set(places)), "a record read twice"
+    assert build_timeline(small, indexed.events) == build_timeline(small, scan.events)
+    assert build_timeline(small, scan.events).counts["recorded"] == 5
