@@ -14,6 +14,7 @@ from streams.runtime.logs import configure_logging
 from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
+    from projections.versions import ProjectionVersion
     from schemas.topics import Topics
     from streams.privacy.keyring import Keyring
     from streams.runtime.node import Endpoints
@@ -95,12 +96,21 @@ async def record_dev_keyring(settings: EngramSettings, redis_url: str) -> str:
 
 async def active_topics(settings: EngramSettings, redis_url: str) -> Topics:
     """The topics, with the derived log the active projection version continues."""
+    return (await active_version(settings, redis_url))[1]
+
+
+async def active_version(
+    settings: EngramSettings, redis_url: str
+) -> tuple[ProjectionVersion, Topics]:
+    """The active projection version (its Redis namespace holds its agent index), and the
+    topics with the derived log it continues."""
     versions = deferred.projection_versions.ProjectionVersions.from_url(
         redis_url, settings.redis_namespace, settings.qdrant_collection
     )
     try:
-        derived = await versions.derived_log((await versions.active()).name)
+        active = await versions.active()
+        derived = await versions.derived_log(active.name)
     finally:
         await versions.close()
     prefix = None if derived is None else derived.topic_prefix
-    return deferred.topics.Topics(settings.topic_prefix, prefix)
+    return active, deferred.topics.Topics(settings.topic_prefix, prefix)

@@ -14,7 +14,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from streams.cli import deferred
-from streams.cli.configuration import active_topics, bootstrap_of, load_settings, open_keyring
+from streams.cli.configuration import (
+    active_topics,
+    active_version,
+    bootstrap_of,
+    load_settings,
+    open_keyring,
+)
 from streams.cli.console import (
     UNREACHABLE,
     checked_agent_id,
@@ -219,16 +225,19 @@ def history(
     bootstrap = bootstrap_of(settings)
 
     async def main() -> None:
+        # As the query service reads it: the active version's derived log and agent index
+        # (the base ones stop at a switch: a reprocessed version's history was the old log's).
+        topics, index = deferred.topics.Topics(settings.topic_prefix), None
+        if settings.redis_url:
+            active, topics = await active_version(settings, settings.redis_url)
+            index = deferred.agent_index.AgentIndex.from_url(
+                settings.redis_url, active.redis_namespace
+            )
         keyring = await open_keyring(settings)
-        index = (
-            deferred.agent_index.AgentIndex.from_url(settings.redis_url, settings.redis_namespace)
-            if settings.redis_url
-            else None
-        )
         try:
             timeline = await deferred.history_reader.read_agent_history(
                 bootstrap,
-                deferred.topics.Topics(settings.topic_prefix),
+                topics,
                 agent_id,
                 settings.partitions,
                 limit=limit,

@@ -6,6 +6,7 @@ the raw offsets the reprocess committed: every raw record is derived into it exa
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -182,6 +183,13 @@ async def test_an_activated_reprocessed_version_is_continued_by_workers_with_its
         assert answer.results
         # A 0.6 memory is episodic only under the new threshold, searched with 64-d vectors.
         assert any(m.store == "episodic" and m.importance == 0.6 for m in answer.results)
+        # `engram history` reads the version's own log, as the query service does (it read
+        # the old log, which stopped at the switch).
+        history = await invoke(["history", AGENTS[1], "--json", "--limit", "1000"], env)
+        assert history.exit_code == 0, history.output
+        read_from = {e["position"]["topic"] for e in json.loads(history.stdout)["entries"]}
+        assert read_from, history.stdout
+        assert read_from <= {new.topics.items, new.topics.lifecycle, new.topics.access}
     finally:
         await new.stop()
 
