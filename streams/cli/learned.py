@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from streams.cli import deferred
 from streams.cli.configuration import bootstrap_of, load_settings
 from streams.cli.console import console, fail, friendly_errors, run
-from streams.cli.memory import ApiKey, Url, _publish
+from streams.cli.memory import ApiKey, Url, _publish, query_service_errors
 
 if TYPE_CHECKING:
     from projections.service.client import EngramClient
@@ -26,14 +26,11 @@ Answer = TypeVar("Answer", bound=BaseModel)
 
 
 def _ask(url: str, api_key: str | None, call: Callable[[EngramClient], Answer]) -> Answer:
-    with friendly_errors():
-        try:
-            with deferred.query_client.EngramClient(url, api_key=api_key) as client:
-                return call(client)
-        except deferred.httpx.InvalidURL as exc:
-            fail(f"--url: {url!r} is not a valid URL ({exc})")
-        except deferred.httpx.HTTPError as exc:
-            fail(f"cannot reach the query service at {url}: {exc}")
+    with (
+        query_service_errors(url),
+        deferred.query_client.EngramClient(url, api_key=api_key) as client,
+    ):
+        return call(client)
 
 
 @commands.command(help="Show an agent's procedures (decision skills) and their success rates.")

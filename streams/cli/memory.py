@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -363,7 +365,7 @@ def _retrieve(
     api_key: str | None,
 ) -> RetrievalResponse:
     """The service's answer, or one line naming the invalid field or the unreachable URL."""
-    with friendly_errors():
+    with query_service_errors(url):
         try:
             with deferred.query_client.EngramClient(url, api_key=api_key) as client:
                 return client.retrieve(
@@ -375,6 +377,15 @@ def _retrieve(
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "request"
             fail(f"invalid retrieval: {where}: {first['msg'].removeprefix('Value error, ')}")
+
+
+@contextlib.contextmanager
+def query_service_errors(url: str) -> Iterator[None]:
+    """A call to the query service at ``url``: a malformed URL or a service out of reach is
+    one line naming it (:func:`friendly_errors` for the rest), never a traceback."""
+    with friendly_errors():
+        try:
+            yield
         except deferred.httpx.InvalidURL as exc:
             fail(f"--url: {url!r} is not a valid URL ({exc})")
         except deferred.httpx.HTTPError as exc:  # transport errors
