@@ -23,7 +23,13 @@ app = typer.Typer(
     help="Engram: event-sourced memory for AI agents. Every memory is an event on a Kafka log; "
     "Redis (working memory) and Qdrant (episodic memory) hold projections rebuilt from it.\n\n"
     "Configuration comes from ENGRAM_* environment variables (see README); with none set, "
-    "commands use the embedded dev stack.",
+    "commands use the embedded dev stack.\n\n"
+    "Exit codes: 0 done; 1 not done (a declined confirmation, a forget no worker completed "
+    "in time, `recall --again` results that differ); 2 refused (bad input or configuration: "
+    "the same command would be refused again); 3 the active projection version needs another "
+    "configuration; 70 a worker met a batch it cannot process and stopped (crash-only: it "
+    "resumes from its last checkpoint when started again); 75 a broker, Redis or the query "
+    "service could not be reached (a retry may succeed); 128 + N stopped by signal N.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

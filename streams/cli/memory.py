@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from streams.cli import deferred
 from streams.cli.configuration import bootstrap_of, load_settings, open_keyring
-from streams.cli.console import console, fail, friendly_errors, run
+from streams.cli.console import UNREACHABLE, console, fail, friendly_errors, run
 from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
@@ -382,11 +382,14 @@ def _retrieve(
 @contextlib.contextmanager
 def query_service_errors(url: str) -> Iterator[None]:
     """A call to the query service at ``url``: a malformed URL or a service out of reach is
-    one line naming it (:func:`friendly_errors` for the rest), never a traceback."""
+    one line naming it (:func:`friendly_errors` for the rest), never a traceback. Out of reach
+    exits :data:`UNREACHABLE`, as an unreachable broker or Redis does: a retry may succeed."""
     with friendly_errors():
         try:
             yield
         except deferred.httpx.InvalidURL as exc:
             fail(f"--url: {url!r} is not a valid URL ({exc})")
-        except deferred.httpx.HTTPError as exc:  # transport errors
-            fail(f"cannot reach the query service at {url}: {exc}")
+        except deferred.httpx.TransportError as exc:
+            fail(f"cannot reach the query service at {url}: {exc}", UNREACHABLE)
+        except deferred.httpx.HTTPError as exc:  # an answer that is not HTTP, redirects in a loop
+            fail(f"the query service at {url} answered unreadably: {exc}")

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import pytest
 from typer.testing import CliRunner
 
+from streams.cli.console import UNREACHABLE
 from streams.cli.main import app
 from streams.runtime.devstack.ports import free_port
 
@@ -88,9 +89,19 @@ def test_bad_input_is_one_readable_error(
 def test_an_unreachable_query_service_is_named() -> None:
     url = f"http://127.0.0.1:{closed_port()}"
     result = runner.invoke(app, ["retrieve", "H1", "--url", url])
-    assert result.exit_code == 2
+    assert result.exit_code == UNREACHABLE  # a retry may succeed, as with the broker
     assert f"cannot reach the query service at {url}" in result.output
     assert "Exit" not in result.output
+
+
+def test_the_help_names_every_exit_code() -> None:
+    from streams.cli.stack import EXIT_RESTART
+
+    result = runner.invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    for code in (2, EXIT_RESTART, 70, UNREACHABLE):
+        assert f"; {code} " in text
 
 
 def test_schemas_are_exported(tmp_path: Path) -> None:
