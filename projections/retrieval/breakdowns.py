@@ -47,7 +47,9 @@ class WeightedBreakdown:
     age: Annotated[int, Field(description=_AGE)]
     recency: Annotated[float, Field(description="R = 1 - age / max_age.")]
     importance: Annotated[float, Field(description="I = importance * exp(-0.1 * age).")]
-    context: Annotated[float, Field(description="C: 1.0 if a tag matches the context tags.")]
+    context: Annotated[
+        float, Field(description="C: 1.0 if a tag matches a context tag or a keyword of the query.")
+    ]
     relevance: Annotated[float, Field(description="Rel: keyword overlap with the query.")]
     interference: Annotated[float, Field(description="Int: overlap with newer memories x 0.8.")]
     mode: Literal["weighted"] = "weighted"

@@ -257,7 +257,8 @@ class RetrievalRequest(BaseModel):
     tags: tuple[Tag, ...] = Field(
         default=(),
         max_length=MAX_CONTEXT_TAGS,
-        description="Context tags of the current situation (C in weighted mode; case-insensitive).",
+        description="Context tags of the current situation (C in weighted mode, with the "
+        "query's keywords; case-insensitive).",
     )
     weights: Weights | None = Field(
         default=None, description="Weighted mode only: overrides of the seed 003 default weights."

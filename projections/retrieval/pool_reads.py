@@ -3,9 +3,10 @@ store the candidates its mode ranks (:mod:`projections.episodic.candidates`), or
 
 Each mode asks for the signals it ranks by, so that a memory it would rank high is among the
 candidates: the seed modes for recency and importance (their scores grow with both), the
-weighted mode for its context tags too, the generative mode for all of them, and the relevance
-mode for the query's nearest embeddings and best keyword matches alone. A request with a query
-reads every candidate's cosine with it, whatever the mode, as a search of the whole pool does.
+weighted mode for its context too (the request's tags and the query's keywords), the
+generative mode for all of them, and the relevance mode for the query's nearest embeddings and
+best keyword matches alone. A request with a query reads every candidate's cosine with it,
+whatever the mode, as a search of the whole pool does.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from processors.embedding import keywords
 from processors.lexical import query_vector
 from projections.episodic.candidates import CandidateSignals
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
 from projections.memory import StoredMemory
-from projections.retrieval.models import RetrievalRequest
+from projections.retrieval.models import MAX_CONTEXT_TAGS, RetrievalRequest
 
 
 def _by_the_query_alone(request: RetrievalRequest, vector: np.ndarray | None) -> bool:
@@ -40,6 +42,16 @@ def candidate_bound(
     return relevance_limit if _by_the_query_alone(request, vector) else limit
 
 
+def context_tags(request: RetrievalRequest) -> tuple[str, ...]:
+    """The tags the weighted mode's context matches (:func:`~projections.retrieval.scoring.
+    context_of`): the request's, then the query's keywords in their order, at most
+    :data:`MAX_CONTEXT_TAGS` in all, so a long query does not make the store's read long (a
+    memory tagged with a later keyword still scores ``C = 1`` if another signal brings it)."""
+    words = keywords(request.query) if request.query else []
+    wanted = dict.fromkeys(tag.casefold() for tag in (*request.tags, *words))
+    return tuple(wanted)[:MAX_CONTEXT_TAGS]
+
+
 def signals_for(
     request: RetrievalRequest, vector: np.ndarray | None, limit: int
 ) -> CandidateSignals:
@@ -47,7 +59,7 @@ def signals_for(
     lexical = query_vector(request.query) if request.query else None
     if _by_the_query_alone(request, vector):
         return CandidateSignals(limit, vector=vector, lexical=lexical)
-    tags = tuple(request.tags) if request.mode == "weighted" else ()
+    tags = context_tags(request) if request.mode == "weighted" else ()
     with_query = request.mode in ("weighted", "generative")
     return CandidateSignals(
         limit,

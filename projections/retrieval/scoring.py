@@ -203,9 +203,12 @@ def two_phase(
     current_step: int | None = None,
     current_hour: int | None = None,
 ) -> Ranking:
-    """Seed 004, section 3.1. Phase 1 lists working memories, most recent first and, within
-    the same time, most important first (score = importance: working memory does not decay,
-    section 2.1). Phase 2 supplements them with episodic memories ranked by
+    """Seed 004, section 3.1. Phase 1 lists working memories most recent first (score =
+    importance: working memory does not decay, section 2.1). The seed sorts them by
+    ``(timestamp, importance)``, its timestamp the wall clock of the recording; here the
+    memory's time on the clock (year, step) comes first and its ``seq`` (the order it was
+    recorded in) stands for the timestamp within one time, so importance, a tie-break of equal
+    timestamps in the seed, never decides. Phase 2 supplements them with episodic memories ranked by
     ``EPISODIC_DECAY_RATE ** age * importance``. A memory present in both stores is listed
     once, in phase 1. The seed decays per year; on a step or seq clock a step or a recorded
     memory is the unit of age.
@@ -222,7 +225,7 @@ def two_phase(
     )
     times = memory_times([*working, *episodic], clock)
 
-    phase_one: list[tuple[tuple[int, float, int], ScoredMemory]] = []
+    phase_one: list[tuple[tuple[int, int], ScoredMemory]] = []
     for memory in working:
         time, imputed = times[memory.memory_id]
         breakdown = TwoPhaseBreakdown(
@@ -234,7 +237,7 @@ def two_phase(
             importance=memory.importance,
         )
         scored = ScoredMemory(memory, memory.importance, breakdown)
-        phase_one.append(((time, memory.importance, memory.seq), scored))
+        phase_one.append(((time, memory.seq), scored))
     phase_one.sort(key=lambda pair: pair[0], reverse=True)
 
     # Scored first and explained only if shown: a breakdown costs more than its score.
@@ -277,7 +280,9 @@ def weighted(
     * ``R = 1 - age / max_age``, ``max_age`` the oldest age among ``memories`` (all R = 1 when
       every memory has age 0);
     * ``I = importance * exp(-0.1 * age)``;
-    * ``C = 1`` if any memory tag equals a context tag, ignoring case, else 0 (binary match);
+    * ``C = 1`` if any memory tag equals a context tag or a keyword of the query, ignoring
+      case, else 0 (the binary match "between memory tags and current prompt": the seed's
+      flood memory scores C = 1 for "the word 'Flood' in the current forecast");
     * ``Rel = |Q & M| / min(|Q|, |M|)`` over keyword sets of query and content (0 without a
       query or keywords);
     * ``Int = min(max(Rel(m, m') for newer m') * 0.8, 0.8)``, newer meaning recorded later
@@ -297,7 +302,7 @@ def weighted(
     times = memory_times(candidates, clock)
     ages = {key: max(clock.now - time, 0) for key, (time, _) in times.items()}
     max_age = max(ages.values(), default=0)
-    context = {tag.casefold() for tag in context_tags}
+    context = context_of(context_tags, query_text)
     query = keyword_set(query_text) if query_text else frozenset()
     words = {m.memory_id: keyword_set(m.content) for m in candidates}
     interference = _interference(candidates, words)
@@ -365,6 +370,13 @@ def _interference(
         memory.memory_id: value
         for memory, value in zip(oldest_first, penalty.tolist(), strict=True)
     }
+
+
+def context_of(tags: Iterable[str], query_text: str | None) -> frozenset[str]:
+    """What a memory tag is matched against for seed 003's ``C``, casefolded: the request's
+    context tags and the keywords of its query (a tag of several words matches a tag only)."""
+    words = keyword_set(query_text) if query_text else frozenset()
+    return frozenset(tag.casefold() for tag in (*tags, *words))
 
 
 @lru_cache(maxsize=8192)

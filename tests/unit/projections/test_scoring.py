@@ -103,6 +103,25 @@ def test_seed_003_year_11_disaster_beats_routine() -> None:
     assert ranking.clock == Clock("year", 11)
 
 
+def test_seed_003_context_is_triggered_by_the_word_in_the_forecast() -> None:
+    """Seed 003: C = 1 "is triggered by the word 'Flood' in the current forecast": with the
+    forecast as the query and no tags, the example's ranking and scores are the same."""
+    disaster, routine = seed_003_memories()
+    ranking = weighted(
+        [routine, disaster],
+        top_k=2,
+        current_year=11,
+        query_text="Forecast: heavy FLOOD expected along the river",
+        weights=Weights(relevance=0.0),
+    )
+    first, second = ranking.results
+    assert first.memory == disaster
+    assert weighted_parts(first.breakdown).context == 1.0
+    assert weighted_parts(second.breakdown).context == 0.0
+    assert first.score == pytest.approx(0.384, abs=5e-4)
+    assert second.score == pytest.approx(0.315, abs=5e-4)
+
+
 def test_seed_003_components_of_the_example() -> None:
     """R = 1 - age/max_age (0.0 and 0.9), I = I0 * e^(-0.1 age) (v1 saliency: 0.368 and 0.0905,
     the seed's 0.36 and 0.09), C binary on tags (1 and 0)."""
@@ -245,14 +264,25 @@ def test_seed_004_audit_scores() -> None:
     assert [r.score for r in ranking.results] == pytest.approx([0.855, 0.665])
 
 
-def test_working_memories_most_recent_first_then_most_important() -> None:
+def test_working_memories_most_recent_first() -> None:
+    """Seed 004 sorts by (timestamp, importance), the timestamp the recording's: within one
+    year the later recording comes first, however important the earlier one is."""
     older = memory(1, importance=0.9, year=3, destination="working")
-    minor = memory(2, importance=0.2, year=4, destination="working")
-    major = memory(3, importance=0.6, year=4, destination="working")
-    ranking = two_phase([older, minor, major], [], top_k=3, current_year=4)
-    assert [r.memory for r in ranking.results] == [major, minor, older]
-    assert [r.score for r in ranking.results] == [0.6, 0.2, 0.9]
+    major = memory(2, importance=0.6, year=4, destination="working")
+    minor = memory(3, importance=0.2, year=4, destination="working")
+    ranking = two_phase([older, major, minor], [], top_k=3, current_year=4)
+    assert [r.memory for r in ranking.results] == [minor, major, older]
+    assert [r.score for r in ranking.results] == [0.2, 0.6, 0.9]
     assert all(two_phase_parts(r.breakdown).decay == 1.0 for r in ranking.results)
+
+
+def test_the_newest_working_memories_fill_top_k() -> None:
+    working = [
+        memory(seq, importance=imp, year=5, destination="working")
+        for seq, imp in enumerate((0.6, 0.1, 0.5, 0.2, 0.4, 0.3, 0.1))
+    ]
+    ranking = two_phase(working, [], top_k=5, current_year=5)
+    assert [r.memory.seq for r in ranking.results] == [6, 5, 4, 3, 2]
 
 
 def test_top_k_cuts_the_episodic_supplement_first() -> None:
