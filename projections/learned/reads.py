@@ -13,14 +13,15 @@ import numpy as np
 import orjson
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from processors.embedding import Embedder
+from processors.embedding import Embedder, keywords
 from processors.plan_cache import CachedPlan, best_plan, cosine
 from schemas.agent_events import PlanAction
 from schemas.memory_events import decode_vector
 
 PROCEDURE_SIMILARITY = 0.4
 """Seed 002's threshold for "a known skill": a procedure is relevant to a context at or above
-this cosine similarity to its description or to a text an upvote attached to it."""
+this cosine similarity to its description or to a text an upvote attached to it (or when a
+word of its name is in the context, seed 000's own match)."""
 
 DEFAULT_MIN_SUCCESS_RATE = 0.6
 """Seed 000's ``get_procedures(context, min_success_rate=0.6)``."""
@@ -40,6 +41,11 @@ class Procedure(BaseModel):
     score: float | None = Field(
         description="Relevance to the context: the highest cosine similarity to the "
         "description or an attached text (None without a context)."
+    )
+    name_words: tuple[str, ...] = Field(
+        default=(),
+        description="Words of the procedure's name found in the context (seed 000's match; "
+        "a procedure they name is relevant whatever its score).",
     )
     attached_texts: tuple[str, ...] = Field(description="Texts of upvoted decisions.")
     updated_at: AwareDatetime
@@ -128,9 +134,13 @@ class LearnedMemory:
         min_similarity: float = PROCEDURE_SIMILARITY,
     ) -> Procedures:
         """Procedures at or above ``min_success_rate``, relevant to ``context`` if given,
-        best first: by success rate as seed 000 sorts them, then by relevance."""
+        best first: by success rate as seed 000 sorts them, then by relevance. Relevant is
+        seed 000's rule, a word of the name in the context ("buy_insurance" for "should I buy
+        flood insurance?"; stopwords aside), or the embedding's, ``min_similarity`` to the
+        description or an upvoted decision's text (which finds paraphrases the name lacks)."""
         values = await self._fields(agent_id)
         query = None if context is None else await self._embed(context)
+        context_words = set() if context is None else set(keywords(context))
         found: list[Procedure] = []
         for key, summary in values.items():
             if not key.startswith("p:") or key.count(":") != 1:
@@ -144,12 +154,16 @@ class LearnedMemory:
                 if f"{key}:t:{slot}" in values
             ]
             score = None
+            named: tuple[str, ...] = ()
             if query is not None:
                 vectors = [decode_vector(t["embedding"]) for t in texts]
                 if "embedding" in described:
                     vectors.append(decode_vector(described["embedding"]))
                 score = max((cosine(query, v) for v in vectors), default=0.0)
-                if score < min_similarity:
+                named = tuple(
+                    w for w in dict.fromkeys(keywords(summary["name"])) if w in context_words
+                )
+                if score < min_similarity and not named:
                     continue
             found.append(
                 Procedure(
@@ -158,6 +172,7 @@ class LearnedMemory:
                     usage_count=summary["usage_count"],
                     description=described.get("description", ""),
                     score=score,
+                    name_words=named,
                     attached_texts=tuple(t["text"] for t in texts),
                     updated_at=summary["updated_at"],
                 )

@@ -52,8 +52,9 @@ def add_learned_routes(app: FastAPI, learned: LearnedMemory | None, guard: Guard
         tags=["learned"],
         summary="The agent's procedures for a context (seed 000's recall_procedure)",
         description="Procedures (decision skills) at or above `min_success_rate`, relevant to "
-        "`context` (cosine similarity to the description or an upvoted decision's text at or "
-        f"above `min_similarity`, {PROCEDURE_SIMILARITY} by default), by success rate then "
+        "`context`: a word of the procedure's name in it (seed 000's match, `name_words`), or "
+        "a cosine similarity to the description or an upvoted decision's text at or above "
+        f"`min_similarity` ({PROCEDURE_SIMILARITY} by default); by success rate, then "
         "relevance.",
     )
     async def procedures(

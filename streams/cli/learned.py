@@ -53,6 +53,8 @@ def procedures(
         return
     for p in answer.procedures:
         relevance = "" if p.score is None else f", relevance {p.score:.2f}"
+        if p.name_words:
+            relevance += f", named by {', '.join(p.name_words)}"
         console.print(
             f"{p.name}: success rate {p.success_rate:.4f}, {p.usage_count} uses{relevance}"
         )

@@ -127,6 +127,24 @@ async def test_learned_items_are_read_back_ranked(working_store: RedisWorkingMem
     assert miss.similarity < 0.8
 
 
+async def test_a_procedure_named_in_the_context_is_relevant(
+    working_store: RedisWorkingMemory,
+) -> None:
+    """Seed 000's ``get_procedures``: a word of the name in the context makes a procedure
+    relevant, however far the context's embedding is from its texts."""
+    agent = Agent("L4")
+    await working_store.apply(history(agent))
+    memory = LearnedMemory(lambda: working_store, EMBEDDER)
+    context = "should we insure?"
+    (insure,) = (await memory.procedures("L4", context, min_success_rate=0.0)).procedures
+    assert insure.name == "insure"
+    assert insure.name_words == ("insure",)
+    assert insure.score is not None
+    assert insure.score < 0.4
+    (elevate,) = (await memory.procedures("L4", "Elevate!", min_success_rate=0.0)).procedures
+    assert elevate.name_words == ("elevate",)
+
+
 async def test_an_evicted_plan_misses_and_a_replay_cannot_bring_it_back(
     working_store: RedisWorkingMemory,
 ) -> None:
