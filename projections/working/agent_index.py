@@ -6,20 +6,21 @@ that took any of its records: ``"memory.items:3:1200-1205,1210"`` (topic, partit
 offsets as runs), scored by where the batch's marker landed (the batches' order, whatever the
 topic). Only batches whose markers are logged are written, so every indexed record counts
 (:mod:`processors.batch_markers`); a reader takes the records after
-``{ns}:idx:end:{topic}:{partition}`` (what was logged since the last indexed batch) from the
+``{ns}:idx#end:{topic}:{partition}`` (what was logged since the last indexed batch) from the
 log itself, markers and all.
 
 The index is bounded per agent: past ``cap`` members (``ENGRAM_AGENT_INDEX_CAP``) the write
 that adds a batch also drops the agent's oldest members, in the same script call, and records
 in the hash ``{ns}:idx#from:{agent}`` per topic partition the offset from which the index still
 holds every indexed record of the agent (a "covers from" watermark; ``#`` is no character of
-an agent id, so the key is no other agent's). A history needs the whole of it (its counts
+an agent id, so the key is no other agent's; the ends and the "whole" flags below are named so
+too: an agent may be called ``whole:0``). A history needs the whole of it (its counts
 cover everything), so a reader that finds a watermark on the agent's partition reads the log
 before the watermarks (and the markers up to the oldest batch kept), and the rest by the
 index.
 
 The index is derived data. It is trusted for a partition number only while
-``{ns}:idx:whole:{partition}`` is set: a worker sets it when it opens an empty log's partition
+``{ns}:idx#whole:{partition}`` is set: a worker sets it when it opens an empty log's partition
 and clears it when a takeover finds a batch logged but never applied (a crash may then have cut
 between its marker and its index entry). Without it, or with nothing indexed for the agent (a
 log older than the index, a lost Redis), readers scan the whole partition. Forgetting an agent
@@ -251,10 +252,10 @@ class AgentIndex:
         return f"{self._ns}:idx#from:{agent_id}"
 
     def _end_key(self, topic: str, partition: int) -> str:
-        return f"{self._ns}:idx:end:{topic}:{partition}"
+        return f"{self._ns}:idx#end:{topic}:{partition}"
 
     def _whole_key(self, partition: int) -> str:
-        return f"{self._ns}:idx:whole:{partition}"
+        return f"{self._ns}:idx#whole:{partition}"
 
     async def add_batch(self, batch: BatchEntries) -> None:
         """Index one logged batch, in one round trip."""

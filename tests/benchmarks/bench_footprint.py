@@ -33,7 +33,7 @@ async def key_sizes(client: aioredis.Redis, namespace: str) -> dict[str, int]:
     async for key in client.scan_iter(f"{namespace}:*", count=1000):
         name = key.decode()
         size = await client.memory_usage(key) or 0
-        if ":idx:" in name and ":idx:end:" not in name and ":idx:whole:" not in name:
+        if ":idx:" in name:
             sizes["index"] += size
             sizes["index_members"] += await client.zcard(key)
         elif ":idx#from:" in name:

@@ -112,6 +112,20 @@ async def test_an_end_never_moves_back(index: AgentIndex) -> None:
     assert looked.ends == {ITEMS: 51, LIFECYCLE: 11}
 
 
+async def test_agents_named_like_the_index_own_keys_are_indexed(index: AgentIndex) -> None:
+    """An agent id may hold colons: an agent called ``whole:0`` or ``end:<topic>:0`` must not
+    meet the partition's own keys (before, the script failed with WRONGTYPE on every retry,
+    and the worker stalled)."""
+    await index.set_whole([0], True)
+    odd = ("whole:0", f"end:{ITEMS}:0", f"end:{LIFECYCLE}:0")
+    await index.add_batch(batch(2, dict.fromkeys(("A", *odd), 0)))
+    await index.set_whole([0], True)
+    for agent in ("A", *odd):
+        looked = await index.lookup(agent, 0, TOPICS)
+        assert looked is not None, agent
+        assert looked.ends == {ITEMS: 24, LIFECYCLE: 5}
+
+
 def test_a_cap_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         AgentIndex(aioredis.Redis(), "x", cap=0)

@@ -46,7 +46,7 @@ async def index_of(client: aioredis.Redis, namespace: str) -> dict[str, Any]:
     """Every key of a namespace's agent index, by its name after the namespace, with its
     value (members with their scores, a watermark hash, an end, a whole mark)."""
     out: dict[str, Any] = {}
-    for pattern in (f"{namespace}:idx:*", f"{namespace}:idx#from:*"):
+    for pattern in (f"{namespace}:idx:*", f"{namespace}:idx#*"):
         async for raw in client.scan_iter(pattern, count=1000):
             key = raw.decode()
             kind = (await client.type(raw)).decode()
@@ -114,8 +114,8 @@ async def test_a_replay_writes_the_index_the_live_workers_wrote(
     assert {k for k in live if k.startswith(":idx:X")} == {f":idx:{a}" for a in AGENTS}
     assert len(live[f":idx:{AGENTS[5]}"]) <= 2
     assert any(k.startswith(":idx#from:") for k in live)
-    assert any(k.startswith(":idx:whole:") for k in live)
-    assert any(k.startswith(f":idx:end:{topics.access}") for k in live)
+    assert any(k.startswith(":idx#whole:") for k in live)
+    assert any(k.startswith(f":idx#end:{topics.access}") for k in live)
     assert replayed == live
 
     # The new version's history reads by its index and equals the scan.
