@@ -278,7 +278,9 @@ class EngramSettings(BaseSettings):
     instance_id: str | None = Field(
         default=None,
         description="A stable id of this worker in its consumer group (e.g. the pod name): "
-        "static membership, so a restart within the session timeout does not rebalance.",
+        "static membership, so a restart within the session timeout does not rebalance. "
+        "Unique per worker: two workers of one id would both take every partition where the "
+        "broker does not fence the older one (`engram up --workers N` suffixes it per worker).",
     )
 
     keyring: str | None = Field(

@@ -89,14 +89,7 @@ class DevStack:
         memory; episodic memory is then written by the projector of the main process, the one
         that holds the Qdrant Edge shard."""
         for i in range(count):
-            env = {
-                **os.environ,
-                "ENGRAM_KAFKA_BOOTSTRAP": endpoints.kafka_bootstrap,
-                "ENGRAM_REDIS_URL": endpoints.redis_url,
-                "ENGRAM_EPISODIC_WRITER": "projector",
-                "ENGRAM_METRICS_PORT": "0",  # several workers on one host: each its own port
-                "ENGRAM_DATA_DIR": str((self.data_dir / "stack" / f"worker-{i + 1}").resolve()),
-            }
+            env = self.worker_environment(i + 1, endpoints)
             # Out of the terminal's process group (as the broker and redis-server): Ctrl-C is
             # for `engram up`, which stops the workers with SIGTERM; a worker still importing
             # would print a KeyboardInterrupt traceback.
@@ -106,6 +99,23 @@ class DevStack:
                     worker, env=env, start_new_session=True, preexec_fn=dies_with_parent()
                 )
             )
+
+    def worker_environment(self, number: int, endpoints: Endpoints) -> dict[str, str]:
+        """The environment of extra worker ``number`` (from 1): this process's, pointed at the
+        stack."""
+        env = {
+            **os.environ,
+            "ENGRAM_KAFKA_BOOTSTRAP": endpoints.kafka_bootstrap,
+            "ENGRAM_REDIS_URL": endpoints.redis_url,
+            "ENGRAM_EPISODIC_WRITER": "projector",
+            "ENGRAM_METRICS_PORT": "0",  # several workers on one host: each its own port
+            "ENGRAM_DATA_DIR": str((self.data_dir / "stack" / f"worker-{number}").resolve()),
+        }
+        if os.environ.get("ENGRAM_INSTANCE_ID"):
+            # One id per member: two members of one id would each take every partition on a
+            # broker that does not fence the older one (Tansu does not).
+            env["ENGRAM_INSTANCE_ID"] = f"{os.environ['ENGRAM_INSTANCE_ID']}-worker-{number}"
+        return env
 
     def processes(self) -> dict[str, subprocess.Popen[bytes]]:
         """Every process the stack started, by what it is: `engram up` stops when any exits,
