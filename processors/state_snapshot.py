@@ -15,27 +15,40 @@ ignored, and the partition is folded from the beginning. Losing snapshots costs 
 correctness.
 
 Records: a snapshot of one partition is zero or more *chunks* (agents' states, each record kept
-well under the broker's message size) and then one *manifest* naming the chunks (their
+well under the broker's message size: one agent's state past a chunk goes in pieces, a chunk
+each) and then one *manifest* naming the chunks (their
 snapshot id, count and first offset) and the positions. Everything is keyed by partition
 number and written to that partition of the snapshot topic, so the partition's last record is
 the latest manifest whatever the broker compacts (a reader never depends on compaction).
+
+A state holds what the agent's memories say (working memory's content, summaries, facts), so
+where the log is sealed the snapshot is too: each agent's state is sealed with the agent's key
+(``sealed`` of a chunk, beside the plain ``agents``), and forgetting the agent, which deletes
+its keys, leaves it unreadable in every snapshot, as in the log. A reader opens the sealed
+states before it resumes (:func:`with_states`); a state sealed with a forgotten key is left
+out, since the erasure that forgot the agent follows in the log after the snapshot. A state
+with nothing in it (an agent just forgotten) stays plain: sealing it would make the agent a
+key again. A reader from before ``sealed`` refuses such a chunk, and folds the log instead.
 """
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from processors.batch_markers import Logged, SourceKey, logged_batches, marker_upto
 from processors.emission_order import causal_order
 from processors.recording import AgentMemoryState
 from processors.state_fold import FoldedState
 from schemas.memory_events import DerivedEvent, DerivedUpTo, SourcePosition
+from schemas.sealed import is_sealed
 
 SNAPSHOT_SCHEMA_VERSION = 1
 """Readers ignore a snapshot of any other version (and fold the log from the start)."""
@@ -45,6 +58,16 @@ CHUNK_BYTES = 256 * 1024
 default message size (1 MB), whatever the number of agents in a partition."""
 
 _STATE: TypeAdapter[AgentMemoryState] = TypeAdapter(AgentMemoryState)
+
+
+class StatePiece(BaseModel):
+    """Piece ``at`` of the ``of`` pieces of one agent's encoded state (base64 ``data``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    at: int = Field(ge=0)
+    of: int = Field(ge=1)
+    data: str
 
 
 class SnapshotChunk(BaseModel):
@@ -58,6 +81,11 @@ class SnapshotChunk(BaseModel):
     partition: int
     index: int
     agents: dict[str, AgentMemoryState]
+    sealed: dict[str, dict[str, str | int]] = {}
+    """States sealed with their agent's key, by agent: the sealed records, opened by the
+    reader (:func:`with_states`)."""
+    pieces: dict[str, StatePiece] = {}
+    """Part of a state too large for one chunk (plain or sealed), by agent."""
 
 
 class SnapshotManifest(BaseModel):
@@ -98,6 +126,8 @@ class PartitionSnapshot:
     """Per derived topic of this partition number, the highest offset the state includes."""
     marker: str
     """Event id of the marker at the ``memory.lifecycle`` end."""
+    sealed: dict[str, bytes] = field(default_factory=dict)
+    """Read back: the agents' states still sealed, to be opened before resuming."""
 
     def tail_starts(self, items: str, lifecycle: str, access: str) -> dict[str, int]:
         """Per topic, the offset of this partition the fold goes on reading from: just after
@@ -189,22 +219,36 @@ def partition_snapshot(
     )
 
 
+Seal = Callable[[str, bytes], bytes | None]
+"""An agent's state sealed with its key (a sealed record, JSON), or None to keep it plain."""
+
+EMPTY_STATE = AgentMemoryState()
+
+
 def chunk_records(
-    snapshot: PartitionSnapshot, snapshot_id: str, chunk_bytes: int = CHUNK_BYTES
+    snapshot: PartitionSnapshot,
+    snapshot_id: str,
+    chunk_bytes: int = CHUNK_BYTES,
+    seal: Seal | None = None,
 ) -> list[bytes]:
-    """The agents' states as chunk records of about ``chunk_bytes`` each."""
-    return list(iter_chunk_records(snapshot, snapshot_id, chunk_bytes))
+    """The agents' states as chunk records of about ``chunk_bytes`` each, each sealed by
+    ``seal`` unless it is empty."""
+    return list(iter_chunk_records(snapshot, snapshot_id, chunk_bytes, seal))
 
 
 def iter_chunk_records(
-    snapshot: PartitionSnapshot, snapshot_id: str, chunk_bytes: int = CHUNK_BYTES
+    snapshot: PartitionSnapshot,
+    snapshot_id: str,
+    chunk_bytes: int = CHUNK_BYTES,
+    seal: Seal | None = None,
 ) -> Iterator[bytes]:
     """:func:`chunk_records` one at a time, each encoded only when asked for: a writer that
     runs beside the batches hands the loop back between chunks."""
     pending: list[bytes] = []
+    sealed: list[bytes] = []
     size = index = 0
 
-    def chunk() -> bytes:
+    def chunk(piece: bytes = b"") -> bytes:
         head = json.dumps(
             {
                 "kind": "chunk",
@@ -214,16 +258,37 @@ def iter_chunk_records(
                 "index": index,
             }
         ).encode()
-        return head[:-1] + b', "agents": {' + b",".join(pending) + b"}}"
+        body = head[:-1] + b', "agents": {' + b",".join(pending) + b"}"
+        if sealed:
+            body += b', "sealed": {' + b",".join(sealed) + b"}"
+        if piece:
+            body += b', "pieces": {' + piece + b"}"
+        return body + b"}"
 
     for agent, state in sorted(snapshot.states.items()):
-        entry = json.dumps(agent).encode() + b":" + _STATE.dump_json(state)
-        pending.append(entry)
+        encoded = _STATE.dump_json(state)
+        closed = None if seal is None or state == EMPTY_STATE else seal(agent, encoded)
+        value = encoded if closed is None else closed
+        name = json.dumps(agent).encode()
+        if len(value) > chunk_bytes:
+            # One agent's state past a chunk (an assistant's long turns): in pieces, a chunk
+            # each, so no record outgrows the broker's message size.
+            if pending or sealed:
+                yield chunk()
+                pending, sealed, size, index = [], [], 0, index + 1
+            count = -(-len(value) // chunk_bytes)
+            for at in range(count):
+                part = base64.b64encode(value[at * chunk_bytes : (at + 1) * chunk_bytes])
+                yield chunk(name + b':{"at": %d, "of": %d, "data": "%s"}' % (at, count, part))
+                index += 1
+            continue
+        entry = name + b":" + value
+        (pending if closed is None else sealed).append(entry)
         size += len(entry)
         if size >= chunk_bytes:
             yield chunk()
-            pending, size, index = [], 0, index + 1
-    if pending:
+            pending, sealed, size, index = [], [], 0, index + 1
+    if pending or sealed:
         yield chunk()
 
 
@@ -274,6 +339,8 @@ def assemble(
     """The snapshot a manifest names, from the records read from its ``first_offset`` on;
     None unless every chunk of it is there (exactly once each)."""
     states: dict[str, AgentMemoryState] = {}
+    sealed: dict[str, bytes] = {}
+    pieces: dict[str, dict[int, StatePiece]] = {}
     seen: set[int] = set()
     for record in records:
         if (
@@ -284,8 +351,24 @@ def assemble(
         ):
             seen.add(record.index)
             states.update(record.agents)
+            # Compact, in the order read: a sealed record's bytes begin as a sealed record's.
+            sealed.update((a, orjson.dumps(r)) for a, r in record.sealed.items())
+            for agent, piece in record.pieces.items():
+                pieces.setdefault(agent, {})[piece.at] = piece
     if seen != set(range(manifest.chunks)):
         return None
+    for agent, parts in pieces.items():
+        count = next(iter(parts.values())).of
+        if set(parts) != set(range(count)) or any(p.of != count for p in parts.values()):
+            return None
+        try:
+            value = b"".join(base64.b64decode(parts[at].data, validate=True) for at in range(count))
+            if is_sealed(value):
+                sealed[agent] = value
+            else:
+                states[agent] = decode_state(value)
+        except ValueError:
+            return None
 
     def held(positions: Iterable[SourcePosition]) -> dict[SourceKey, int]:
         return {(p.topic, p.partition): p.offset for p in positions}
@@ -297,7 +380,26 @@ def assemble(
         logged_upto=held(manifest.logged_upto),
         log_ends=held(manifest.log_ends),
         marker=manifest.marker,
+        sealed=sealed,
     )
+
+
+def decode_state(encoded: bytes) -> AgentMemoryState:
+    """An agent's state as a chunk holds it (opened, if it was sealed); ValueError if it is
+    not one."""
+    try:
+        return _STATE.validate_json(encoded)
+    except ValidationError as exc:
+        raise ValueError(f"not an agent's state: {exc.error_count()} errors") from None
+
+
+def with_states(
+    snapshot: PartitionSnapshot, opened: Mapping[str, AgentMemoryState]
+) -> PartitionSnapshot:
+    """The snapshot with its sealed states replaced by ``opened`` (those the reader could
+    open; one it left out was of an agent forgotten since)."""
+    states = {**snapshot.states, **opened}
+    return replace(snapshot, states=states, sealed={})
 
 
 def marker_matches(snapshot: PartitionSnapshot, first: Logged | None) -> bool:
@@ -338,6 +440,8 @@ def resume(
     events = causal_order(logged.events)
     folded = FoldedState(schedule_topic=schedule_topic, marked=set(logged.marked))
     for snapshot in snapshots.values():
+        if snapshot.sealed:
+            raise ValueError(f"the snapshot of partition {snapshot.partition} is still sealed")
         folded.states.update(snapshot.states)
         folded.partition_of.update(dict.fromkeys(snapshot.states, snapshot.partition))
         _raise(folded.derived_upto, snapshot.derived_upto)

@@ -7,7 +7,8 @@ broker compacted) and the chunks it names (:mod:`processors.state_snapshot`), th
 folds on (:func:`processors.state_snapshot.resume`). A partition whose snapshot is missing,
 undecodable, of another schema version, ahead of what the projections applied (they lost
 data: the events before it must be applied again) or not matching the log (its marker is not
-where it says) is folded from the beginning instead: a snapshot costs time when lost, never
+where it says) is folded from the beginning instead, as is one holding an agent's sealed state
+that does not open (:func:`opened_snapshots`): a snapshot costs time when lost, never
 correctness.
 
 Every takeover logs one ``takeover read`` line with what it read (``records_read``,
@@ -25,6 +26,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from processors.batch_markers import Logged
+from processors.recording import AgentMemoryState
 from processors.state_fold import FoldedState
 from processors.state_snapshot import (
     PartitionSnapshot,
@@ -32,15 +34,18 @@ from processors.state_snapshot import (
     SnapshotManifest,
     assemble,
     decode_snapshot_record,
+    decode_state,
     marker_matches,
     resume,
+    with_states,
 )
-from schemas.codec import decode_derived_record, decode_retrieval
+from schemas.codec import DecodeError, decode_derived_record, decode_retrieval
 from schemas.memory_events import DerivedEvent
+from schemas.sealed import is_sealed
 from schemas.topics import Topics
 from streams.eventlog.derived_log import read_records, read_with
 from streams.eventlog.kafka_clients import log_reader
-from streams.privacy.sealing import RecordSealer
+from streams.privacy.sealing import FORGOTTEN, RecordSealer
 
 log = logging.getLogger("engram.takeover")
 
@@ -166,6 +171,46 @@ async def usable_snapshots(
     return usable, read
 
 
+async def opened_snapshots(
+    snapshots: dict[int, PartitionSnapshot], sealer: RecordSealer | None
+) -> dict[int, PartitionSnapshot]:
+    """The snapshots with their sealed states opened. A state sealed with a forgotten key is
+    left out (the agent's erasure is in the log after the snapshot, and resets it); a snapshot
+    with a state that does not open otherwise (no keyring, another keyring, a damaged record)
+    is no snapshot: its partition is folded from the beginning."""
+    out: dict[int, PartitionSnapshot] = {}
+    for p, snapshot in snapshots.items():
+        if not snapshot.sealed:
+            out[p] = snapshot
+            continue
+        raws = list(snapshot.sealed.values())
+        if sealer is not None:
+            await sealer.prepare_open(raws)
+        opened: dict[str, AgentMemoryState] = {}
+        try:
+            for agent, raw in snapshot.sealed.items():
+                if sealer is None:
+                    raise DecodeError("key_missing", "no keyring is configured")
+                if not is_sealed(raw):  # opened as it is, it would read as an empty state
+                    raise DecodeError("invalid", f"the sealed state of {agent} is not sealed")
+                try:
+                    opened[agent] = decode_state(sealer.open(raw))
+                except DecodeError as exc:
+                    if exc.kind != FORGOTTEN:
+                        raise
+        except (DecodeError, ValueError) as exc:
+            log.warning(
+                "the snapshot of partition %d holds a state that does not open; folding the "
+                "partition's whole log: %s",
+                p,
+                exc,
+                extra={"partition": p},
+            )
+            continue
+        out[p] = with_states(snapshot, opened)
+    return out
+
+
 async def _read_derived(
     bootstrap: str,
     topics: Topics,
@@ -222,6 +267,7 @@ async def recover_state(
     began = time.monotonic()
     parts = sorted(set(partitions))
     snapshots, snapshot_records = await usable_snapshots(bootstrap, topics, parts, applied)
+    snapshots = await opened_snapshots(snapshots, sealer)
     logged = await _read_derived(bootstrap, topics, parts, snapshots, sealer)
     unmatched = _unmatched(snapshots, logged, topics.lifecycle)
     if unmatched:

@@ -64,6 +64,11 @@ class RecordSealer:
                 self._current[agent] = key
                 self._keys[(agent, key.key_id)] = key
 
+    def current_keys(self, agent_ids: Iterable[str]) -> dict[str, AgentKey]:
+        """The keys :meth:`prepare_seal` fetched for these agents (none without a keyring): a
+        writer that seals later, with the keys of now, keeps them."""
+        return {a: self._current[a] for a in agent_ids if a in self._current}
+
     def seal(self, agent_id: str, plaintext: bytes) -> bytes:
         """The record as it goes on a topic: sealed when a keyring is configured."""
         if self.keyring is None:

@@ -118,6 +118,7 @@ def create_processor_app(
         )
         if snapshots is not None:
             snapshots.before_write = pipeline.sync_projections
+            snapshots.sealer = pipeline.sealer
         holder["pipeline"] = pipeline
         return pipeline
 

@@ -11,6 +11,11 @@ publish-to-queryable latency. Taking the state costs a dict of references: state
 changed in place (:class:`processors.learned_state.LearnedState`), so the one taken stays what
 the batch left, whatever the next batches do.
 
+Where the log is sealed, each agent's state is sealed with the agent's key of the moment the
+state was taken (fetched then, in one keyring call for what is not cached): sealed with a key
+fetched later, the state of an agent forgotten meanwhile would be readable with the key of its
+next life. Without the keys (the keyring is down) no snapshot is taken this time.
+
 So a snapshot never claims what the log does not hold (its marker is logged before it) nor what
 the projections have not applied (it is taken after the batch is applied, and the projections
 are made durable before it is written). A snapshot that cannot be written is skipped with a
@@ -38,6 +43,7 @@ from typing import Any
 
 from processors.state_fold import FoldedState
 from processors.state_snapshot import (
+    EMPTY_STATE,
     CoveredLog,
     PartitionSnapshot,
     iter_chunk_records,
@@ -45,7 +51,10 @@ from processors.state_snapshot import (
     partition_snapshot,
 )
 from schemas.memory_events import DerivedUpTo
+from schemas.sealed import AgentKey, seal
 from schemas.topics import Topics
+from streams.privacy.keyring import KeyringError
+from streams.privacy.sealing import RecordSealer
 
 log = logging.getLogger("engram.snapshots")
 
@@ -73,6 +82,9 @@ class Snapshotter:
     """Makes what the projections applied durable (a store may let its checkpoint lag), run
     before the due snapshots are written: a takeover refuses a snapshot that a projection is
     behind and folds the partition's whole log instead."""
+    sealer: RecordSealer | None = None
+    """Seals each agent's state with its key, as the log's records are (None, or one without
+    a keyring: states stay plain)."""
     _writing: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
     _between_batches: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
 
@@ -137,8 +149,27 @@ class Snapshotter:
             is not None
         ]
         self.moved.clear()
-        if taken:
-            self._writing = asyncio.get_running_loop().create_task(self._write_all(taken))
+        if not taken:
+            return
+        keys = await self._keys_of(taken)
+        if keys is None:
+            self._due_again(taken)
+            return
+        self._writing = asyncio.get_running_loop().create_task(self._write_all(taken, keys))
+
+    async def _keys_of(self, taken: Sequence[PartitionSnapshot]) -> dict[str, AgentKey] | None:
+        """The current key of every agent with something in its state (None: the keyring
+        could not say; no snapshot then)."""
+        sealer = self.sealer
+        if sealer is None or not sealer.enabled:
+            return {}
+        agents = {a for s in taken for a, state in s.states.items() if state != EMPTY_STATE}
+        try:
+            await sealer.prepare_seal(agents)
+        except KeyringError as exc:
+            log.warning("the keyring is unavailable; no snapshot this time: %s", exc)
+            return None
+        return sealer.current_keys(agents)
 
     async def settled(self) -> None:
         """Until the snapshots being written are written or given up, whatever became of them
@@ -154,7 +185,9 @@ class Snapshotter:
             task.cancel()
             await asyncio.wait({task})
 
-    async def _write_all(self, taken: Sequence[PartitionSnapshot]) -> None:
+    async def _write_all(
+        self, taken: Sequence[PartitionSnapshot], keys: Mapping[str, AgentKey]
+    ) -> None:
         if self.before_write is not None:
             try:
                 await self._give_way()
@@ -173,7 +206,7 @@ class Snapshotter:
                 return
         for index, snapshot in enumerate(taken):
             try:
-                await self._write(snapshot)
+                await self._write(snapshot, keys)
             except asyncio.CancelledError:
                 self._due_again(taken[index:])
                 raise
@@ -188,12 +221,18 @@ class Snapshotter:
         """Partitions whose snapshot was not written, still this worker's: due next time."""
         self.moved |= {s.partition for s in snapshots if s.partition in self.covered.marker}
 
-    async def _write(self, snapshot: PartitionSnapshot) -> None:
+    async def _write(self, snapshot: PartitionSnapshot, keys: Mapping[str, AgentKey]) -> None:
         snapshot_id = uuid.uuid4().hex
         topic, partition = self.topics.snapshots, snapshot.partition
         pending: list[Any] = []
         size = 0
-        chunks = iter_chunk_records(snapshot, snapshot_id)  # each encoded when it is next
+
+        def sealed(agent: str, state: bytes) -> bytes | None:
+            key = keys.get(agent)
+            return None if key is None else seal(key, state)
+
+        # Each chunk encoded when it is next.
+        chunks = iter_chunk_records(snapshot, snapshot_id, seal=sealed if keys else None)
         while True:
             await self._give_way()
             if (chunk := next(chunks, None)) is None:

@@ -10,14 +10,16 @@ to write what an uninterrupted worker writes.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processors.batch import RawRecord
 from processors.batch_markers import Logged
-from processors.recording import AgentMemoryState
+from processors.recording import AgentMemoryState, WorkingEntry
 from processors.state_fold import FoldedState
 from processors.state_snapshot import (
     CoveredLog,
@@ -27,13 +29,16 @@ from processors.state_snapshot import (
     assemble,
     chunk_records,
     decode_snapshot_record,
+    decode_state,
     manifest_record,
     marker_matches,
     partition_snapshot,
     resume,
+    with_states,
 )
 from schemas.codec import decode_retrieval
 from schemas.memory_events import DerivedEvent, DerivedUpTo, SourcePosition
+from schemas.sealed import new_agent_key, seal, unseal
 from tests.agent_streams import TOPICS, Action, Worker, action, build_stream, partition_of, split
 from tests.unit.processors.test_replay_properties import continue_and_check
 
@@ -251,3 +256,56 @@ def test_a_retrieval_redelivered_after_a_snapshot_takeover_is_counted() -> None:
     for event in events:
         second.partition_of[event.agent_id] = partition_of(event)
     continue_and_check(records, batches, second, 1, 0)
+
+
+def large_snapshot() -> PartitionSnapshot:
+    """Two small agents around one whose state alone outgrows a chunk (long turns)."""
+    turns = tuple(
+        WorkingEntry(
+            memory_id=f"m{i}",
+            seq=i,
+            importance=0.5,
+            content="長" * 2_000,
+            tags=(),
+            kind=None,
+            step=None,
+            year=None,
+            occurred_at=AT,
+            source_event_id=f"e{i}",
+            source_event_type="agent.observation",
+            agent_type="assistant",
+        )
+        for i in range(20)
+    )
+    states = {
+        "A": AgentMemoryState(next_seq=1),
+        "B": AgentMemoryState(next_seq=20, working=turns),
+        "C": AgentMemoryState(next_seq=3),
+    }
+    return replace(snapshot_of_one_agent(), states=states)
+
+
+@pytest.mark.parametrize("sealed", [False, True])
+def test_a_state_past_a_chunk_is_written_in_pieces_and_read_whole(sealed: bool) -> None:
+    """One agent's state past the broker's message size made every snapshot of its partition
+    fail; it now goes in pieces of about a chunk each."""
+    snapshot = large_snapshot()
+    keys = {agent: new_agent_key(agent) for agent in snapshot.states}
+    chunk_bytes = 20_000
+    records = chunk_records(
+        snapshot, "s", chunk_bytes, seal=(lambda a, b: seal(keys[a], b)) if sealed else None
+    )
+    assert len(records) > 5
+    assert max(len(r) for r in records) < 2 * chunk_bytes
+    manifest = decode_snapshot_record(manifest_record(snapshot, "s", len(records), 0, AT))
+    assert isinstance(manifest, SnapshotManifest)
+    read = assemble(manifest, [decode_snapshot_record(r) for r in records])
+    assert read is not None
+    if sealed:
+        assert read.states == {}
+        opened = {a: decode_state(unseal(raw, keys[a])) for a, raw in read.sealed.items()}
+        read = with_states(read, opened)
+    assert read == snapshot
+    missing_piece = [decode_snapshot_record(r) for r in records]
+    del missing_piece[2]
+    assert assemble(manifest.model_copy(update={"chunks": len(records) - 1}), missing_piece) is None

@@ -1,0 +1,134 @@
+"""Snapshots are sealed where the log is: forgetting an agent leaves its state unreadable in
+every snapshot, and a takeover from one leaves the forgotten agent out."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+
+from processors.batch import RawRecord
+from processors.state_snapshot import (
+    EMPTY_STATE,
+    PartitionSnapshot,
+    SnapshotManifest,
+    assemble,
+    decode_snapshot_record,
+)
+from schemas.agent_events import Observation
+from schemas.codec import encode_event
+from schemas.memory_events import ForgetAgent
+from streams.eventlog.snapshot_log import opened_snapshots
+from streams.privacy.keyring import FileKeyring
+from streams.privacy.sealing import RecordSealer
+from streams.worker.pipeline import IngestPipeline
+from streams.worker.snapshotting import Snapshotter
+from tests.agent_streams import CONFIG, EMBEDDER
+from tests.unit.streams.worker.test_ingest_protocol import TOPICS, Broker, Metadata, Store
+from tests.unit.streams.worker.test_snapshotting import Log
+
+SECRET = "my-bank-pin-is-4711"
+
+
+class SealedBroker(Broker):
+    """The producer of sealed records (the journal of :class:`Broker` decodes plain ones)."""
+
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, partition: int | None
+    ) -> asyncio.Future[Metadata]:
+        where = (topic, partition or 0)
+        log = self.logs.setdefault(where, [])
+        log.append(value)
+        future: asyncio.Future[Metadata] = asyncio.get_running_loop().create_future()
+        self.pending.append((future, Metadata(topic, where[1], len(log) - 1)))
+        return future
+
+
+def snapshots_in(values: list[bytes]) -> list[PartitionSnapshot]:
+    """Every whole snapshot of the snapshot topic, in the order written."""
+    chunks, found = [], []
+    for value in values:
+        record = decode_snapshot_record(value)
+        if isinstance(record, SnapshotManifest):
+            snapshot = assemble(record, chunks)
+            assert snapshot is not None
+            found.append(snapshot)
+            chunks = []
+        else:
+            chunks.append(record)
+    return found
+
+
+def observation(agent: str, n: int, content: str) -> RawRecord:
+    event = Observation(
+        agent_id=agent, event_id=f"{agent}-{n}", content=content, importance=0.3, step=n
+    )
+    value = encode_event(event)
+    return RawRecord(TOPICS.observations, 0, n, agent.encode(), value, "observation")
+
+
+async def test_a_forgotten_agents_state_is_unreadable_in_every_snapshot(tmp_path: Path) -> None:
+    broker, snapshot_log = SealedBroker(), Log()
+    keyring = FileKeyring(tmp_path / "keys")
+    snapshots = Snapshotter(snapshot_log.send, TOPICS, every_records=1)
+    pipeline = IngestPipeline(
+        CONFIG, EMBEDDER, TOPICS, Store(broker.journal), None, broker.send,
+        sealer=RecordSealer(keyring), snapshots=snapshots,
+    )  # fmt: skip
+    snapshots.sealer = pipeline.sealer
+    answering = asyncio.create_task(broker.run())
+    try:
+        await pipeline.handle([observation("alice", 0, SECRET), observation("bob", 1, "hello")])
+        await snapshots.settled()
+        before = snapshots_in(snapshot_log.values)[-1]
+        assert set(before.sealed) == {"alice", "bob"}
+        # With the keys, a takeover opens them to what the worker held.
+        (reopened,) = (await opened_snapshots({0: before}, RecordSealer(keyring))).values()
+        assert reopened.states == {
+            a: pipeline.folded.states[a] for a in ("alice", "bob")
+        }  # fmt: skip
+
+        forget = ForgetAgent(
+            event_id="f1",
+            agent_id="alice",
+            requested_at=datetime.now(UTC),
+            key_ids=tuple(await keyring.key_ids("alice")),
+        )
+        await pipeline.handle(
+            [RawRecord(TOPICS.schedule, 0, 0, b"alice", encode_event(forget), None, "tick")]
+        )
+        await snapshots.settled()
+    finally:
+        answering.cancel()
+
+    assert pipeline.stats.dead_letters == 0
+    assert all(SECRET.encode() not in value for value in snapshot_log.values)
+    after = snapshots_in(snapshot_log.values)[-1]
+    assert set(after.sealed) == {"bob"}
+    assert set(after.states) <= {"alice"}  # forgotten: nothing in it, kept plain if at all
+    assert all(state == EMPTY_STATE for state in after.states.values())
+    # The snapshot taken before the forget no longer opens for alice: she is left out (her
+    # erasure follows it in the log), bob's state is read.
+    (old,) = (await opened_snapshots({0: before}, RecordSealer(keyring))).values()
+    assert set(old.states) == {"bob"}
+
+
+async def test_a_sealed_snapshot_without_its_keyring_is_no_snapshot(tmp_path: Path) -> None:
+    broker, snapshot_log = SealedBroker(), Log()
+    keyring = FileKeyring(tmp_path / "keys")
+    snapshots = Snapshotter(snapshot_log.send, TOPICS, every_records=1)
+    pipeline = IngestPipeline(
+        CONFIG, EMBEDDER, TOPICS, Store(broker.journal), None, broker.send,
+        sealer=RecordSealer(keyring), snapshots=snapshots,
+    )  # fmt: skip
+    snapshots.sealer = pipeline.sealer
+    answering = asyncio.create_task(broker.run())
+    try:
+        await pipeline.handle([observation("carol", 0, SECRET)])
+        await snapshots.settled()
+    finally:
+        answering.cancel()
+    (taken,) = snapshots_in(snapshot_log.values)
+    assert await opened_snapshots({0: taken}, None) == {}
+    other = FileKeyring(tmp_path / "other-keys")
+    assert await opened_snapshots({0: taken}, RecordSealer(other)) == {}
