@@ -127,7 +127,8 @@ def _print_report(agent_id: str, report: ForgetReport, *, as_json: bool) -> None
         )
     elif not report.key_ids:
         console.print(
-            "[yellow]the agent had no sealing key: its events were published unsealed "
-            "and stay readable in the log; the projections were erased[/yellow]",
+            f"[yellow]{escape(agent_id)} had no sealing key: no event of it was sealed under "
+            "this id (is the id right?), or it was forgotten before. Events it published "
+            "unsealed stay readable in the log; the projections were erased[/yellow]",
             markup=True,
         )

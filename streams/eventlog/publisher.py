@@ -18,11 +18,12 @@ from aiokafka.errors import KafkaError
 
 from schemas.agent_events import AgentEvent, Decision, Feedback, Observation
 from schemas.codec import encode_event
-from schemas.errors import BackendUnavailableError
+from schemas.errors import BackendUnavailableError, EngramError
 from schemas.topics import Topics
 from streams.eventlog.kafka_clients import record_producer
-from streams.privacy.keyring import Keyring, KeyringError, keyring_from_setting
+from streams.privacy.keyring import Keyring, KeyringError, keyring_from_setting, open_keyring
 from streams.privacy.sealing import RecordSealer
+from streams.settings import EngramSettings
 
 T = TypeVar("T")
 PublishHeaders = Callable[[AgentEvent, str], list[tuple[str, bytes]]]
@@ -32,6 +33,10 @@ publish_headers`: its trace context and event id)."""
 
 class PublishError(BackendUnavailableError):
     """The broker did not take the record; the message says why."""
+
+
+class PublisherSettingsError(EngramError, ValueError):
+    """The environment does not say where to publish, or with which keys."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,43 @@ class AsyncPublisher:
         self._producer = record_producer(bootstrap, linger=linger)
         self._sealer = RecordSealer(keyring)
         self._headers = headers
+        self._owns_keyring = False
+
+    @classmethod
+    async def from_environment(cls, *, linger: float = 0.0) -> AsyncPublisher:
+        """Started, publishing as ``engram publish`` does: to the broker and topics of the
+        ``ENGRAM_*`` environment (the line ``engram up`` prints), each event sealed with its
+        agent's key from the deployment's keyring, so ``engram forget-agent`` can make it
+        unreadable. A publisher given only a bootstrap publishes unsealed. The keyring is
+        closed with the publisher."""
+        settings = EngramSettings()
+        if not settings.kafka_bootstrap:
+            raise PublisherSettingsError("set ENGRAM_KAFKA_BOOTSTRAP (engram up prints it)")
+        if settings.keyring is None and settings.redis_url is None:
+            raise PublisherSettingsError(
+                "set ENGRAM_REDIS_URL (the keyring is found there) or ENGRAM_KEYRING "
+                "(ENGRAM_KEYRING=off publishes unsealed): without them the events would be "
+                "sealed with keys no worker holds"
+            )
+        keyring = await open_keyring(
+            settings.keyring,
+            redis_url=settings.redis_url,
+            namespace=settings.redis_namespace,
+            default_dir=settings.keyring_dir(),
+        )
+        publisher = cls(
+            settings.kafka_bootstrap,
+            topics=Topics(settings.topic_prefix),
+            linger=linger,
+            keyring=keyring,
+        )
+        publisher._owns_keyring = True
+        try:
+            return await publisher.start()
+        except BaseException:
+            if keyring is not None:
+                await keyring.close()
+            raise
 
     async def start(self) -> AsyncPublisher:
         try:
@@ -73,8 +115,15 @@ class AsyncPublisher:
         return self
 
     async def close(self) -> None:
-        """Stops the producer; the keyring belongs to whoever passed it."""
-        await self._producer.stop()
+        """Stops the producer; the keyring belongs to whoever passed it (closed here only when
+        :meth:`from_environment` opened it)."""
+        try:
+            await self._producer.stop()
+        finally:
+            keyring = self._sealer.keyring
+            if self._owns_keyring and keyring is not None:
+                self._owns_keyring = False
+                await keyring.close()
 
     async def __aenter__(self) -> AsyncPublisher:
         return await self.start()
@@ -166,10 +215,27 @@ class Publisher:
     ):
         """``keyring``: where the agents' keys are, as ``ENGRAM_KEYRING`` says it (a redis://
         URL or ``file:PATH``); None publishes unsealed."""
+        self._start(self._make(bootstrap, topics, linger, keyring, namespace))
+
+    @classmethod
+    def from_environment(cls, *, linger: float = 0.0) -> Publisher:
+        """As :meth:`AsyncPublisher.from_environment`: the broker, topics and keyring of the
+        ``ENGRAM_*`` environment, events sealed as ``engram publish`` seals them."""
+        publisher = cls.__new__(cls)
+        publisher._start(AsyncPublisher.from_environment(linger=linger))
+        return publisher
+
+    def _start(self, made: Coroutine[Any, Any, AsyncPublisher]) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
-        self._async = self._run(self._make(bootstrap, topics, linger, keyring, namespace))
+        try:
+            self._async = self._run(made)
+        except BaseException:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()
+            raise
 
     @staticmethod
     async def _make(
@@ -205,9 +271,10 @@ class Publisher:
 
     def close(self) -> None:
         try:
+            closes_its_keyring = self._async._owns_keyring
             self._run(self._async.close(), timeout=30.0)
             keyring = self._async._sealer.keyring
-            if keyring is not None:
+            if keyring is not None and not closes_its_keyring:
                 self._run(keyring.close(), timeout=10.0)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)

@@ -108,6 +108,12 @@ async def test_a_forgotten_agent_leaves_the_projections_and_the_readable_log(
 
         assert await memories(node.working, node.episodic, FORGOTTEN_AGENT) == []
         assert await node.episodic.count(FORGOTTEN_AGENT) == 0
+
+        # A mistyped id: nothing of it was ever sealed, and the output says so.
+        typo = await invoke(["forget-agent", f"{FORGOTTEN_AGENT}X", "--yes"], env)
+        assert typo.exit_code == 0, typo.output
+        assert "had no sealing key" in typo.output
+        assert "is the id right?" in " ".join(typo.output.split())
         assert await memories(node.working, node.episodic, KEPT_AGENT) == theirs
 
         # The log: none of the forgotten agent's records opens any more, the others do.
