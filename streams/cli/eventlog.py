@@ -33,6 +33,7 @@ from streams.cli.console import (
     unreachable,
 )
 from streams.cli.progress import counted
+from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
     from projections.history import AgentHistory
@@ -78,6 +79,37 @@ def export_command(
     run(main)
 
 
+async def _check_keys(settings: EngramSettings, directory: Path) -> None:
+    """Refuse an archive sealed with keys this deployment's keyring does not hold: imported,
+    its memories would be unreadable (the workers skip each such record), with nothing to say
+    so but a log line per record. The keyring moves with the log, or the log stays sealed."""
+    pairs = await asyncio.to_thread(deferred.archive.sealing_keys, directory)
+    if not pairs:
+        return
+    keyring = await open_keyring(settings)
+    if keyring is None:
+        fail(
+            "the archive's records are sealed, and this deployment has no keyring "
+            "(ENGRAM_KEYRING=off): nothing could read them. Set ENGRAM_KEYRING to the keyring "
+            "they were sealed with, or pass --keys-elsewhere to import them anyway"
+        )
+    try:
+        found = await keyring.lookup(pairs)
+    finally:
+        await keyring.close()
+    missing = sorted(pair for pair, key in found.items() if key is None)
+    if missing:
+        agent, key_id = missing[0]
+        fail(
+            f"{len(missing):,} of the {len(pairs):,} keys that sealed the archive's records "
+            f"(first: {key_id} of {agent}) are not in this deployment's keyring, so what they "
+            "sealed would be unreadable once imported. Bring the keyring with the archive: "
+            "the source's ENGRAM_KEYRING (engram up keeps it in DATA_DIR/keyring; with "
+            "ENGRAM_KEYRING=redis, the hashes {namespace}#keyring:keys and "
+            "{namespace}#keyring:forgotten of its Redis), or pass --keys-elsewhere to import anyway"
+        )
+
+
 @commands.command(
     "import",
     help=(
@@ -97,6 +129,14 @@ def import_command(
             "the archive's (a target that holds anything else is refused).",
         ),
     ] = False,
+    keys_foreign: Annotated[
+        bool,
+        typer.Option(
+            "--keys-elsewhere",
+            help="Import although this deployment's keyring lacks keys that sealed the "
+            "archive's records (they stay unreadable until a keyring holding them is used).",
+        ),
+    ] = False,
 ) -> None:
     settings = load_settings()
     bootstrap = bootstrap_of(settings)
@@ -112,6 +152,8 @@ def import_command(
                 f"{settings.topic_prefix!r} would never read them: import with "
                 f"ENGRAM_TOPIC_PREFIX={prefix!r}"
             )
+        if not keys_foreign:
+            await _check_keys(settings, directory)
         total = sum(s.total for s in summaries)
         there: list[int] = []
         written: list[int] = []

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import itertools
 import json
 import os
 import shutil
@@ -36,6 +37,7 @@ from aiokafka.admin import NewTopic
 from aiokafka.errors import KafkaError
 
 from schemas.errors import EngramError
+from schemas.sealed import SealError, is_sealed, sealed_header
 from schemas.topics import Topics
 from streams.eventlog.derived_log import at_end, read_to_end
 from streams.eventlog.kafka_clients import admin_client, archive_producer, log_reader
@@ -327,6 +329,28 @@ def _lines(directory: Path, topic: str, partition: int) -> Iterator[dict[str, An
                     raise ArchiveError(f"{path}, line {number}: {exc}") from None
     except (OSError, EOFError) as exc:
         raise ArchiveError(f"cannot read {path}: {exc}") from exc
+
+
+def sealing_keys(directory: Path, per_partition: int = 2_000) -> set[tuple[str, str]]:
+    """The (agent id, key id) pairs that sealed the first ``per_partition`` records of each
+    partition of an archive: what a keyring must hold for the imported log to be readable (a
+    sample: an archive moved without its keyring lacks them all)."""
+    pairs: set[tuple[str, str]] = set()
+    for summary in read_manifest(directory):
+        for partition in range(summary.partitions):
+            if not _file(directory, summary.name, partition).exists():
+                continue
+            lines = _lines(directory, summary.name, partition)
+            for line in itertools.islice(lines, per_partition):
+                value = _raw(line["value"])
+                if value is None or not is_sealed(value):
+                    continue
+                try:
+                    header = sealed_header(value)
+                except SealError:
+                    continue  # a poison record: the workers dead-letter it
+                pairs.add((header.agent_id, header.key_id))
+    return pairs
 
 
 async def import_log(

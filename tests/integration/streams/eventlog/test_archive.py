@@ -343,3 +343,40 @@ async def test_a_refused_resume_creates_no_topic(
         assert topics.items not in await admin.list_topics()
     finally:
         await admin.close()
+
+
+def test_an_archive_whose_keys_the_keyring_lacks_is_refused(
+    kafka_bootstrap: str, second_broker: str, tmp_path: Path
+) -> None:
+    """Imported where the keyring lacks its keys, a log reads as nothing: every memory was
+    skipped as unreadable, with only a log line per record to say so."""
+    import asyncio
+
+    from typer.testing import CliRunner
+
+    from streams.cli.main import app as cli
+
+    prefix = f"archkeys{uuid.uuid4().hex[:8]}."
+    asyncio.run(ensure_topics(kafka_bootstrap, Topics(prefix), 2))
+    source = {
+        "ENGRAM_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "ENGRAM_TOPIC_PREFIX": prefix,
+        "ENGRAM_KEYRING": f"file:{tmp_path / 'source-keys'}",
+    }
+    runner = CliRunner()
+    published = runner.invoke(cli, ["publish", "H001", "Year 1: a flood"], env=source)
+    assert published.exit_code == 0, published.output
+    assert runner.invoke(cli, ["export", str(tmp_path / "a")], env=source).exit_code == 0
+    target = {
+        **source,
+        "ENGRAM_KAFKA_BOOTSTRAP": second_broker,
+        "ENGRAM_KEYRING": f"file:{tmp_path / 'other-keys'}",
+    }
+    refused = runner.invoke(cli, ["import", str(tmp_path / "a")], env=target)
+    assert refused.exit_code == 2, refused.output
+    said = " ".join(refused.output.split())
+    assert "1 of the 1 keys that sealed the archive's records" in said
+    assert "of H001) are not in this deployment's keyring" in said
+    with_keys = {**target, "ENGRAM_KEYRING": source["ENGRAM_KEYRING"]}
+    imported = runner.invoke(cli, ["import", str(tmp_path / "a")], env=with_keys)
+    assert imported.exit_code == 0, imported.output
