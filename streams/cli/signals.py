@@ -68,15 +68,28 @@ class StopSignal(asyncio.Event):
         self._first_at = 0.0
         self._second_at_once = second_at_once
         self._at_once: list[Callable[[], None]] = []
+        self._caution: Callable[[], str | None] | None = None
+        self._cautioned = False
 
     def received(self, sig: signal.Signals) -> None:
         now = time.monotonic()
         if self.signal is not None:
             if self._second_at_once and not is_echo(sig, self.signal, now - self._first_at):
+                caution = self._caution() if self._caution and not self._cautioned else None
+                if caution:
+                    self._cautioned = True
+                    name = "Ctrl-C" if sig == signal.SIGINT else sig.name
+                    sys.stderr.write(f"{name} again: {caution}; once more stops at once\n")
+                    return
                 self.stop_at_once(sig)
             return
         self.signal, self._first_at = sig, now
         self.set()
+
+    def caution(self, warning: Callable[[], str | None]) -> None:
+        """Before stopping at once, a second signal asks for a third while ``warning`` says
+        what stopping at once would lose (None: nothing, stop at once)."""
+        self._caution = warning
 
     def at_once(self, kill: Callable[[], None]) -> None:
         """``kill`` runs if a second signal comes (it must not wait long)."""

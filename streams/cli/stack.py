@@ -106,9 +106,27 @@ async def _up(settings: EngramSettings, *, workers: int, fresh: bool) -> None:
     stop.at_once(stack.kill)
     endpoints = stack.start()
     last_words = _archive_and_kill(settings, stack, endpoints, settings.data_dir / "archive")
+    unarchived = asyncio.Event()
+    # The broker holds the log in memory: stopping at once before it is archived loses what
+    # came since this run started.
+    stop.caution(
+        lambda: (
+            "the log is being archived, and stopping now loses what came since this run started"
+            if unarchived.is_set() and stack.broker.running()
+            else None
+        )
+    )
     try:
         with deferred.worker_app.before_a_crash_exit(last_words):
-            await _run_stack(settings, stack, endpoints, workers=workers, fresh=fresh, stop=stop)
+            await _run_stack(
+                settings,
+                stack,
+                endpoints,
+                workers=workers,
+                fresh=fresh,
+                stop=stop,
+                unarchived=unarchived,
+            )
     finally:
         stack.stop()
 
@@ -121,8 +139,11 @@ async def _run_stack(
     workers: int,
     fresh: bool,
     stop: asyncio.Event,
+    unarchived: asyncio.Event | None = None,
 ) -> None:
-    """The stack's processes, from the restored log until a signal, then the log archived."""
+    """The stack's processes, from the restored log until a signal, then the log archived;
+    ``unarchived`` is set while the broker holds what the archive does not (from the end of
+    the restore until the log is archived again)."""
     archive = settings.data_dir / "archive"
     for repaired in deferred.archive.recover_interrupted_export(archive):
         err.print(repaired)
@@ -153,6 +174,8 @@ async def _run_stack(
     except deferred.projection_switch.WrongConfigurationError as exc:
         fail(f"{exc}; or `engram up --fresh` to start with an empty log")
     stack.start_workers(workers if workers > 1 else 0, endpoints)
+    if unarchived is not None:
+        unarchived.set()
     _announce(node, stack, endpoints, keyring=keyring, workers=workers)
     children = stack.processes()
     lost: str | None = None
@@ -163,24 +186,9 @@ async def _run_stack(
             lost = f"{gone} exited with code {code}"
             err.print(f"[red]{escape(str(lost))}[/red]: stopping the stack", markup=True)
     finally:
-        if stack.broker.running():
-            await node.stop()
-        else:
-            # Nothing is left to commit or flush to, and Faust's consumer would retry the
-            # broker for a minute: the stores are closed, the rest goes with the process.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(BROKERLESS_STOP):
-                    await node.stop()
-        stack.stop_workers()
-        if stack.broker.running():
-            await transfer(
-                f"archiving the log to {archive}", _archive_log(settings, endpoints, archive)
-            )
-        else:
-            err.print(
-                "the broker is gone, and with it the log it held in memory since this run "
-                f"started: {archive} is left as it was"
-            )
+        await _stop_and_archive(settings, stack, endpoints, node)
+        if unarchived is not None:
+            unarchived.clear()
     if lost is not None:
         fail(f"{lost}; the stack stopped")
     if node.left_reason is not None:
@@ -190,6 +198,31 @@ async def _run_stack(
             f"{node.left_reason}. The embedded stack keeps no projection version across a "
             "restart: `engram up` starts again on the live derived log of its archive",
             code=EXIT_RESTART,
+        )
+
+
+async def _stop_and_archive(
+    settings: EngramSettings, stack: DevStack, endpoints: Endpoints, node: Node
+) -> None:
+    """The processors stopped, then the broker's log archived (while the broker is there)."""
+    archive = settings.data_dir / "archive"
+    if stack.broker.running():
+        await node.stop()
+    else:
+        # Nothing is left to commit or flush to, and Faust's consumer would retry the
+        # broker for a minute: the stores are closed, the rest goes with the process.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(BROKERLESS_STOP):
+                await node.stop()
+    stack.stop_workers()
+    if stack.broker.running():
+        await transfer(
+            f"archiving the log to {archive}", _archive_log(settings, endpoints, archive)
+        )
+    else:
+        err.print(
+            "the broker is gone, and with it the log it held in memory since this run "
+            f"started: {archive} is left as it was"
         )
 
 

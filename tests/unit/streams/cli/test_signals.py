@@ -183,6 +183,42 @@ def test_a_second_signal_kills_the_children_and_exits_at_once(tmp_path: Path) ->
     assert killed.read_text() == "killed"
 
 
+CAUTIOUS = """
+import asyncio, os, signal, sys
+from pathlib import Path
+from streams.cli.signals import stop_on_signal
+
+async def main():
+    stop = stop_on_signal()
+    stop.at_once(lambda: Path(sys.argv[1]).write_text("killed"))
+    stop.caution(lambda: "the log is being archived")
+    os.kill(os.getpid(), signal.SIGINT)
+    await stop.wait()
+    await asyncio.sleep(0.3)
+    os.kill(os.getpid(), signal.SIGINT)  # a second: a warning, not a stop
+    await asyncio.sleep(0.3)
+    print("still archiving", flush=True)
+    os.kill(os.getpid(), signal.SIGINT)  # a third: at once
+    await asyncio.sleep(10)
+    print("not stopped", flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_second_signal_that_would_lose_data_asks_for_a_third(tmp_path: Path) -> None:
+    """`engram up` archives the broker's in-memory log as it stops: a second Ctrl-C there
+    stopped at once, and lost everything since the stack started."""
+    killed = tmp_path / "killed"
+    done = subprocess.run(
+        [sys.executable, "-c", CAUTIOUS, str(killed)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 128 + signal.SIGINT, done.stderr
+    assert done.stdout.split() == ["still", "archiving"]
+    assert "Ctrl-C again: the log is being archived; once more stops at once" in done.stderr
+    assert killed.read_text() == "killed"
+
+
 def test_a_server_that_raises_the_signal_again_is_stopped_once() -> None:
     """``engram mcp``: uvicorn takes the signal and raises it again once down, so the loop
     sees it twice; that is one stop."""
