@@ -192,6 +192,16 @@ class ProjectionVersions:
         name = await self._call(self._client.get(f"{self._key}:active"))
         return self.version(None if name is None else name.decode())
 
+    async def mark_embedded(self, data_dir: str) -> None:
+        """This registry is an embedded stack's (``engram up`` in ``data_dir``), whose Redis
+        starts empty at every run: no version outlives the run."""
+        await self._call(self._client.set(f"{self._key}:embedded", data_dir))
+
+    async def embedded(self) -> str | None:
+        """The data directory of the embedded stack whose registry this is, if it is one."""
+        found = await self._call(self._client.get(f"{self._key}:embedded"))
+        return None if found is None else bytes(found).decode()
+
     async def create(self, name: str | None = None, *, note: str = "") -> ProjectionVersion:
         """Register a new version in state ``building``; without a name, the next ``vN``.
 

@@ -91,6 +91,13 @@ async def record_dev_keyring(settings: EngramSettings, redis_url: str) -> str:
     every process pointed at that Redis opens the same one."""
     location = settings.keyring or f"file:{settings.keyring_dir().resolve()}"
     await deferred.keyring.record_location(redis_url, settings.redis_namespace, location)
+    versions = deferred.projection_versions.ProjectionVersions.from_url(
+        redis_url, settings.redis_namespace, settings.qdrant_collection
+    )
+    try:
+        await versions.mark_embedded(str(settings.data_dir.resolve()))
+    finally:
+        await versions.close()
     return location
 
 

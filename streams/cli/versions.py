@@ -94,6 +94,16 @@ def versions_activate(
                 )
             if info.state == "building":
                 fail(f"version {name!r} is still being built (or its reprocess died)")
+            stack = await versions.embedded()
+            if stack is not None:
+                fail(
+                    f"this is the embedded stack of `engram up` ({stack}): its processors "
+                    "write the live derived log and would stop (exit code 3) rather than "
+                    f"serve {name!r}, and its Redis, with every version, starts empty at the "
+                    "next run. A reprocessed version is served by a cluster's workers run "
+                    "with its configuration (deploy/README.md, 'Reprocess with a new "
+                    "configuration')"
+                )
             previous = await versions.activate(name)
             before = previous.label if previous is not None else "-"
             console.print(
