@@ -10,9 +10,12 @@ from pydantic import BaseModel
 
 from schemas.agent_events import Decision, Feedback, Observation
 from schemas.deadletter import DeadLetter
+from schemas.learned_events import FactStated, MemoryRated, PlanChanged, ProcedureChanged
 from schemas.memory_events import (
+    AgentForgotten,
     ConsolidationCompleted,
     DerivedUpTo,
+    ForgetAgent,
     MemoryForgotten,
     MemoryPromoted,
     MemoryRecorded,
@@ -21,7 +24,7 @@ from schemas.memory_events import (
     ScheduleTick,
 )
 
-EXPORTED: dict[str, type[BaseModel]] = {
+EXPORTED: dict[str, type[BaseModel]] = {  # every event type, as README.md says
     "observation": Observation,
     "decision": Decision,
     "feedback": Feedback,
@@ -29,10 +32,16 @@ EXPORTED: dict[str, type[BaseModel]] = {
     "memory.promoted": MemoryPromoted,
     "memory.summarised": MemorySummarised,
     "memory.forgotten": MemoryForgotten,
+    "memory.agent_forgotten": AgentForgotten,
     "memory.consolidated": ConsolidationCompleted,
     "memory.logged": DerivedUpTo,
     "memory.retrieved": MemoryRetrieved,
     "schedule.tick": ScheduleTick,
+    "agent.forget": ForgetAgent,
+    "procedure.changed": ProcedureChanged,
+    "plan.changed": PlanChanged,
+    "fact.stated": FactStated,
+    "memory.rated": MemoryRated,
     "deadletter": DeadLetter,
 }
 

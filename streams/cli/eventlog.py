@@ -323,16 +323,18 @@ def history_table(timeline: AgentHistory) -> Table:
     table.add_column("simulation", no_wrap=True)
     table.add_column("kind", no_wrap=True)
     table.add_column("memory", no_wrap=True)
-    table.add_column("what", ratio=1, min_width=24)
+    table.add_column("what", ratio=1, min_width=24, overflow="fold")
     for entry in timeline.entries:
         sim = "" if entry.year is None else f"year {entry.year}"
         if entry.step is not None:
             sim = f"{sim} step {entry.step}".strip()
+        # A retrieval is named by its event id (`engram recall AGENT --again ID`).
+        text = f"{entry.text} (id {entry.event_id})" if entry.kind == "retrieved" else entry.text
         table.add_row(
             entry.at.astimezone(UTC).strftime("%Y-%m-%d\n%H:%M:%S"),
             sim,
             entry.kind,
             (entry.memory_id or "")[:8],
-            entry.text,
+            text,
         )
     return table

@@ -149,7 +149,8 @@ Kinds = Annotated[
     list[str] | None,
     typer.Option(
         help="Filter: only memories of this kind (working, episodic, summary_l1, "
-        "summary_l2, fact, procedure). Repeatable."
+        "summary_l2; fact and procedure match no memory yet: `engram facts` and `engram "
+        "procedures` show what an agent learned). Repeatable."
     ),
 ]
 Tagged = Annotated[

@@ -440,7 +440,8 @@ def _check_same_record(
     raise ArchiveError(
         f"{tp.topic}[{tp.partition}] on the target holds records this archive does not (its "
         f"record at offset {record.offset} is not the archive's): it is not an earlier "
-        "import of this archive; import into an empty broker, or under another topic prefix"
+        "import of this archive; import into a broker without these topics (or with them "
+        "empty), or delete them first"
     )
 
 
@@ -522,10 +523,10 @@ async def _check_topics(
             full = sorted({tp.topic for tp, end in ends.items() if end > 0})
             if full and not resume:
                 raise ArchiveError(
-                    f"the target already holds records in {', '.join(full)}: import into an "
-                    "empty broker (or under another topic prefix), or offsets would shift. If "
-                    "an earlier import of this archive stopped half way, resume it "
-                    "(`engram import --resume`)"
+                    f"the target already holds records in {', '.join(full)}: import into a "
+                    "broker without these topics (or with them empty), or delete them first; "
+                    "added to them, the records' offsets would shift. If an earlier import of "
+                    "this archive stopped half way, resume it (`engram import --resume`)"
                 )
     except KafkaError as exc:
         raise ArchiveError(f"cannot prepare topics on {bootstrap}: {exc}") from exc

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 import typer
+from rich.console import Console
 
 from projections.history import AgentHistory, LogPosition, TimelineEntry
 from streams.cli.console import console, err, fail
@@ -42,6 +43,24 @@ def test_a_history_shows_stored_text_verbatim() -> None:
         console.print(history_table(history), width=200)
     for text in TEXTS:
         assert text in captured.get()
+
+
+def test_a_history_names_each_retrieval_by_its_event_id() -> None:
+    """`engram recall AGENT --again ID` takes it, and the table was the one place without it."""
+    entry = TimelineEntry(
+        at=datetime(2026, 1, 1, tzinfo=UTC),
+        kind="retrieved",
+        text="retrieved 2 memories",
+        event_id="c0ffee00-0000-4000-8000-000000000001",
+        position=LogPosition(topic="memory.access", partition=0, offset=3),
+    )
+    history = AgentHistory(
+        agent_id="U3", entries=(entry,), counts={"retrieved": 1}, total=1, truncated=False
+    )
+    wide = Console(width=200, markup=False)
+    with wide.capture() as captured:
+        wide.print(history_table(history))
+    assert "(id c0ffee00-0000-4000-8000-000000000001)" in captured.get()
 
 
 def test_an_error_names_the_input_verbatim_on_one_line() -> None:
