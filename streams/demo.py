@@ -246,7 +246,14 @@ async def run_demo(
                 out.print("   (nothing yet)")
             lookup = await show_plan_lookup(client, house.agent_id, out)
             outcome.plan_lookups[(house.agent_id, year)] = lookup
-            out.print(f"   -> decides [cyan]{escape(skill)}[/cyan]", markup=True)
+            # The choice follows what it recalls; a cached plan of another skill is set aside.
+            cached = lookup.plan.skill if lookup.hit and lookup.plan is not None else None
+            how = ""
+            if cached == skill:
+                how = " (the cached plan)"
+            elif cached is not None:
+                how = f" (not the cached {escape(cached)}: what it recalls weighs more)"
+            out.print(f"   -> decides [cyan]{escape(skill)}[/cyan]{how}", markup=True)
         await stats.wait_for(await publisher.publish_many(decisions), timeout)
         outcome.events_published += len(decisions)
 

@@ -66,7 +66,7 @@ async def show_plan_lookup(client: AsyncEngramClient, agent_id: str, out: Consol
     if lookup.hit and lookup.plan is not None:
         out.print(
             f"   plan cache: [green]hit[/green] {escape(str(lookup.plan.skill))} (similarity "
-            f"{lookup.similarity:.2f}, score {lookup.score:.2f}): reused",
+            f"{lookup.similarity:.2f}, score {lookup.score:.2f})",
             markup=True,
         )
     else:

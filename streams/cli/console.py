@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -135,11 +137,19 @@ def friendly_errors() -> Iterator[None]:
         yield
     except typer.Exit:
         raise
+    except BrokenPipeError:
+        # The reader went away (`engram dead-letters --json | head`): the rest has nowhere to
+        # go, and the interpreter's last flush must not fail on it too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise typer.Exit(128 + signal.SIGPIPE) from None
     except known as exc:
         fail(str(exc), _code(exc))
     except ValidationError as exc:
         fail(f"invalid input:\n{validation_lines(exc)}")
-    except (deferred.errors.EngramError, TimeoutError, OSError, ValueError, RuntimeError) as exc:
+    except deferred.errors.EngramError as exc:  # ours: the message says it all
+        fail(str(exc), _code(exc))
+    except (TimeoutError, OSError, ValueError, RuntimeError) as exc:
         fail(f"{type(exc).__name__}: {exc}", _code(exc))
 
 

@@ -11,7 +11,8 @@ import typer
 from rich.console import Console
 
 from projections.history import AgentHistory, LogPosition, TimelineEntry
-from streams.cli.console import console, err, fail
+from schemas.errors import EngramError
+from streams.cli.console import console, err, fail, friendly_errors
 from streams.cli.eventlog import history_table
 
 TEXTS = ["Year 1: the [/INST] tag", "closing [/] and [/bold]", "[bold]Year 1[/bold] :smile:"]
@@ -69,3 +70,43 @@ def test_an_error_names_the_input_verbatim_on_one_line() -> None:
         fail(message)
     assert exited.value.exit_code == 2
     assert captured.get() == f"error: {message}\n"
+
+
+def test_an_error_of_engram_is_its_message_without_its_class() -> None:
+    """`DataDirInUseError: ...` told a user the name of a class, not what to do."""
+
+    class DataDirInUseError(EngramError):
+        pass
+
+    with err.capture() as captured, pytest.raises(typer.Exit), friendly_errors():
+        raise DataDirInUseError("another `engram up` uses /tmp/x: stop it first")
+    assert captured.get() == "error: another `engram up` uses /tmp/x: stop it first\n"
+
+
+PRINTS_MUCH = """
+import sys
+import typer
+from streams.cli.console import friendly_errors
+try:
+    with friendly_errors():
+        for i in range(200_000):
+            print("line", i)
+except typer.Exit as exit:
+    sys.exit(exit.exit_code)
+"""
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly() -> None:
+    """`engram dead-letters --json | head` printed `error: BrokenPipeError`."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", PRINTS_MUCH], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert child.stdout is not None
+    child.stdout.readline()
+    child.stdout.close()
+    _, stderr = child.communicate(timeout=60)
+    assert child.returncode == 141  # 128 + SIGPIPE, as a process the signal ended
+    assert stderr == b""
