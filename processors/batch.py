@@ -171,7 +171,9 @@ def _prepared(ctx: Deriving) -> PreparedEmbedder:
     return embedder if isinstance(embedder, PreparedEmbedder) else PreparedEmbedder(embedder)
 
 
-def agent_forgotten(command: ForgetAgent, position: SourcePosition) -> AgentForgotten:
+def agent_forgotten(
+    command: ForgetAgent, position: SourcePosition, next_seq: int
+) -> AgentForgotten:
     """What a forget command derives: deterministic, so a redelivered command logs the same."""
     return AgentForgotten(
         event_id=derived_event_id(command.event_id, "agent_forgotten"),
@@ -181,6 +183,7 @@ def agent_forgotten(command: ForgetAgent, position: SourcePosition) -> AgentForg
         requested_at=command.requested_at,
         caused_by=command.event_id,
         source_position=position,
+        next_seq=next_seq,
     )
 
 
@@ -321,8 +324,11 @@ class _Batch:
     def forget(self, command: ForgetAgent, position: SourcePosition) -> None:
         result, agent = self.result, command.agent_id
         self.opener.forget(agent, command.key_ids)
-        result.derived.append(agent_forgotten(command, position))
-        result.states.pop(agent, None)
+        # Nothing of its memories is kept; its seq goes on, so its next life is told apart
+        # from this one in the log by seq alone.
+        next_seq = self._state_of(agent).next_seq
+        result.derived.append(agent_forgotten(command, position, next_seq))
+        result.states[agent] = AgentMemoryState(next_seq=next_seq)
         result.forgotten_agents[agent] = command.key_ids
         for touched in self.touched_in.values():
             touched.discard(agent)
@@ -330,18 +336,17 @@ class _Batch:
     def tick(self, tick: ScheduleTick, position: SourcePosition) -> None:
         result, partition = self.result, position.partition
         agents = set(self.agents_of_partition(partition)) | self.touched_in.get(partition, set())
-        agents -= set(result.forgotten_agents)
+        # A forgotten agent's state here is its next life's (what it recorded since, or
+        # nothing), never the one it had before the batch.
         states = {a: result.states.get(a) or self.load_state(a) for a in agents}
         derived, changed = on_tick(tick, states, self.ctx, position)
         result.derived.extend(derived)
         result.states.update(changed)
 
     def _state_of(self, agent: str) -> AgentMemoryState:
-        """The agent's state as this batch left it; a forgotten agent's starts afresh."""
+        """The agent's state as this batch left it (a forgotten agent's starts afresh)."""
         result = self.result
-        return result.states.get(agent) or (
-            AgentMemoryState() if agent in result.forgotten_agents else self.load_state(agent)
-        )
+        return result.states.get(agent) or self.load_state(agent)
 
     def retrieval(self, retrieval: MemoryRetrieved) -> None:
         agent = retrieval.agent_id

@@ -89,6 +89,29 @@ def _erasures_first(ordered: list[DerivedEvent]) -> list[DerivedEvent]:
     return out
 
 
+def _next_lives(
+    recorded: list[DerivedEvent],
+    groups: dict[tuple[str, int, int] | tuple[str], list[DerivedEvent]],
+    index: dict[tuple[str, int, int] | tuple[str], int],
+) -> dict[int, int]:
+    """Recordings an erasure must precede: the first of its agent's next life (``seq`` from
+    the erasure's ``next_seq`` on), by number in ``recorded``, with the erasure's group. An
+    erasure has no recording of its own to anchor it, and left to float it could come after
+    recordings of the next life, which it would then erase (an unsealed agent's, whose earlier
+    life stays readable, so :func:`_erasures_first` cannot move it first)."""
+    anchors: dict[int, int] = {}
+    for key, grouped in groups.items():
+        for event in grouped:
+            if not isinstance(event, AgentForgotten) or event.next_seq is None:
+                continue
+            for number, memory in enumerate(recorded):
+                seq = getattr(memory, "seq", None)
+                if memory.agent_id == event.agent_id and seq is not None and seq >= event.next_seq:
+                    anchors[number] = max(anchors.get(number, -1), index[key])
+                    break
+    return anchors
+
+
 def _partition_order(events: list[DerivedEvent]) -> list[DerivedEvent]:
     """:func:`causal_order` within one partition number, where both topics hold one worker's
     emissions in order (derived events go to their source's partition number)."""
@@ -105,11 +128,12 @@ def _partition_order(events: list[DerivedEvent]) -> list[DerivedEvent]:
             groups.setdefault(_position_key(event), []).append(event)
     keys = list(groups)
     index = {key: i for i, key in enumerate(keys)}
+    anchors = _next_lives(recorded, groups, index)
     ordered: list[DerivedEvent] = []
     done = 0
-    for memory in recorded:
-        at = index.get(_position_key(memory))
-        if at is not None and at >= done:
+    for number, memory in enumerate(recorded):
+        at = max(index.get(_position_key(memory), -1), anchors.get(number, -1))
+        if at >= 0 and at >= done:
             for key in keys[done : at + 1]:
                 ordered.extend(groups[key])
             done = at + 1

@@ -146,8 +146,8 @@ def fold(state: AgentMemoryState, event: DerivedEvent) -> AgentMemoryState:
             return _forgotten(state, event)
         case AgentForgotten():
             # Every memory of the agent left the projections: what it publishes next starts
-            # afresh.
-            return AgentMemoryState()
+            # afresh, its seq going on from where the erasure says.
+            return AgentMemoryState(next_seq=event.next_seq or 0)
         case ProcedureChanged() | PlanChanged() | FactStated() | MemoryRated():
             return fold_learning(state, event)
         case _:

@@ -27,8 +27,9 @@ where the log is sealed the snapshot is too: each agent's state is sealed with t
 its keys, leaves it unreadable in every snapshot, as in the log. A reader opens the sealed
 states before it resumes (:func:`with_states`); a state sealed with a forgotten key is left
 out, since the erasure that forgot the agent follows in the log after the snapshot. A state
-with nothing in it (an agent just forgotten) stays plain: sealing it would make the agent a
-key again. A reader from before ``sealed`` refuses such a chunk, and folds the log instead.
+with nothing in it (an agent just forgotten, its ``seq`` aside) stays plain: sealing it would
+make the agent a key again. A reader from before ``sealed`` refuses such a chunk, and folds
+the log instead.
 """
 
 from __future__ import annotations
@@ -225,6 +226,12 @@ Seal = Callable[[str, bytes], bytes | None]
 EMPTY_STATE = AgentMemoryState()
 
 
+def holds_nothing(state: AgentMemoryState) -> bool:
+    """Whether a state says nothing of the agent's memories (a forgotten agent's: its ``seq``
+    goes on, nothing else is kept)."""
+    return state == EMPTY_STATE or replace(state, next_seq=0) == EMPTY_STATE
+
+
 def chunk_records(
     snapshot: PartitionSnapshot,
     snapshot_id: str,
@@ -267,7 +274,7 @@ def iter_chunk_records(
 
     for agent, state in sorted(snapshot.states.items()):
         encoded = _STATE.dump_json(state)
-        closed = None if seal is None or state == EMPTY_STATE else seal(agent, encoded)
+        closed = None if seal is None or holds_nothing(state) else seal(agent, encoded)
         value = encoded if closed is None else closed
         name = json.dumps(agent).encode()
         if len(value) > chunk_bytes:

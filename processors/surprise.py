@@ -12,7 +12,13 @@ the log (:class:`schemas.memory_events.SurpriseReading`):
   signature is the sorted ``NAME:LEVEL`` parts joined by ``|``, and
   ``surprise = 1 - P(signature)`` with ``P = times seen before / (observations before + 1)``,
   which gives the "boiling frog" trace of section 4.3 exactly (1.0, 0.5, 0.333, 0.25, and 1.0
-  for a new combination).
+  for a new combination). The seed's signature is the situation of a time step
+  (``FLOOD:HIGH + NEIGHBOR:ELEVATING`` in Year 10): the events of one year (else one step)
+  make one situation, its parts joined as they arrive, counted once when the next time
+  begins; an event's ``P`` is the share of earlier situations that hold everything seen so
+  far in its own. A flood and the claim it brings are then one situation a year, not two
+  signatures that each stay half as likely (a household flooded and paid every year stayed
+  in System 2 for good). An event without a year or a step is a situation of its own.
 * **Decision consistency** (section 2b, DCS), from Decision events' ``skill``, with Laplace
   smoothing over a vocabulary ``V`` = the distinct actions seen before + 1 (one slot for every
   action not seen yet, so the probabilities of a history sum to 1):
@@ -185,15 +191,19 @@ def _level(sensor: Sensor, event: AgentEvent) -> str | None:
     return None
 
 
-def signature_of(sensors: tuple[Sensor, ...], event: AgentEvent) -> str | None:
-    """``NAME:LEVEL`` of every sensor that reads a level, sorted, joined by ``|`` (seed 003,
-    section 4.2: ``FLOOD:HIGH|PANIC:LOW``); None when every sensor is silent."""
-    parts = [
+def parts_of(sensors: tuple[Sensor, ...], event: AgentEvent) -> list[str]:
+    """``NAME:LEVEL`` of every sensor that reads a level, sorted."""
+    return sorted(
         f"{sensor.name}:{level}"
         for sensor in sensors
         if (level := _level(sensor, event)) is not None
-    ]
-    return "|".join(sorted(parts)) or None
+    )
+
+
+def signature_of(sensors: tuple[Sensor, ...], event: AgentEvent) -> str | None:
+    """The parts joined by ``|`` (seed 003, section 4.2: ``FLOOD:HIGH|PANIC:LOW``); None when
+    every sensor is silent."""
+    return "|".join(parts_of(sensors, event)) or None
 
 
 @dataclass(frozen=True)
@@ -206,18 +216,42 @@ class SymbolicStrategy:
     def observe(
         self, state: SymbolicState, event: AgentEvent
     ) -> tuple[Observed | None, SymbolicState]:
-        signature = signature_of(self.config.sensors, event)
-        if signature is None:
+        parts = parts_of(self.config.sensors, event)
+        if not parts:
             return None, state
-        seen = dict(state.seen)
-        before = seen.pop(signature, 0)
-        probability = before / (state.observations + 1)
-        seen[signature] = before + 1
+        period = event.year if event.year is not None else event.step
+        seen, observations = dict(state.seen), state.observations
+        if state.situation and (period is None or period != state.period):
+            # The time of the last situation is over: it is counted now, once.
+            ended = "|".join(state.situation)
+            seen[ended] = seen.pop(ended, 0) + 1
+            observations += 1
+            _bounded(seen, self.config.max_signatures)
+        if period is None:
+            signature = "|".join(parts)
+            before = seen.pop(signature, 0)
+            probability = before / (observations + 1)
+            seen[signature] = before + 1
+            after = SymbolicState(
+                observations=observations + 1,
+                seen=tuple(_bounded(seen, self.config.max_signatures).items()),
+            )
+            return Observed(1.0 - probability, signature, probability=probability), after
+        so_far = state.situation if period == state.period else ()
+        situation = tuple(sorted({*so_far, *parts}))
+        # Seen so far, the situation is any earlier one that holds all of it: the events of
+        # one time arrive one by one (a flood, then the claim it brings).
+        wanted = set(situation)
+        held = sum(n for signature, n in seen.items() if wanted <= set(signature.split("|")))
+        probability = held / (observations + 1)
         after = SymbolicState(
-            observations=state.observations + 1,
-            seen=tuple(_bounded(seen, self.config.max_signatures).items()),
+            observations=observations,
+            seen=tuple(seen.items()),
+            period=period,
+            situation=situation,
         )
-        return Observed(1.0 - probability, signature, probability=probability), after
+        observed = "|".join(situation)
+        return Observed(1.0 - probability, observed, probability=probability), after
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ CURRENT_VERSIONS: dict[str, int] = {
     "observation": 1,
     "decision": 1,
     "feedback": 1,
-    "memory.recorded": 1,
+    "memory.recorded": 2,
     "memory.promoted": 1,
     "memory.summarised": 1,
     "memory.forgotten": 1,
@@ -49,7 +49,7 @@ CURRENT_VERSIONS: dict[str, int] = {
     "memory.retrieved": 1,
     "schedule.tick": 1,
     "agent.forget": 1,
-    "memory.agent_forgotten": 1,
+    "memory.agent_forgotten": 2,
     "memory.logged": 1,
     "procedure.changed": 1,
     "plan.changed": 1,
@@ -57,7 +57,21 @@ CURRENT_VERSIONS: dict[str, int] = {
     "memory.rated": 1,
 }
 
-UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+def _forgotten_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 did not say where the agent's next life starts."""
+    return {**payload, "next_seq": None}
+
+
+def _unchanged(payload: dict[str, Any]) -> dict[str, Any]:
+    """A version that only added optional fields: the old payload reads as it is."""
+    return payload
+
+
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("memory.agent_forgotten", 1): _forgotten_v1_to_v2,
+    ("memory.recorded", 1): _unchanged,
+}
 """``(event_type, version) -> step to version + 1``. Register one for every bump of a version."""
 
 _DERIVED_TYPES: dict[str, type[DerivedRecord]] = {

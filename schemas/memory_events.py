@@ -100,6 +100,12 @@ class SymbolicState(BaseModel):
     strategy: Literal["symbolic"] = "symbolic"
     observations: int = Field(default=0, ge=0)
     seen: tuple[SymbolCount, ...] = ()
+    period: int | None = None
+    """The simulation time (year, else step) of the situation being observed: every event of
+    one time adds to one situation, counted in ``seen`` once the next time begins (None: each
+    event is a situation of its own)."""
+    situation: tuple[str, ...] = ()
+    """The ``NAME:LEVEL`` parts of that situation so far, sorted."""
 
 
 class ConsistencyState(BaseModel):
@@ -181,8 +187,13 @@ class MemoryWritten(Event):
 
 
 class MemoryRecorded(MemoryWritten):
-    """A memory of one agent event entered working or episodic memory."""
+    """A memory of one agent event entered working or episodic memory.
 
+    Version 2: a symbolic surprise state may carry the situation being observed
+    (:class:`SymbolicState` ``period`` and ``situation``), which a reader of version 1 would
+    refuse; a version-1 payload reads as it is."""
+
+    schema_version: int = 2
     event_type: Literal["memory.recorded"] = "memory.recorded"
     scoring: ImportanceInputs
     surprise: SurpriseReading | None = Field(
@@ -308,9 +319,14 @@ class AgentForgotten(Event):
     then applies this, which erases nothing more (deploy/README.md, "Forgetting an agent").
     """
 
+    schema_version: int = 2
     event_type: Literal["memory.agent_forgotten"] = "memory.agent_forgotten"
     key_ids: tuple[str, ...] = ()
     """The agent's sealing keys deleted with it."""
+    next_seq: int | None = Field(default=None, ge=0)
+    """The agent's next ``seq`` when it was forgotten: what it records after continues from
+    here, so a reader of the log tells its earlier life (``seq`` below) from its next one
+    (:func:`processors.emission_order.causal_order`). None in a version-1 erasure."""
     requested_at: AwareDatetime
     caused_by: EventId = Field(description="The ForgetAgent command's event id.")
     source_position: SourcePosition | None = None

@@ -47,8 +47,10 @@ from schemas.agent_events import Decision, FactStatement, Feedback, Observation
 from schemas.codec import decode_retrieval, encode_event
 from schemas.learned_events import LearnedChange
 from schemas.memory_events import (
+    AgentForgotten,
     DerivedEvent,
     DerivedRecord,
+    ForgetAgent,
     MemoryForgotten,
     MemoryPromoted,
     MemoryRecorded,
@@ -112,6 +114,7 @@ action: st.SearchStrategy[Action] = st.one_of(
     st.tuples(_agent, st.just("retrieve"), st.integers(0, len(SCORES) - 1)),
     st.tuples(st.sampled_from(["0", "1"]), st.just("tick"), st.integers(1, 200)),
     st.tuples(_agent, st.just("garbage"), st.just(0)),
+    st.tuples(_agent, st.just("forget"), st.just(0)),
 )
 """Weighted by repetition: mostly recordings and simulated time, so that the rules fire."""
 
@@ -289,6 +292,12 @@ class StreamBuilder:
             self.add(TOPICS.schedule, int(who), encode_event(tick), "tick")
             return
         partition = PARTITION_OF[who]
+        if what == "forget":
+            # Unsealed (the worker model has no keyring): the earlier life stays readable, and
+            # the erasure must sit between it and the next one in every reading of the log.
+            forget = ForgetAgent(event_id=f"forget-{n}", agent_id=who, requested_at=self.now)
+            self.add(TOPICS.schedule, partition, encode_event(forget), "tick")
+            return
         clock = self.steps.get(who, 0)
         step = clock if who.startswith("S") else None
         year = clock // 4 if who.startswith("S") else clock if who.startswith("Y") else None
@@ -414,6 +423,8 @@ def projected(events: Iterable[DerivedEvent]) -> dict[str, DerivedEvent]:
     for event in events:
         if isinstance(event, MemoryForgotten):
             held.pop(event.memory_id, None)
+        elif isinstance(event, AgentForgotten):
+            held = {k: e for k, e in held.items() if e.agent_id != event.agent_id}
         elif isinstance(event, MemoryRecorded | MemoryPromoted | MemorySummarised):
             held[event.memory_id] = event
     return held

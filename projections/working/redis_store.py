@@ -22,7 +22,8 @@ Every event is one ``EVALSHA`` that writes the data and advances the applied off
 (streams/README.md, invariant 3), so a crash between the two cannot happen. A batch is one pipeline
 without ``MULTI``: atomicity per event is enough because every event is idempotent on its own.
 
-Redelivery: an event whose source offset is *below* the applied offset is skipped, and a
+Redelivery: an event whose source offset is *below* the applied offset is skipped (an
+erasure *at* it too, and a recording of the life an erasure ended: see ``_APPLY``), and a
 recording whose seq a capacity eviction has passed (``#evicted``, see ``_APPLY``) is skipped
 too, so replaying an old prefix cannot resurrect a memory evicted later, whichever source topic
 the eviction came from. An event *at* the applied offset is
@@ -74,11 +75,16 @@ _APPLY = b"""
 local position = KEYS[3]
 if position then
   local applied = redis.call('GET', position)
-  if applied and tonumber(applied) > tonumber(ARGV[2]) then
+  if applied and (tonumber(applied) > tonumber(ARGV[2])
+      or (ARGV[1] == 'a' and tonumber(applied) == tonumber(ARGV[2]))) then
     return 0
   end
 end
 if ARGV[1] == 'r' or ARGV[1] == 's' then
+  local below = redis.call('HGET', KEYS[2], '#erased_below')
+  if below and tonumber(ARGV[4]) < tonumber(below) then
+    return 0
+  end
   if ARGV[1] == 'r' then
     local evicted = redis.call('HGET', KEYS[2], '#evicted')
     if not evicted or tonumber(ARGV[4]) > tonumber(evicted) then
@@ -104,6 +110,9 @@ elseif ARGV[1] == 'f' then
   redis.call('HDEL', KEYS[2], ARGV[3])
 else
   redis.call('DEL', KEYS[1], KEYS[2])
+  if ARGV[3] and ARGV[3] ~= '' then
+    redis.call('HSET', KEYS[2], '#erased_below', ARGV[3])
+  end
 end
 if position then
   redis.call('SET', position, ARGV[2])
@@ -114,7 +123,15 @@ return 1
 ARGV: 'r'ecord, 's'urprise only (an episodic recording), 'f'orget a memory or forget the whole
 'a'gent, source offset ('' without a position), then for 'r', 's' and 'f' the memory id, for
 'r' and 's' its seq and payload ('' for 's') and, if the recording carries one, its surprise
-reading; for 'f' whether it was a capacity ('fifo') eviction.
+reading; for 'f' whether it was a capacity ('fifo') eviction; for 'a' the agent's next seq
+('' when the erasure does not say).
+
+``#erased_below`` (set by an erasure that names the agent's next seq) is where the agent's
+next life begins: a recording below it is one of the life the erasure ended, applied again
+(at its topic's applied offset, which re-applies), and is skipped, as is its reading. An
+erasure at its own applied offset is skipped, not applied again: it is the one event of its
+source record, and applied again after the next life it erased that life, whose recordings,
+below the applied offsets of their own topics, were not applied again.
 
 ``#arousal`` in the memories hash is the agent's latest surprise reading and ``#arousal_seq``
 the seq of the recording that carried it: a reading replaces it only from a seq at least as
@@ -256,7 +273,8 @@ class RedisWorkingMemory:
                 fifo = b"fifo" if event.reason == "capacity" else b""
                 return self._script(event, b"f", event.memory_id.encode(), fifo)
             case AgentForgotten():
-                return self._script(event, b"a")
+                below = b"" if event.next_seq is None else b"%d" % event.next_seq
+                return self._script(event, b"a", below)
             case ConsolidationCompleted():
                 return None
             case LearnedChange():

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import httpx
 
+    from processors import config as processing_config
     from processors import embedding
     from projections import history as agent_history
     from projections import interfaces as store_interfaces
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 _MODULES = {
     "httpx": "httpx",
     "embedding": "processors.embedding",
+    "processing_config": "processors.config",
     "agent_history": "projections.history",
     "store_interfaces": "projections.interfaces",
     "projection_versions": "projections.versions",
@@ -108,6 +110,7 @@ __all__ = [
     "log_cut",
     "metrics_server",
     "node",
+    "processing_config",
     "projection_switch",
     "projection_versions",
     "publisher",

@@ -22,8 +22,9 @@ app = typer.Typer(
     name="engram",
     help="Engram: event-sourced memory for AI agents. Every memory is an event on a Kafka log; "
     "Redis (working memory) and Qdrant (episodic memory) hold projections rebuilt from it.\n\n"
-    "Configuration comes from ENGRAM_* environment variables (see README); with none set, "
-    "commands use the embedded dev stack.\n\n"
+    "Configuration comes from ENGRAM_* environment variables (see README). With none set, "
+    "`engram up` and `engram demo` run the embedded dev stack; the other commands say which "
+    "variable they need (`engram up` prints them all).\n\n"
     "Exit codes: 0 done; 1 not done (a declined confirmation, a forget no worker completed "
     "in time, `recall --again` results that differ); 2 refused (bad input or configuration: "
     "the same command would be refused again); 3 the active projection version needs another "

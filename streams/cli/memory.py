@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from streams.cli import deferred
 from streams.cli.configuration import bootstrap_of, load_settings, open_keyring
-from streams.cli.console import UNREACHABLE, console, fail, friendly_errors, run
+from streams.cli.console import UNREACHABLE, console, err, fail, friendly_errors, run
 from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
@@ -56,12 +56,33 @@ def publish(
         "tags": tuple(t.strip() for t in tags.split(",") if t.strip()) if tags else (),
     }
     fields = {k: v for k, v in fields.items() if v is not None}
+    _warn_unknown_profile(settings, agent_type, source)
 
     async def main() -> None:
         event = _event(event_type, fields, skill=skill, target=target, signal=signal_value)
         await _publish(settings, bootstrap, event)
 
     run(main)
+
+
+def _warn_unknown_profile(settings: EngramSettings, agent_type: str, source: str | None) -> None:
+    """A mistyped agent type or source is valid (the default profile, no source weight) and
+    silently changes the importance, the routing and the agent's capacities: say so."""
+    with friendly_errors():
+        config = deferred.processing_config.load_processing_config(settings.agent_types)
+    known = config.agent_types
+    if agent_type not in known:
+        err.print(
+            f"warning: agent type {agent_type!r} is not in the agent types "
+            f"({', '.join(sorted(known))}): the default profile applies"
+        )
+    profile = config.profile_for(agent_type)
+    if source is not None and source not in profile.source_weights:
+        err.print(
+            f"warning: source {source!r} is not one of the profile's "
+            f"({', '.join(sorted(profile.source_weights))}): it weighs as "
+            f"{profile.default_source!r}"
+        )
 
 
 def _event(

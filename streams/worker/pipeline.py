@@ -26,7 +26,7 @@ import base64
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -194,13 +194,7 @@ class IngestPipeline:
             applied[(topic, partition)] = min(-1 if m is None else m for m in marks)
             # A batch's index entries are written before either store applies it.
             indexed[(topic, partition)] = max(-1 if m is None else m for m in marks)
-        tail = [
-            e
-            for e in logged
-            if e.source_position is None
-            or e.source_position.offset
-            >= applied.get((e.source_position.topic, e.source_position.partition), -1)
-        ]
+        tail = [e for e in logged if _lacking(e, applied)]
         await self.apply(tail)
         self.stats.caught_up += len(tail)
         await self._distrust_index(tail, indexed)
@@ -558,3 +552,18 @@ class IngestPipeline:
             key = (raw.topic, raw.partition)
             if stats.applied.get(key, -1) < raw.offset:
                 stats.applied[key] = raw.offset
+
+
+def _lacking(event: DerivedEvent, applied: Mapping[tuple[str, int], int]) -> bool:
+    """Whether a catch-up applies ``event`` again: from the stores' applied offset on (one
+    source record derives several events, which a crash may have cut between), but an erasure
+    only past it. It is the one event of its record, and applied again it would erase the
+    agent's next life, whose recordings, below their own topics' offsets, are not applied
+    again."""
+    position = event.source_position
+    if position is None:
+        return True
+    mark = applied.get((position.topic, position.partition), -1)
+    if isinstance(event, AgentForgotten):
+        return position.offset > mark
+    return position.offset >= mark

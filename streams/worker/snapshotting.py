@@ -43,9 +43,9 @@ from typing import Any
 
 from processors.state_fold import FoldedState
 from processors.state_snapshot import (
-    EMPTY_STATE,
     CoveredLog,
     PartitionSnapshot,
+    holds_nothing,
     iter_chunk_records,
     manifest_record,
     partition_snapshot,
@@ -163,7 +163,7 @@ class Snapshotter:
         sealer = self.sealer
         if sealer is None or not sealer.enabled:
             return {}
-        agents = {a for s in taken for a, state in s.states.items() if state != EMPTY_STATE}
+        agents = {a for s in taken for a, state in s.states.items() if not holds_nothing(state)}
         try:
             await sealer.prepare_seal(agents)
         except KeyringError as exc:

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from processors.batch import PlainRecords, RawRecord, process_batch
 from processors.config import ProcessingConfig, load_processing_config
 from processors.embedding import HashingEmbedder
 from processors.recording import AgentMemoryState, record
@@ -25,8 +27,17 @@ from projections.interfaces import ProjectionError
 from projections.memory import StoredMemory
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import Observation
-from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded, SourcePosition
+from schemas.codec import encode_event
+from schemas.memory_events import (
+    DerivedEvent,
+    ForgetAgent,
+    MemoryForgotten,
+    MemoryRecorded,
+    SourcePosition,
+)
+from schemas.topics import Topics
 from streams.runtime.devstack.redis_server import RedisServer, RedisServerError
+from tests.agent_streams import CTX
 from tests.integration.projections.lifecycle_events import (
     agent_forgotten,
     consolidated,
@@ -318,6 +329,41 @@ async def test_applying_a_batch_twice_equals_once(working_store: RedisWorkingMem
     await working_store.apply(events)
 
     assert await snapshot(working_store, ["agent-1"], [0]) == once
+
+
+async def test_an_erasure_applied_again_leaves_the_agents_next_life(
+    working_store: RedisWorkingMemory,
+) -> None:
+    """A takeover applies a suffix of the log again: the erasure was at its topic's applied
+    offset, so it ran again and erased the next life, whose recording, below the applied
+    offset of its own topic (another agent's recording came after it), was not applied
+    again: the agent's working memory was lost."""
+    topics = Topics()
+    forget = ForgetAgent(event_id="forget-1", agent_id="W1", requested_at=datetime.now(UTC))
+
+    def observe(offset: int, agent: str, text: str) -> RawRecord:
+        value = encode_event(Observation(agent_id=agent, content=text, importance=0.1))
+        return RawRecord(topics.observations, 0, offset, agent.encode(), value, "observation")
+
+    records = [
+        RawRecord(topics.schedule, 0, 0, b"W1", encode_event(forget), None, "tick"),
+        observe(0, "W1", "the next life"),
+        observe(1, "S1", "another agent, later on the same topic"),
+    ]
+    derived = process_batch(
+        records,
+        lambda a: AgentMemoryState(),
+        ctx=CTX,
+        failed_at=datetime.now(UTC),
+        opener=PlainRecords(),
+    ).derived
+    await working_store.apply(derived)
+    once = await snapshot(working_store, ["W1", "S1"], [0])
+    assert [m.content for m in await working_store.memories("W1")] == ["the next life"]
+
+    await working_store.apply(derived)
+
+    assert await snapshot(working_store, ["W1", "S1"], [0]) == once
 
 
 async def test_replaying_an_old_prefix_does_not_resurrect_evicted_memories(

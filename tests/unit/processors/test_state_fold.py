@@ -29,6 +29,7 @@ from processors.state_fold import FoldedState
 from schemas.agent_events import Observation
 from schemas.codec import encode_event
 from schemas.memory_events import (
+    AgentForgotten,
     DerivedEvent,
     DerivedRecord,
     DerivedUpTo,
@@ -160,6 +161,8 @@ def projected(events: list[DerivedEvent]) -> dict[str, DerivedEvent]:
     for event in events:
         if isinstance(event, MemoryForgotten):
             held.pop(event.memory_id, None)
+        elif isinstance(event, AgentForgotten):
+            held = {k: e for k, e in held.items() if e.agent_id != event.agent_id}
         elif isinstance(event, MemoryRecorded | MemoryPromoted | MemorySummarised):
             held[event.memory_id] = event
     return held

@@ -116,6 +116,44 @@ def test_the_boiling_frog_trace_of_section_4_3() -> None:
     assert all(r is not None and r.arousal == r.surprise for r in got)
 
 
+def test_the_events_of_one_year_are_one_situation() -> None:
+    """Seed 003 signs the situation of a year (Y10: ``FLOOD:HIGH + NEIGHBOR:ELEVATING``). A
+    household flooded and paid every year sent two events a year; signed one by one, each
+    stayed about half as likely (n / (2n - 1)) and the household stayed in System 2 for good.
+    As one situation a year it habituates as the seed's single flood does."""
+    config = SymbolicSurprise(
+        sensors=(FLOOD, NEIGHBOR, Sensor(name="CLAIM", kinds={"claim.approved": "PAID"}))
+    )
+
+    def year_of(year: int, *extra: str) -> list[Observation]:
+        at = START + timedelta(days=365 * year)
+        flood = Observation(
+            agent_id="H001", event_id=f"f{year}", occurred_at=at, year=year,
+            content="a flood", metadata={"flood_depth": 2.0}, tags=extra,
+        )  # fmt: skip
+        claim = Observation(
+            agent_id="H001", event_id=f"c{year}", occurred_at=at, year=year,
+            content="the claim was paid", kind="claim.approved",
+        )  # fmt: skip
+        return [flood, claim]
+
+    events = [e for year in range(1, 5) for e in year_of(year)]
+    events += year_of(5, "neighbor_elevating")
+    got, last = readings(config, events)
+    assert [r.surprise if r else None for r in got[:8]] == pytest.approx(
+        [1.0, 1.0, 0.5, 0.5, 1 / 3, 1 / 3, 0.25, 0.25]
+    )
+    assert [r.observed if r else None for r in got[:2]] == ["FLOOD:HIGH", "CLAIM:PAID|FLOOD:HIGH"]
+    assert got[7] is not None
+    assert got[7].system == "SYSTEM_1"
+    # Year 5 with a neighbour elevating: a new situation, the agent wakes up.
+    assert got[8] is not None
+    assert (got[8].observed, got[8].surprise) == ("FLOOD:HIGH|NEIGHBOR:ELEVATING", 1.0)
+    assert last is not None
+    assert isinstance(last.state, SymbolicState)
+    assert last.state.observations == 4  # the years counted; the fifth when the sixth begins
+
+
 def test_a_signature_is_the_sorted_levels_of_the_sensors_that_fire() -> None:
     sensors = (
         Sensor(name="PANIC", key="panic", values={"calm": "LOW", "true": "HIGH"}),

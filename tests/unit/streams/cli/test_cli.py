@@ -94,6 +94,18 @@ def test_an_unreachable_query_service_is_named() -> None:
     assert "Exit" not in result.output
 
 
+def test_a_mistyped_agent_type_or_source_is_named() -> None:
+    """Both are valid, and silently gave the default profile (importance, capacities)."""
+    env = {"ENGRAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{closed_port()}"}
+    args = ["publish", "H5", "Year 1: big flood", "--agent-type", "housewhold"]
+    result = runner.invoke(app, [*args, "--source", "persnal"], env=env)
+    said = " ".join(result.output.split())
+    assert "agent type 'housewhold' is not in the agent types" in said
+    assert "source 'persnal' is not one of the profile's" in said
+    right = ["publish", "H5", "x", "--agent-type", "household", "--source", "personal"]
+    assert "warning" not in runner.invoke(app, right, env=env).output
+
+
 def test_the_help_names_every_exit_code() -> None:
     from streams.cli.stack import EXIT_RESTART
 

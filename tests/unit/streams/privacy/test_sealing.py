@@ -13,7 +13,7 @@ from processors.emission_order import causal_order
 from processors.recording import AgentMemoryState
 from schemas.agent_events import Observation
 from schemas.codec import DecodeError, encode_event
-from schemas.memory_events import AgentForgotten, ForgetAgent, MemoryRecorded
+from schemas.memory_events import AgentForgotten, DerivedEvent, ForgetAgent, MemoryRecorded
 from streams.privacy.keyring import FileKeyring
 from streams.privacy.sealing import FORGOTTEN, RecordSealer
 from tests.agent_streams import CTX, TOPICS
@@ -135,14 +135,18 @@ async def test_a_forget_request_erases_in_log_order_and_skips_the_old_keys_after
     assert erasure.source_position is not None
     assert erasure.source_position.topic == TOPICS.schedule
     assert result.forgotten_agents == {"H001": key_ids}
-    assert "H001" not in result.states
+    # Nothing of its memories is kept: only where its seq goes on.
+    assert result.states["H001"] == AgentMemoryState(next_seq=erasure.next_seq or 0)
+    assert erasure.next_seq is not None
+    assert erasure.next_seq > 0
     assert "H002" in result.states
     assert result.forgotten_records == 1
     assert not result.dead_letters
     recorded = [e for e in result.derived if isinstance(e, MemoryRecorded)]
     assert [e.content for e in recorded] == ["before", "neighbour"]
-    # Deterministic, so a redelivered request logs the same erasure.
-    again = process_batch(records[2:3], lambda a: AgentMemoryState(), ctx=CTX, failed_at=NOW)
+    # Deterministic, so a redelivered request logs the same erasure (from the same state).
+    before = AgentMemoryState(next_seq=erasure.next_seq)
+    again = process_batch(records[2:3], lambda a: before, ctx=CTX, failed_at=NOW)
     assert again.derived == [erasure]
 
 
@@ -199,12 +203,55 @@ def test_read_back_an_erasure_of_a_sealed_agent_goes_before_its_new_life() -> No
     read_back = causal_order([*items, *lifecycle])
     assert [type(e).__name__ for e in read_back] == ["AgentForgotten", "MemoryRecorded"]
 
-    # Never sealed: its earlier life is still readable, so the erasure keeps its place.
+    # Never sealed: the erasure cannot go first (its earlier life is still readable), and the
+    # recording of the next life (seq from the erasure's next_seq on) still comes after it.
     unsealed = [e.model_copy(update={"key_ids": ()}) for e in lifecycle]
     assert [type(e).__name__ for e in causal_order([*items, *unsealed])] == [
-        "MemoryRecorded",
         "AgentForgotten",
+        "MemoryRecorded",
     ]
+
+
+def test_read_back_an_erasure_of_an_unsealed_agent_sits_between_its_two_lives() -> None:
+    """Unsealed (ENGRAM_KEYRING=off), the earlier life stays readable: the erasure must come
+    after it and before the next, or a rebuild erased the next life (and a takeover's fold,
+    before the erasure carried next_seq, counted the agent's seq from 0 again)."""
+    request = ForgetAgent(event_id="req-3", agent_id="H001", requested_at=NOW)
+
+    def observation(offset: int, text: str) -> RawRecord:
+        event = Observation(agent_id="H001", content=text, importance=0.9)
+        value = encode_event(event)
+        return RawRecord(TOPICS.observations, 0, offset, b"H001", value, "observation")
+
+    batches = [
+        [observation(0, "old life"), observation(1, "old life too")],
+        [RawRecord(TOPICS.schedule, 0, 0, b"H001", encode_event(request), kind="tick")],
+        [observation(2, "new life"), observation(3, "new life too")],
+    ]
+    states: dict[str, AgentMemoryState] = {}
+    derived: list[DerivedEvent] = []
+    for batch in batches:
+        result = process_batch(
+            batch,
+            lambda a: states.get(a) or AgentMemoryState(),
+            ctx=CTX,
+            failed_at=NOW,
+            opener=PlainRecords(),
+        )
+        states.update(result.states)
+        derived += result.derived
+    items = [e for e in derived if isinstance(e, MemoryRecorded)]
+    lifecycle = [e for e in derived if not isinstance(e, MemoryRecorded)]
+    read_back = causal_order([*items, *lifecycle])
+    assert [getattr(e, "content", type(e).__name__) for e in read_back] == [
+        "old life",
+        "old life too",
+        "AgentForgotten",
+        "new life",
+        "new life too",
+    ]
+    assert [e.seq for e in items] == [0, 1, 2, 3]  # the next life's seq goes on
+    assert states["H001"].next_seq == 4
 
 
 async def test_a_forged_header_is_a_dead_letter_not_a_keyring_outage(tmp_path: Path) -> None:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from processors.batch import RawRecord
 from processors.state_snapshot import (
-    EMPTY_STATE,
     PartitionSnapshot,
     SnapshotManifest,
     assemble,
     decode_snapshot_record,
+    holds_nothing,
 )
 from schemas.agent_events import Observation
 from schemas.codec import encode_event
@@ -106,7 +106,7 @@ async def test_a_forgotten_agents_state_is_unreadable_in_every_snapshot(tmp_path
     after = snapshots_in(snapshot_log.values)[-1]
     assert set(after.sealed) == {"bob"}
     assert set(after.states) <= {"alice"}  # forgotten: nothing in it, kept plain if at all
-    assert all(state == EMPTY_STATE for state in after.states.values())
+    assert all(holds_nothing(state) for state in after.states.values())
     # The snapshot taken before the forget no longer opens for alice: she is left out (her
     # erasure follows it in the log), bob's state is read.
     (old,) = (await opened_snapshots({0: before}, RecordSealer(keyring))).values()
