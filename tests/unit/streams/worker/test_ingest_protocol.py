@@ -17,6 +17,7 @@ from projections.memory import StoredMemory
 from schemas.agent_events import Observation
 from schemas.codec import decode_derived_record, encode_event
 from schemas.memory_events import DerivedEvent, DerivedUpTo, ScheduleTick, SourcePosition
+from schemas.sealed import is_sealed
 from schemas.topics import Topics
 from streams.worker import snapshotting
 from streams.worker.batch_send import Landed
@@ -53,7 +54,12 @@ class Broker:
         log.append(value)
         future: asyncio.Future[Metadata] = asyncio.get_running_loop().create_future()
         self.pending.append((future, Metadata(topic, where[1], len(log) - 1)))
-        kind = decode_derived_record(value).event_type if topic != TOPICS.deadletter else "dead"
+        if is_sealed(value):
+            kind = "sealed"  # a worker with a keyring: what it seals is not read here
+        elif topic == TOPICS.deadletter:
+            kind = "dead"
+        else:
+            kind = decode_derived_record(value).event_type
         self.journal.append(f"send {kind}")
         return future
 

@@ -24,24 +24,10 @@ from streams.privacy.sealing import RecordSealer
 from streams.worker.pipeline import IngestPipeline
 from streams.worker.snapshotting import Snapshotter
 from tests.agent_streams import CONFIG, EMBEDDER
-from tests.unit.streams.worker.test_ingest_protocol import TOPICS, Broker, Metadata, Store
+from tests.unit.streams.worker.test_ingest_protocol import TOPICS, Broker, Store
 from tests.unit.streams.worker.test_snapshotting import Log
 
 SECRET = "my-bank-pin-is-4711"
-
-
-class SealedBroker(Broker):
-    """The producer of sealed records (the journal of :class:`Broker` decodes plain ones)."""
-
-    async def send(
-        self, topic: str, key: bytes | None, value: bytes, partition: int | None
-    ) -> asyncio.Future[Metadata]:
-        where = (topic, partition or 0)
-        log = self.logs.setdefault(where, [])
-        log.append(value)
-        future: asyncio.Future[Metadata] = asyncio.get_running_loop().create_future()
-        self.pending.append((future, Metadata(topic, where[1], len(log) - 1)))
-        return future
 
 
 def snapshots_in(values: list[bytes]) -> list[PartitionSnapshot]:
@@ -67,15 +53,21 @@ def observation(agent: str, n: int, content: str) -> RawRecord:
     return RawRecord(TOPICS.observations, 0, n, agent.encode(), value, "observation")
 
 
-async def test_a_forgotten_agents_state_is_unreadable_in_every_snapshot(tmp_path: Path) -> None:
-    broker, snapshot_log = SealedBroker(), Log()
-    keyring = FileKeyring(tmp_path / "keys")
+def sealing_worker(keyring: FileKeyring) -> tuple[Broker, Log, Snapshotter, IngestPipeline]:
+    """A worker with a keyring that writes a snapshot after every batch."""
+    broker, snapshot_log = Broker(), Log()
     snapshots = Snapshotter(snapshot_log.send, TOPICS, every_records=1)
     pipeline = IngestPipeline(
         CONFIG, EMBEDDER, TOPICS, Store(broker.journal), None, broker.send,
         sealer=RecordSealer(keyring), snapshots=snapshots,
     )  # fmt: skip
     snapshots.sealer = pipeline.sealer
+    return broker, snapshot_log, snapshots, pipeline
+
+
+async def test_a_forgotten_agents_state_is_unreadable_in_every_snapshot(tmp_path: Path) -> None:
+    keyring = FileKeyring(tmp_path / "keys")
+    broker, snapshot_log, snapshots, pipeline = sealing_worker(keyring)
     answering = asyncio.create_task(broker.run())
     try:
         await pipeline.handle([observation("alice", 0, SECRET), observation("bob", 1, "hello")])
@@ -114,14 +106,8 @@ async def test_a_forgotten_agents_state_is_unreadable_in_every_snapshot(tmp_path
 
 
 async def test_a_sealed_snapshot_without_its_keyring_is_no_snapshot(tmp_path: Path) -> None:
-    broker, snapshot_log = SealedBroker(), Log()
     keyring = FileKeyring(tmp_path / "keys")
-    snapshots = Snapshotter(snapshot_log.send, TOPICS, every_records=1)
-    pipeline = IngestPipeline(
-        CONFIG, EMBEDDER, TOPICS, Store(broker.journal), None, broker.send,
-        sealer=RecordSealer(keyring), snapshots=snapshots,
-    )  # fmt: skip
-    snapshots.sealer = pipeline.sealer
+    broker, snapshot_log, snapshots, pipeline = sealing_worker(keyring)
     answering = asyncio.create_task(broker.run())
     try:
         await pipeline.handle([observation("carol", 0, SECRET)])
