@@ -104,11 +104,18 @@ def _next_lives(
         for event in grouped:
             if not isinstance(event, AgentForgotten) or event.next_seq is None:
                 continue
-            for number, memory in enumerate(recorded):
-                seq = getattr(memory, "seq", None)
-                if memory.agent_id == event.agent_id and seq is not None and seq >= event.next_seq:
-                    anchors[number] = max(anchors.get(number, -1), index[key])
-                    break
+            # After the last recording of the ended life (a log from before next_seq may hold
+            # earlier lives with higher seqs), the first of the next.
+            theirs = [
+                (number, seq)
+                for number, memory in enumerate(recorded)
+                if memory.agent_id == event.agent_id
+                and (seq := getattr(memory, "seq", None)) is not None
+            ]
+            ended = max((n for n, seq in theirs if seq < event.next_seq), default=-1)
+            first = next((n for n, seq in theirs if n > ended and seq >= event.next_seq), None)
+            if first is not None:
+                anchors[first] = max(anchors.get(first, -1), index[key])
     return anchors
 
 

@@ -146,8 +146,11 @@ def fold(state: AgentMemoryState, event: DerivedEvent) -> AgentMemoryState:
             return _forgotten(state, event)
         case AgentForgotten():
             # Every memory of the agent left the projections: what it publishes next starts
-            # afresh, its seq going on from where the erasure says.
-            return AgentMemoryState(next_seq=event.next_seq or 0)
+            # afresh, its seq going on from where the erasure says (a version-1 erasure says
+            # nothing: from where the fold got to, never back to 0, so a later erasure's
+            # next_seq is past every seq the agent used).
+            below = state.next_seq if event.next_seq is None else event.next_seq
+            return AgentMemoryState(next_seq=below)
         case ProcedureChanged() | PlanChanged() | FactStated() | MemoryRated():
             return fold_learning(state, event)
         case _:

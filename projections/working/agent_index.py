@@ -1,7 +1,7 @@
 """Where each agent's records lie in the log, kept beside the projections so that one agent's
 history is read from its own records rather than from its whole partition.
 
-Per agent, a sorted set ``{ns}:idx:{agent}`` holds one member per batch and topic partition
+Per agent, a sorted set ``{ns}:idx:a:{agent}`` holds one member per batch and topic partition
 that took any of its records: ``"memory.items:3:1200-1205,1210"`` (topic, partition, the exact
 offsets as runs), scored by where the batch's marker landed (the batches' order, whatever the
 topic). Only batches whose markers are logged are written, so every indexed record counts
@@ -14,10 +14,11 @@ that adds a batch also drops the agent's oldest members, in the same script call
 in the hash ``{ns}:idx#from:{agent}`` per topic partition the offset from which the index still
 holds every indexed record of the agent (a "covers from" watermark; ``#`` is no character of
 an agent id, so the key is no other agent's; the ends and the "whole" flags below are named so
-too: an agent may be called ``whole:0``). A history needs the whole of it (its counts
-cover everything), so a reader that finds a watermark on the agent's partition reads the log
-before the watermarks (and the markers up to the oldest batch kept), and the rest by the
-index.
+too: an agent may be called ``whole:0``, and the agents' sets have a prefix of their own, so no
+key of the layout before them, ``{ns}:idx:whole:{p}`` among them, is ever an agent's). A
+history needs the whole of it (its counts cover everything), so a reader that finds a
+watermark on the agent's partition reads the log before the watermarks (and the markers up to
+the oldest batch kept), and the rest by the index.
 
 The index is derived data. It is trusted for a partition number only while
 ``{ns}:idx#whole:{partition}`` is set: a worker sets it when it opens an empty log's partition
@@ -246,7 +247,7 @@ class AgentIndex:
         return self._ns
 
     def _agent_key(self, agent_id: str) -> str:
-        return f"{self._ns}:idx:{agent_id}"
+        return f"{self._ns}:idx:a:{agent_id}"
 
     def _from_key(self, agent_id: str) -> str:
         return f"{self._ns}:idx#from:{agent_id}"

@@ -17,6 +17,9 @@ procedures, plans, facts, feedback on memories; :mod:`projections.learned.redis_
 The two per-agent keys are everything the namespace holds about an agent, so an
 :class:`AgentForgotten` deletes both (in the same script as the other events, with its
 position): the agent's working memory is gone, and a later event of the agent starts a new one.
+What stays is one field, ``#erased_below``, where the next life's ``seq`` begins (no content; an
+agent that recorded nothing leaves nothing), which keeps a recording of the ended life applied
+again from coming back (see ``_APPLY``).
 
 Every event is one ``EVALSHA`` that writes the data and advances the applied offset together
 (streams/README.md, invariant 3), so a crash between the two cannot happen. A batch is one pipeline
@@ -110,7 +113,7 @@ elseif ARGV[1] == 'f' then
   redis.call('HDEL', KEYS[2], ARGV[3])
 else
   redis.call('DEL', KEYS[1], KEYS[2])
-  if ARGV[3] and ARGV[3] ~= '' then
+  if ARGV[3] and ARGV[3] ~= '' and tonumber(ARGV[3]) > 0 then
     redis.call('HSET', KEYS[2], '#erased_below', ARGV[3])
   end
 end

@@ -194,7 +194,7 @@ class IngestPipeline:
             applied[(topic, partition)] = min(-1 if m is None else m for m in marks)
             # A batch's index entries are written before either store applies it.
             indexed[(topic, partition)] = max(-1 if m is None else m for m in marks)
-        tail = [e for e in logged if _lacking(e, applied)]
+        tail = catch_up(logged, applied)
         await self.apply(tail)
         self.stats.caught_up += len(tail)
         await self._distrust_index(tail, indexed)
@@ -554,12 +554,28 @@ class IngestPipeline:
                 stats.applied[key] = raw.offset
 
 
+def catch_up(
+    logged: Sequence[DerivedEvent], applied: Mapping[tuple[str, int], int]
+) -> list[DerivedEvent]:
+    """What a takeover applies again of ``logged`` (in causal order): each event from the
+    stores' applied offset of its source on (one source record derives several events, which
+    a crash may have cut between), but an erasure only past it, and nothing of an agent before
+    an erasure already applied. Applied again, that erasure would erase the agent's next life,
+    whose recordings, below their own topics' offsets, are not applied again; and what came
+    before it, applied again at its own offset without it, would bring back the ended life."""
+    ended: dict[str, int] = {}
+    for number, event in enumerate(logged):
+        if isinstance(event, AgentForgotten) and not _lacking(event, applied):
+            ended[event.agent_id] = number
+    return [
+        event
+        for number, event in enumerate(logged)
+        if number > ended.get(event.agent_id, -1) and _lacking(event, applied)
+    ]
+
+
 def _lacking(event: DerivedEvent, applied: Mapping[tuple[str, int], int]) -> bool:
-    """Whether a catch-up applies ``event`` again: from the stores' applied offset on (one
-    source record derives several events, which a crash may have cut between), but an erasure
-    only past it. It is the one event of its record, and applied again it would erase the
-    agent's next life, whose recordings, below their own topics' offsets, are not applied
-    again."""
+    """Whether the stores may lack ``event`` (:func:`catch_up`)."""
     position = event.source_position
     if position is None:
         return True

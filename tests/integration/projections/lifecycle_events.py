@@ -157,9 +157,12 @@ def forgotten_by_utility(
     )
 
 
-def agent_forgotten(agent_id: str, *, position: SourcePosition | None = None) -> AgentForgotten:
+def agent_forgotten(
+    agent_id: str, *, position: SourcePosition | None = None, next_seq: int | None = None
+) -> AgentForgotten:
     """The erasure of every memory of ``agent_id``, derived from a forget-agent command at
-    ``position`` (on ``memory.schedule`` in production)."""
+    ``position`` (on ``memory.schedule`` in production); ``next_seq`` where the agent's next
+    life begins (None: an erasure of the version before it)."""
     command_id = derived_event_id(agent_id, "forget-agent")
     return AgentForgotten(
         event_id=derived_event_id(command_id, "agent_forgotten"),
@@ -168,4 +171,5 @@ def agent_forgotten(agent_id: str, *, position: SourcePosition | None = None) ->
         requested_at=datetime(2026, 1, 5, 4, 30, tzinfo=UTC),
         caused_by=command_id,
         source_position=position,
+        next_seq=next_seq,
     )

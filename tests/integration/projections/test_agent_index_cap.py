@@ -62,7 +62,7 @@ async def test_the_cap_holds_and_the_watermark_says_what_was_dropped(
         await index.add_batch(batch(n, {"BIG": 0}))
     await index.add_batch(batch(12, {"SMALL": 0}))
 
-    big = await members(redis_server_url, f"{ns}:idx:BIG")
+    big = await members(redis_server_url, f"{ns}:idx:a:BIG")
     assert len(big) == CAP
     # The lowest-scored members went; what is left is what the watermark says it covers.
     looked = await index.lookup("BIG", 0, TOPICS)
@@ -112,10 +112,18 @@ async def test_an_end_never_moves_back(index: AgentIndex) -> None:
     assert looked.ends == {ITEMS: 51, LIFECYCLE: 11}
 
 
-async def test_agents_named_like_the_index_own_keys_are_indexed(index: AgentIndex) -> None:
+async def test_agents_named_like_the_index_own_keys_are_indexed(
+    index: AgentIndex, redis_server_url: str
+) -> None:
     """An agent id may hold colons: an agent called ``whole:0`` or ``end:<topic>:0`` must not
     meet the partition's own keys (before, the script failed with WRONGTYPE on every retry,
     and the worker stalled)."""
+    # The flag of the layout before this one, left in Redis by an earlier release.
+    client = aioredis.Redis.from_url(redis_server_url)
+    try:
+        await client.set(f"{index.namespace}:idx:whole:0", 1)
+    finally:
+        await client.aclose()
     await index.set_whole([0], True)
     odd = ("whole:0", f"end:{ITEMS}:0", f"end:{LIFECYCLE}:0")
     await index.add_batch(batch(2, dict.fromkeys(("A", *odd), 0)))

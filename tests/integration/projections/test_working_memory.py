@@ -280,20 +280,21 @@ async def test_agent_forgotten_leaves_no_key_of_the_agent(
         pattern = f"{working_store.namespace}:*agent-a*"
         assert [k async for k in admin.scan_iter(match=pattern)], "the agent had keys"
 
-        await working_store.apply(
-            [
-                agent_forgotten(
-                    "agent-a", position=SourcePosition(topic=SCHEDULE, partition=0, offset=0)
-                )
-            ]
-        )
+        at = SourcePosition(topic=SCHEDULE, partition=0, offset=0)
+        await working_store.apply([agent_forgotten("agent-a", position=at, next_seq=1)])
 
-        assert [k async for k in admin.scan_iter(match=pattern)] == []
+        # Where its next life's seq begins, and nothing else: no memory, no reading.
+        (left,) = [k async for k in admin.scan_iter(match=pattern)]
+        assert await admin.hgetall(left) == {b"#erased_below": b"1"}
+        # An agent that never recorded leaves nothing.
+        later = SourcePosition(topic=SCHEDULE, partition=0, offset=1)
+        await working_store.apply([agent_forgotten("ghost", position=later, next_seq=0)])
+        assert [k async for k in admin.scan_iter(match=f"{working_store.namespace}:*ghost*")] == []
     finally:
         await admin.aclose()
     assert await working_store.memories("agent-a") == []
     assert [m.content for m in await working_store.memories("agent-b")] == ["B stayed"]
-    assert await working_store.applied_offset(SCHEDULE, 0) == 0
+    assert await working_store.applied_offset(SCHEDULE, 0) == 1
 
 
 async def test_an_old_event_replayed_after_agent_forgotten_does_not_bring_it_back(

@@ -152,7 +152,7 @@ async def test_a_trimmed_agents_history_reads_the_log_before_its_index_and_equal
         index = AgentIndex.from_url(redis_server_url, settings.redis_namespace)
         client = aioredis.Redis.from_url(redis_server_url)
         try:
-            assert await client.zcard(f"{settings.redis_namespace}:idx:{big}") == cap
+            assert await client.zcard(f"{settings.redis_namespace}:idx:a:{big}") == cap
             partition = partition_for(big, partitions)
             trimmed = await index.lookup(big, partition, names)
             assert trimmed is not None

@@ -65,7 +65,7 @@ async def until_indexed(client: aioredis.Redis, namespace: str, agent: str, topi
     member, or the watermark the cap left when it dropped it."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        members = await client.zrange(f"{namespace}:idx:{agent}", 0, -1)
+        members = await client.zrange(f"{namespace}:idx:a:{agent}", 0, -1)
         dropped = await client.hkeys(f"{namespace}:idx#from:{agent}")
         if any(m.decode().startswith(f"{topic}:") for m in [*members, *dropped]):
             return
@@ -111,8 +111,8 @@ async def test_a_replay_writes_the_index_the_live_workers_wrote(
 
     # What the comparison covers: members of agents (some trimmed), retrievals, the ends and
     # the whole marks; the forgotten agent's index holds only what came after its erasure.
-    assert {k for k in live if k.startswith(":idx:X")} == {f":idx:{a}" for a in AGENTS}
-    assert len(live[f":idx:{AGENTS[5]}"]) <= 2
+    assert {k for k in live if k.startswith(":idx:a:")} == {f":idx:a:{a}" for a in AGENTS}
+    assert len(live[f":idx:a:{AGENTS[5]}"]) <= 2
     assert any(k.startswith(":idx#from:") for k in live)
     assert any(k.startswith(":idx#whole:") for k in live)
     assert any(k.startswith(f":idx#end:{topics.access}") for k in live)

@@ -11,6 +11,7 @@ import orjson
 from processors.batch import PlainRecords, RawRecord, process_batch
 from processors.emission_order import causal_order
 from processors.recording import AgentMemoryState
+from processors.state_fold import FoldedState
 from schemas.agent_events import Observation
 from schemas.codec import DecodeError, encode_event
 from schemas.memory_events import AgentForgotten, DerivedEvent, ForgetAgent, MemoryRecorded
@@ -278,3 +279,62 @@ async def test_a_forged_header_is_a_dead_letter_not_a_keyring_outage(tmp_path: P
     )
     assert [d.error_kind for d in result.dead_letters] == ["invalid"] * 3
     assert [m.content for m in result.derived if isinstance(m, MemoryRecorded)] == ["good after"]
+
+
+def test_an_erasure_after_an_upgrade_sits_between_the_lives_it_ends_and_the_next() -> None:
+    """A log from before next_seq: its erasure (version 1) names nothing, and the life after it
+    counted its seq from 0 again. The fold keeps the seq where it got to, so the next erasure's
+    next_seq is past every seq the agent used, and it goes after that life, before the next
+    (it went before all of them, which a rebuild then kept)."""
+
+    def observe(offset: int, text: str) -> RawRecord:
+        value = encode_event(Observation(agent_id="H001", content=text, importance=0.9))
+        return RawRecord(TOPICS.observations, 0, offset, b"H001", value, "observation")
+
+    def forget(offset: int) -> RawRecord:
+        request = ForgetAgent(event_id=f"forget-{offset}", agent_id="H001", requested_at=NOW)
+        return RawRecord(TOPICS.schedule, 0, offset, b"H001", encode_event(request), None, "tick")
+
+    batches = [
+        [observe(0, "life 1a"), observe(1, "life 1b"), observe(2, "life 1c")],
+        [forget(0)],
+        [observe(3, "life 2a")],
+        [forget(1)],
+        [observe(4, "life 3a")],
+    ]
+    derived: list[DerivedEvent] = []
+    folded = FoldedState()
+    for batch in batches:
+        result = process_batch(
+            batch,
+            lambda a, held=folded.states: held.get(a) or AgentMemoryState(),
+            ctx=CTX,
+            failed_at=NOW,
+            opener=PlainRecords(),
+        )
+        if batch is batches[2]:
+            # What the release before next_seq logged: a v1 erasure, and seq from 0 again.
+            derived = [
+                e.model_copy(update={"next_seq": None}) if isinstance(e, AgentForgotten) else e
+                for e in derived
+            ]
+            result.derived = [
+                e.model_copy(update={"seq": 0}) if isinstance(e, MemoryRecorded) else e
+                for e in result.derived
+            ]
+            # The upgraded worker takes over: its state is the fold of that log.
+            folded = FoldedState()
+            folded.apply_all(causal_order([*derived, *result.derived]))
+            derived += result.derived
+            continue
+        derived += result.derived
+        folded.apply_all(result.derived)
+    items = [e for e in derived if isinstance(e, MemoryRecorded)]
+    lifecycle = [e for e in derived if not isinstance(e, MemoryRecorded)]
+    read_back = [
+        getattr(e, "content", "erasure" if getattr(e, "next_seq", 1) is not None else "v1")
+        for e in causal_order([*items, *lifecycle])
+        if isinstance(e, MemoryRecorded | AgentForgotten)
+    ]
+    assert read_back.index("life 2a") < read_back.index("erasure") < read_back.index("life 3a")
+    assert read_back.index("life 1c") < read_back.index("erasure")
