@@ -32,13 +32,14 @@ from datetime import UTC, datetime, timedelta
 import orjson
 from hypothesis import strategies as st
 
-from processors.batch import RawRecord, RecordKind
+from processors.batch import PlainRecords, RawRecord, RecordKind, process_batch
 from processors.batch_markers import Logged, logged_batches, opening_markers
 from processors.batch_order import topic_rank
 from processors.config import LifecycleRules, PruningRules, SummaryRules, load_processing_config
 from processors.embedding import HashingEmbedder
 from processors.emission_order import causal_order
 from processors.lifecycle import Deriving
+from processors.recording import AgentMemoryState
 from processors.state_fold import FoldedState
 from processors.summarising import ExtractiveSummariser
 from processors.worker_step import DerivedBatch, carry, derive_batch
@@ -449,3 +450,23 @@ def learned_projected(events: Iterable[DerivedEvent]) -> dict[bytes, bytes]:
             else:
                 held.pop(key, None)
     return held
+
+
+def derived_in_batches(
+    batches: Iterable[Sequence[RawRecord]],
+) -> tuple[list[DerivedEvent], dict[str, AgentMemoryState]]:
+    """Each batch derived as a worker derives it (nothing sealed), the agents' states carried
+    from one to the next: what they derived, and the states they left."""
+    states: dict[str, AgentMemoryState] = {}
+    derived: list[DerivedEvent] = []
+    for batch in batches:
+        result = process_batch(
+            batch,
+            lambda a: states.get(a) or AgentMemoryState(),
+            ctx=CTX,
+            failed_at=START,
+            opener=PlainRecords(),
+        )
+        states.update(result.states)
+        derived += result.derived
+    return derived, states

@@ -17,7 +17,7 @@ from schemas.codec import DecodeError, encode_event
 from schemas.memory_events import AgentForgotten, DerivedEvent, ForgetAgent, MemoryRecorded
 from streams.privacy.keyring import FileKeyring
 from streams.privacy.sealing import FORGOTTEN, RecordSealer
-from tests.agent_streams import CTX, TOPICS
+from tests.agent_streams import CTX, TOPICS, derived_in_batches
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -229,18 +229,7 @@ def test_read_back_an_erasure_of_an_unsealed_agent_sits_between_its_two_lives() 
         [RawRecord(TOPICS.schedule, 0, 0, b"H001", encode_event(request), kind="tick")],
         [observation(2, "new life"), observation(3, "new life too")],
     ]
-    states: dict[str, AgentMemoryState] = {}
-    derived: list[DerivedEvent] = []
-    for batch in batches:
-        result = process_batch(
-            batch,
-            lambda a: states.get(a) or AgentMemoryState(),
-            ctx=CTX,
-            failed_at=NOW,
-            opener=PlainRecords(),
-        )
-        states.update(result.states)
-        derived += result.derived
+    derived, states = derived_in_batches(batches)
     items = [e for e in derived if isinstance(e, MemoryRecorded)]
     lifecycle = [e for e in derived if not isinstance(e, MemoryRecorded)]
     read_back = causal_order([*items, *lifecycle])

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from processors.batch import PlainRecords, RawRecord, process_batch
+from processors.batch import RawRecord
 from processors.emission_order import causal_order
-from processors.recording import AgentMemoryState
 from schemas.agent_events import Decision, Observation
 from schemas.codec import encode_event
 from schemas.memory_events import AgentForgotten, DerivedEvent, ForgetAgent, MemoryRecorded
 from streams.worker.pipeline import catch_up
-from tests.agent_streams import CTX, TOPICS
+from tests.agent_streams import TOPICS, derived_in_batches
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -27,18 +26,7 @@ def forgotten_between_two_lives() -> list[DerivedEvent]:
         [RawRecord(TOPICS.schedule, 0, 5, b"H001", encode_event(forget), None, "tick")],
         [RawRecord(TOPICS.decisions, 0, 3, b"H001", encode_event(new), "decision")],
     ]
-    states: dict[str, AgentMemoryState] = {}
-    derived: list[DerivedEvent] = []
-    for batch in batches:
-        result = process_batch(
-            batch,
-            lambda a: states.get(a) or AgentMemoryState(),
-            ctx=CTX,
-            failed_at=NOW,
-            opener=PlainRecords(),
-        )
-        states.update(result.states)
-        derived += result.derived
+    derived, _ = derived_in_batches(batches)
     return causal_order(derived)
 
 
