@@ -111,7 +111,8 @@ async def _up(settings: EngramSettings, *, workers: int, fresh: bool) -> None:
     # came since this run started.
     stop.caution(
         lambda: (
-            "the log is being archived, and stopping now loses what came since this run started"
+            "the stack is stopping and its log is not archived yet: stopping now loses what "
+            "came since this run started"
             if unarchived.is_set() and stack.broker.running()
             else None
         )
