@@ -22,6 +22,7 @@ from aiokafka.errors import KafkaError
 
 from projections.history import LogUnavailableError
 from schemas.codec import DecodeError
+from schemas.errors import EngramError
 from schemas.memory_events import SourcePosition
 from streams.eventlog.derived_log import read_with
 from streams.eventlog.kafka_clients import log_reader
@@ -142,6 +143,16 @@ INDEXED_FETCH_BYTES = 1024
 """A read by the index fetches this much past a place at most: the records it wants are few."""
 MERGED_GAP = 32
 """Places of the index this close are read in one pass rather than with a seek each."""
+
+
+EMPTY_POLLS_AT_END = 3
+"""Polls that find nothing, at or past the end the broker reports, before a read by the agent
+index concludes the log ends there."""
+
+
+class IndexBeyondLogError(EngramError, LookupError):
+    """The agent index names offsets past the log's end: it outlived the log it indexed (the
+    topics were recreated while Redis was kept). The caller reads the partition instead."""
 
 
 @dataclass
@@ -297,11 +308,23 @@ def _merged(offsets: Sequence[int]) -> list[tuple[int, int]]:
 async def _read_span(
     consumer: AIOKafkaConsumer, tp: TopicPartition, first: int, last: int, poll_ms: int
 ) -> list[ConsumerRecord[Any, Any]]:
-    """The records from ``first`` on, at least up to ``last`` (a fetch may return more)."""
+    """The records from ``first`` on, at least up to ``last`` (a fetch may return more);
+    :class:`IndexBeyondLogError` when the log ends before ``last`` (a fetch that finds nothing
+    at or past the end the broker reports: that end may fall short of the last record, never
+    of a record a fetch would still bring)."""
     consumer.seek(tp, first)
     got: list[ConsumerRecord[Any, Any]] = []
+    empty = 0
     while True:
         batch = await consumer.getmany(tp, timeout_ms=poll_ms, max_records=10_000)
-        got.extend(batch.get(tp, []))
-        if (got and got[-1].offset >= last) or await consumer.position(tp) > last:
+        found = batch.get(tp, [])
+        got.extend(found)
+        position = await consumer.position(tp)
+        if (got and got[-1].offset >= last) or position > last:
             return got
+        # Several polls in a row: one may end before a fetch held by the broker answers.
+        empty = 0 if found else empty + 1
+        if empty >= EMPTY_POLLS_AT_END and position >= (await consumer.end_offsets([tp]))[tp]:
+            raise IndexBeyondLogError(
+                f"{tp.topic}[{tp.partition}] ends at {position}, before offset {last}"
+            )

@@ -36,6 +36,7 @@ from schemas.memory_events import DerivedUpTo, SourcePosition
 from schemas.topics import Topics
 from streams.eventlog.agent_partition import (
     AgentRecord,
+    IndexBeyondLogError,
     IndexedRead,
     read_agent_partition,
     read_before,
@@ -137,9 +138,19 @@ async def read_agent_events(
             bootstrap, names, partition, partitions, agent_id, sealer, poll_ms=_POLL_MS
         )
         return AgentEvents(_events(topics, agent_id, scan.records, set(), set()), scan.total, False)
-    got = await read_indexed(
-        bootstrap, partition, agent_id, sealer, found.offsets, found.ends, poll_ms=_POLL_MS
-    )
+    try:
+        got = await read_indexed(
+            bootstrap, partition, agent_id, sealer, found.offsets, found.ends, poll_ms=_POLL_MS
+        )
+    except IndexBeyondLogError as exc:
+        log.warning(
+            "the agent index names records the log does not hold; scanning the partition",
+            extra={"agent_id": agent_id, "error": str(exc)},
+        )
+        scan = await read_agent_partition(
+            bootstrap, names, partition, partitions, agent_id, sealer, poll_ms=_POLL_MS
+        )
+        return AgentEvents(_events(topics, agent_id, scan.records, set(), set()), scan.total, False)
     # Indexed records are of logged batches; what came after the index's end is checked.
     counted = {
         (r.where.topic, r.where.offset)

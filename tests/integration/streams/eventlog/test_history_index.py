@@ -3,6 +3,7 @@ timeline is the one the whole partition gives."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -226,3 +227,42 @@ async def test_records_far_apart_in_one_fetch_are_read_once(
     assert len(places) == len(set(places)), "a record read twice"
     assert build_timeline(small, indexed.events) == build_timeline(small, scan.events)
     assert build_timeline(small, scan.events).counts["recorded"] == 5
+
+
+async def test_an_index_that_outlived_its_log_is_passed_over(
+    kafka_bootstrap: str, redis_server_url: str
+) -> None:
+    """Topics recreated while Redis was kept: the index named offsets the new log never
+    reaches, and a history polled for them until its timeout (504). It reads the partition."""
+    from aiokafka import AIOKafkaProducer
+
+    from projections.working.agent_index import BatchEntries
+    from streams.eventlog.topic_admin import ensure_topics
+    from streams.privacy.sealing import RecordSealer
+
+    topics = Topics(f"stale{uuid.uuid4().hex[:8]}.")
+    await ensure_topics(kafka_bootstrap, topics, 2)
+    partition = partition_for("X1", 2)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    try:  # the new log: three records of another agent
+        for _ in range(3):
+            await producer.send_and_wait(topics.items, b"{}", key=b"Y1", partition=partition)
+    finally:
+        await producer.stop()
+    index = AgentIndex.from_url(redis_server_url, f"stale{uuid.uuid4().hex[:8]}")
+    try:
+        # What the index kept of the old, longer log.
+        place = (topics.items, partition)
+        await index.add_batch(
+            BatchEntries({"X1": {place: [500, 501]}}, {place: 501}, {partition: 900})
+        )
+        await index.set_whole([partition], True)
+        events = await asyncio.wait_for(
+            read_agent_events(kafka_bootstrap, topics, "X1", 2, RecordSealer(None), index=index),
+            30,
+        )
+    finally:
+        await index.close()
+    assert events.indexed is False
+    assert events.events == []
