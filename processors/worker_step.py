@@ -87,7 +87,9 @@ def derive_batch(
 
 def carry(folded: FoldedState, partition_of: dict[str, int], batch: DerivedBatch) -> None:
     """Move the carried state past a logged batch: the agents' new states, the partition each
-    agent's records are on, the source offsets now derived, and forgotten agents dropped."""
+    agent's records are on, and the source offsets now derived. A forgotten agent's new state
+    is its next life's (nothing but where its seq goes on, :meth:`processors.batch._Batch.forget`),
+    which replaces what was carried of it."""
     result = batch.result
     folded.states.update(result.states)
     for event in result.derived:
@@ -97,7 +99,3 @@ def carry(folded: FoldedState, partition_of: dict[str, int], batch: DerivedBatch
     for raw in batch.fresh:
         if upto.get((raw.topic, raw.partition), -1) < raw.offset:
             upto[(raw.topic, raw.partition)] = raw.offset
-    for agent in result.forgotten_agents:
-        if agent not in result.states:
-            folded.states.pop(agent, None)
-            partition_of.pop(agent, None)
