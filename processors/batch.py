@@ -35,6 +35,7 @@ from schemas.memory_events import (
     ScheduleTick,
     SourcePosition,
     derived_event_id,
+    memory_id_for,
 )
 
 RecordKind = Literal["agent", "tick", "retrieval"]
@@ -285,7 +286,9 @@ def _derive(
             case MemoryRetrieved():
                 batch.retrieval(event)
             case Observation() | Decision() | Feedback():
-                batch.agent_event(event, position)
+                refusal = batch.agent_event(event, position)
+                if refusal is not None:
+                    batch.refuse(raw, refusal, failed_at)
             case _:
                 assert_never(event)
     return batch.result
@@ -355,11 +358,24 @@ class _Batch:
         if updated is not state:
             self.result.states[agent] = updated
 
-    def agent_event(self, event: AgentEvent, position: SourcePosition) -> None:
+    def agent_event(self, event: AgentEvent, position: SourcePosition) -> DecodeError | None:
+        """Derive from an agent event, or refuse it if it reuses the event id of a memory the
+        agent still holds. Recorded again, it would be a second memory under one id: the live
+        projections kept the second, a rebuild (which drops a repeated derived event as a
+        producer's retry) the first, and the state and the log would disagree from then on.
+        Once that memory is forgotten, the id may record a new one."""
         agent = event.agent_id
-        outcome = on_agent_event(event, self._state_of(agent), self.ctx, position)
+        state = self._state_of(agent)
+        if state.holds(memory_id_for(agent, event.event_id)):
+            return DecodeError(
+                "duplicate_event_id",
+                f"agent {agent!r} already holds the memory of event id {event.event_id!r}; "
+                "event ids must be unique per agent (publish it again with a new id)",
+            )
+        outcome = on_agent_event(event, state, self.ctx, position)
         learned, state = learn(event, outcome.state, self.ctx, position)
         self.result.states[agent] = state
         self.result.derived.extend(outcome.events)
         self.result.derived.extend(learned)
         self.touched_in.setdefault(position.partition, set()).add(agent)
+        return None

@@ -20,6 +20,11 @@ def _position_key(event: DerivedEvent) -> tuple[str, int, int] | tuple[str]:
     return (position.topic, position.partition, position.offset)
 
 
+def _source_of(event: DerivedEvent) -> tuple[str, int, int] | None:
+    position = event.source_position
+    return None if position is None else (position.topic, position.partition, position.offset)
+
+
 def causal_order(events: Iterable[DerivedEvent]) -> list[DerivedEvent]:
     """The emission order of derived events read back from two topics.
 
@@ -39,16 +44,21 @@ def causal_order(events: Iterable[DerivedEvent]) -> list[DerivedEvent]:
     Applying all recordings before all lifecycle events instead would move a projection's
     applied position past lifecycle events it then skips, and could delete a promoted copy
     before it is written. Forgettings whose cause is not in ``events`` (its recording was lost
-    in a partial write) come last. Duplicates (same event id) are dropped. Partitions are put
-    in order one by one: only within one are the two topics' orders comparable.
+    in a partial write) come last. Duplicates (same event id and position) are dropped.
+    Partitions are put in order one by one: only within one are the two topics' orders
+    comparable.
     """
     # A producer retry can log a record twice; the ids are deterministic, so the first copy is
-    # the event and any later one a duplicate, which folding must not see again.
-    seen: set[str] = set()
+    # the event and any later one a duplicate, which folding must not see again. A copy has
+    # the position of the same source record too: one id derived at two positions (an event
+    # id recorded again once its memory was forgotten, and forgotten again) is two events, as
+    # the live path applied them.
+    seen: set[tuple[str, tuple[str, int, int] | tuple[str]]] = set()
     unique: list[DerivedEvent] = []
     for event in events:
-        if event.event_id not in seen:
-            seen.add(event.event_id)
+        key = (event.event_id, _position_key(event))
+        if key not in seen:
+            seen.add(key)
             unique.append(event)
     by_partition: dict[int | None, list[DerivedEvent]] = {}
     for event in unique:
@@ -123,14 +133,19 @@ def _partition_order(events: list[DerivedEvent]) -> list[DerivedEvent]:
     """:func:`causal_order` within one partition number, where both topics hold one worker's
     emissions in order (derived events go to their source's partition number)."""
     recorded = [e for e in events if derived_topic_of(e) == "items"]
-    recorded_ids = {e.event_id for e in recorded}
-    after: dict[str, list[DerivedEvent]] = {}
+    # A recording's forgettings share its position: one id may be recorded at two (an event
+    # id used again once its memory was forgotten), each with forgettings of its own.
+    recorded_ids = {(e.event_id, _source_of(e)) for e in recorded}
+    after: dict[tuple[str, tuple[str, int, int] | None], list[DerivedEvent]] = {}
     groups: dict[tuple[str, int, int] | tuple[str], list[DerivedEvent]] = {}
     for event in events:
         if derived_topic_of(event) == "items":
             continue
-        if isinstance(event, MemoryForgotten) and event.caused_by in recorded_ids:
-            after.setdefault(event.caused_by, []).append(event)
+        if (
+            isinstance(event, MemoryForgotten)
+            and (cause := (event.caused_by, _source_of(event))) in recorded_ids
+        ):
+            after.setdefault(cause, []).append(event)
         else:
             groups.setdefault(_position_key(event), []).append(event)
     keys = list(groups)
@@ -145,7 +160,7 @@ def _partition_order(events: list[DerivedEvent]) -> list[DerivedEvent]:
                 ordered.extend(groups[key])
             done = at + 1
         ordered.append(memory)
-        ordered.extend(after.pop(memory.event_id, ()))
+        ordered.extend(after.pop((memory.event_id, _source_of(memory)), ()))
     for key in keys[done:]:
         ordered.extend(groups[key])
     for orphans in after.values():

@@ -19,15 +19,16 @@ retrieved, which MUS reads (seed 001).
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from operator import attrgetter
 from typing import Literal
 
-from processors.config import ProcessingConfig, PruningRules
+from processors.config import ProcessingConfig
 from processors.embedding import Embedder
 from processors.fact_patterns import derive_pattern_facts
+from processors.memory_utility import AgeUnit, ages_of, memory_utility
 from processors.recording import (
     AgentMemoryState,
     EpisodicEntry,
@@ -58,7 +59,7 @@ from schemas.memory_events import (
 )
 
 MAX_SUMMARY_TAGS = 64
-AgeUnit = Literal["steps", "years", "seconds"]
+_MEMORY_ID = attrgetter("memory_id")
 
 
 @dataclass(frozen=True)
@@ -290,7 +291,11 @@ def consolidate(
                 draw=draw,
             )
         )
-        if rule is None:
+        if rule is None or derived_event_id(entry.memory_id, "promoted") in map(
+            _MEMORY_ID, episodic
+        ):
+            # Its copy is still there (the working memory was forgotten and its event id
+            # recorded again): kept as it is, as the fold keeps it.
             continue
         copy = _promoted_copy(agent_id, entry, year, rule, draw, trigger, ctx)
         out.append(copy)
@@ -371,7 +376,9 @@ def session_summary(
     least ``l1_min_memories`` of them (seed 001: "when enough short-term memories are
     available")."""
     fresh = [w for w in state.working if w.seq > state.l1_upto_seq]
-    if len(fresh) < ctx.config.lifecycle.summaries.l1_min_memories:
+    if len(fresh) < ctx.config.lifecycle.summaries.l1_min_memories or _made_by(
+        state, trigger, 1, agent_id
+    ):
         return state
     items = [SummaryItem(w.content, w.importance, w.step, w.year, w.occurred_at) for w in fresh]
     summary = _summary(
@@ -408,7 +415,11 @@ def chapter_summary(
     """An L2 chapter summary of the pending L1 summaries (seed 001), when there are at least
     ``l2_min_summaries``; otherwise they wait for the next chapter."""
     pending = state.pending_l1
-    if not pending or len(pending) < ctx.config.lifecycle.summaries.l2_min_summaries:
+    if (
+        not pending
+        or len(pending) < ctx.config.lifecycle.summaries.l2_min_summaries
+        or _made_by(state, trigger, 2, agent_id)
+    ):
         return state
     # An L1 is made when its session has ended, so its own step/year is the next session's;
     # the period it covers is in its text, where the summariser reads it from.
@@ -434,6 +445,18 @@ def chapter_summary(
     )
 
 
+def _summary_id(trigger: Trigger, level: int, agent_id: str) -> str:
+    return derived_event_id(trigger.event_id, f"l{level}:{agent_id}")
+
+
+def _made_by(state: AgentMemoryState, trigger: Trigger, level: int, agent_id: str) -> bool:
+    """Whether the summary this trigger would make is still held: its event id was recorded
+    again after its memory was forgotten. The fold keeps the summary it holds, so the live
+    path makes none (it waits for the next trigger) rather than a second under the same id."""
+    made = _summary_id(trigger, level, agent_id)
+    return made in map(_MEMORY_ID, state.summaries) or made in map(_MEMORY_ID, state.pending_l1)
+
+
 def _summary(
     agent_id: str,
     state: AgentMemoryState,
@@ -453,7 +476,7 @@ def _summary(
     is in ``summarises`` and in its text."""
     request = SummaryRequest(agent_id, state.agent_type, level, items)
     text, summariser_id = ctx.summariser.summarise_with_origin(request)
-    memory_id = derived_event_id(trigger.event_id, f"l{level}:{agent_id}")
+    memory_id = _summary_id(trigger, level, agent_id)
     return MemorySummarised(
         event_id=derived_event_id(memory_id, "summarised"),
         memory_id=memory_id,
@@ -484,52 +507,6 @@ def _summary(
 # --- pruning -----------------------------------------------------------------------------
 
 
-def memory_utility(
-    *,
-    retrievals: int,
-    relevance_sum: float,
-    since_access: float,
-    rules: PruningRules,
-) -> tuple[float, float, float, float]:
-    """MUS = 0.4 x retrieval frequency + 0.4 x relevance + 0.2 x recency (seed 001).
-
-    The seed gives the weights only; Engram's parts, each in [0, 1]:
-
-    * retrieval frequency: ``min(1, ln(1 + n))`` for ``n`` retrievals (one retrieval: 0.69);
-    * relevance: the mean score the summary had when it was retrieved (0 if never);
-    * recency: ``1 / (1 + t)``, ``t`` the time since the last retrieval (or since the summary
-      was made), in steps, years or days.
-
-    Returns (score, frequency, relevance, recency).
-    """
-    frequency = min(1.0, math.log1p(retrievals))
-    relevance = relevance_sum / retrievals if retrievals else 0.0
-    recency = 1.0 / (1.0 + max(0.0, since_access))
-    score = (
-        rules.frequency_weight * frequency
-        + rules.relevance_weight * relevance
-        + rules.recency_weight * recency
-    )
-    return score, frequency, relevance, recency
-
-
-def _ages(
-    entry: SummaryEntry, unit: AgeUnit, now: float, rules: PruningRules
-) -> tuple[float, float] | None:
-    """(age, time since last access) of a summary on the agent's clock, or None when the
-    summary carries no time on that axis."""
-    if unit == "seconds":
-        made = entry.occurred_at.timestamp()
-        last = entry.last_access_at.timestamp() if entry.last_access_at is not None else made
-        return now - made, (now - last) / rules.recency_unit_seconds
-    made_at = entry.step if unit == "steps" else entry.year
-    if made_at is None:
-        return None
-    accessed = entry.last_access_step if unit == "steps" else entry.last_access_year
-    last_at = made_at if accessed is None else max(made_at, accessed)
-    return now - made_at, now - last_at
-
-
 def prune(
     state: AgentMemoryState,
     trigger: Trigger,
@@ -548,7 +525,7 @@ def prune(
     keep: list[SummaryEntry] = []
     owner = agent_id
     for entry in state.summaries:
-        ages = _ages(entry, unit, now, rules)
+        ages = ages_of(entry, unit, now, rules)
         if ages is None:
             keep.append(entry)
             continue

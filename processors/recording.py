@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from operator import attrgetter
 
 from processors.config import ProcessingConfig
 from processors.embedding import Embedder
@@ -158,10 +159,21 @@ class AgentMemoryState:
     def working_ids(self) -> tuple[str, ...]:
         return tuple(entry.memory_id for entry in self.working)
 
+    def holds(self, memory_id: str) -> bool:
+        """Whether the memory is in the agent's working or episodic memory. Scanned in C
+        (``map``): it runs for every recording, and an agent type may keep a thousand episodic
+        memories."""
+        return memory_id in map(_MEMORY_ID, self.working) or memory_id in map(
+            _MEMORY_ID, self.episodic
+        )
+
     @property
     def wall_clock(self) -> bool:
         """An agent whose events carry no simulation time: ticks end its sessions."""
         return self.year is None and self.step is None
+
+
+_MEMORY_ID = attrgetter("memory_id")
 
 
 def _later(current: int | None, seen: int | None) -> int | None:

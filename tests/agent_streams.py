@@ -5,8 +5,8 @@ properties (``tests/unit/processors/test_replay_properties.py`` and
 A stream is the raw records one worker consumes, in the order they were made (and stamped, so
 that a batch's canonical order is that order): observations and decisions of simulation agents
 (``S*``: steps and years, so sessions, years and chapters end) and wall-clock agents (``W*``:
-ticks end their sessions), ticks on ``memory.schedule``, retrievals on ``memory.access`` and
-the odd undecodable record. Importance is mixed on purpose: explicit
+ticks end their sessions), ticks on ``memory.schedule``, retrievals on ``memory.access``, the
+odd undecodable record and the odd event id used again. Importance is mixed on purpose: explicit
 values around every threshold, event-table entries, and emotion x source scores.
 
 :class:`Worker` drives the worker's own pure step (:mod:`processors.worker_step`, which
@@ -116,6 +116,7 @@ action: st.SearchStrategy[Action] = st.one_of(
     st.tuples(st.sampled_from(["0", "1"]), st.just("tick"), st.integers(1, 200)),
     st.tuples(_agent, st.just("garbage"), st.just(0)),
     st.tuples(_agent, st.just("forget"), st.just(0)),
+    st.tuples(_agent, st.just("reuse"), st.integers(0, 3)),
 )
 """Weighted by repetition: mostly recordings and simulated time, so that the rules fire."""
 
@@ -153,6 +154,8 @@ class Worker:
     """The derived log, by topic and partition, in the order it was written, markers included."""
     opened: set[int] = field(default_factory=set)
     """Partition numbers this worker has processed (``IngestPipeline._recovered``)."""
+    refused: list[str] = field(default_factory=list)
+    """The kinds of the dead letters of every batch."""
 
     def handle(self, records: Sequence[RawRecord]) -> list[DerivedEvent]:
         batch = self.derive(records)
@@ -167,6 +170,7 @@ class Worker:
             records, self.folded, self.partition_of, ctx=CTX, rank=RANK, failed_at=FAILED_AT
         )
         self.applied.append(batch.result.derived)
+        self.refused.extend(letter.error_kind for letter in batch.result.dead_letters)
         carry(self.folded, self.partition_of, batch)
         return batch
 
@@ -340,10 +344,32 @@ class StreamBuilder:
                 ),
             )
             self.add(TOPICS.observations, partition, encode_event(observation), "agent")
+        elif what == "reuse":
+            self.reuse(n, when, value)
         elif what == "garbage":
             self.add(TOPICS.observations, partition, b'{"event_type": "observation"', "agent")
         else:
             self.retrieve(n, who, SCORES[value], step, year)
+
+    def reuse(self, n: int, when: dict[str, object], value: int) -> None:
+        """An observation under an event id the agent used before: its oldest (whose memory
+        is likely forgotten, so it records again) or one of its latest (likely still held, so
+        it is refused)."""
+        agent = str(when["agent_id"])
+        used = [
+            *self.published.get((agent, "observation"), []),
+            *self.published.get((agent, "decision"), []),
+        ]
+        if not used:
+            return
+        observation = Observation(
+            **(when | {"event_id": used[0] if value == 0 else used[-min(value, len(used))]}),
+            agent_type="household",
+            content=f"again, flood warning {n} at the river",
+            importance=IMPORTANCES[(n + value) % len(IMPORTANCES)],
+            tags=("flood",),
+        )
+        self.add(TOPICS.observations, PARTITION_OF[agent], encode_event(observation), "agent")
 
     def decide(self, n: int, when: dict[str, object], value: int) -> None:
         """A decision; every other skill index also carries a prompt and steps (a plan)."""

@@ -26,12 +26,12 @@ from processors.lifecycle import (
     Deriving,
     burn_draw,
     decide_promotion,
-    memory_utility,
     on_agent_event,
     on_retrieval,
     on_tick,
 )
 from processors.memory_feedback import rated_summaries
+from processors.memory_utility import memory_utility
 from processors.recording import AgentMemoryState
 from processors.summarising import ExtractiveSummariser
 from schemas.agent_events import Observation
