@@ -31,6 +31,7 @@ def on_observation(
         subject=fact.subject,
         attribute=fact.attribute,
         value=fact.value,
+        confidence=fact.confidence,
         valid_from=observation.occurred_at,
         source_event_ids=(observation.event_id,),
         supersedes=learned.facts.get(fact_key(fact.subject, fact.attribute)),

@@ -304,14 +304,30 @@ def assess(
     config: SurpriseConfig | None, last: SurpriseReading | None, event: AgentEvent
 ) -> SurpriseReading | None:
     """The reading of ``event`` for an agent whose latest reading is ``last``, or None when
-    the strategy does not read the event (or the agent type has none)."""
+    the strategy does not read the event (or the agent type has none).
+
+    An event that begins a new episode (``reset_surprise``, seed 003's ``reset_surprise()``)
+    is read from the strategy's initial state. Read or not, it gives a reading, so that the
+    reset travels in the log with its recording: one the strategy does not read is
+    ``observed`` ``"reset"``, surprising nothing (System 1)."""
     if config is None:
         return None
     strategy = strategy_for(config)
-    before = strategy.restore(None if last is None else last.state)
+    reset = event.reset_surprise
+    before = strategy.restore(None if last is None or reset else last.state)
     observed, state = strategy.observe(before, event)
     if observed is None:
-        return None
+        if not reset:
+            return None
+        return SurpriseReading(
+            strategy=config.strategy,
+            observed="reset",
+            surprise=0.0,
+            arousal=0.0,
+            threshold=config.arousal_threshold,
+            system=cognitive_system(0.0, config.arousal_threshold),
+            state=state,
+        )
     arousal = observed.surprise
     return SurpriseReading(
         strategy=config.strategy,

@@ -1,4 +1,4 @@
-"""What agents publish: observations, decisions and feedback (schema version 1)."""
+"""What agents publish: observations, decisions and feedback (schema version 2)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,8 @@ class AgentEventBase(Event):
     An explicit ``importance`` always wins over any computed one.
     """
 
+    schema_version: int = 2
+    """Version 2 added ``reset_surprise`` and a fact's ``confidence`` (both optional)."""
     agent_type: Annotated[str, StringConstraints(min_length=1, max_length=64)] = "default"
     content: Content
     source: Annotated[str, StringConstraints(min_length=1, max_length=64)] | None = None
@@ -50,6 +52,12 @@ class AgentEventBase(Event):
     tags: tuple[Tag, ...] = Field(default=(), max_length=64)
     importance: float | None = Field(default=None, ge=0.0, le=1.0)
     metadata: JsonObject = Field(default_factory=dict)
+    reset_surprise: bool = Field(
+        default=False,
+        description="This event begins a new episode: the agent's surprise strategy starts "
+        "again from its initial state, as seed 003's reset_surprise() does, before it reads "
+        "the event.",
+    )
 
 
 TYPE_FROM_TOPIC = (
@@ -71,6 +79,13 @@ class FactStatement(BaseModel):
     subject: Short
     attribute: Short
     value: Annotated[str, StringConstraints(min_length=1, max_length=2048)]
+    confidence: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="How certain the agent is of it (seed 000's store_fact: 1.0 unless said). "
+        "Stating the fact again with another confidence revises it.",
+    )
 
 
 class PlanAction(BaseModel):

@@ -38,9 +38,9 @@ _M = TypeVar("_M", bound=BaseModel)
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
 CURRENT_VERSIONS: dict[str, int] = {
-    "observation": 1,
-    "decision": 1,
-    "feedback": 1,
+    "observation": 2,
+    "decision": 2,
+    "feedback": 2,
     "memory.recorded": 2,
     "memory.promoted": 1,
     "memory.summarised": 1,
@@ -53,7 +53,7 @@ CURRENT_VERSIONS: dict[str, int] = {
     "memory.logged": 1,
     "procedure.changed": 1,
     "plan.changed": 1,
-    "fact.stated": 1,
+    "fact.stated": 2,
     "memory.rated": 1,
 }
 
@@ -71,6 +71,10 @@ def _unchanged(payload: dict[str, Any]) -> dict[str, Any]:
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("memory.agent_forgotten", 1): _forgotten_v1_to_v2,
     ("memory.recorded", 1): _unchanged,
+    ("observation", 1): _unchanged,
+    ("decision", 1): _unchanged,
+    ("feedback", 1): _unchanged,
+    ("fact.stated", 1): _unchanged,
 }
 """``(event_type, version) -> step to version + 1``. Register one for every bump of a version."""
 

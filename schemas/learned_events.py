@@ -108,11 +108,19 @@ class FactStated(LearnedChange):
     """A fact entered the agent's semantic memory; ``supersedes`` names the fact on the same
     subject and attribute it replaces, whose validity ends at this one's ``valid_from``."""
 
+    schema_version: int = 2
+    """Version 2 added ``confidence``."""
     event_type: Literal["fact.stated"] = "fact.stated"
     fact_id: str
     subject: str
     attribute: str
     value: str
+    confidence: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="How certain the agent is of it: the statement's, or 1.0 for a derived fact.",
+    )
     valid_from: AwareDatetime
     origin: Literal["stated", "derived"] = Field(
         default="stated",

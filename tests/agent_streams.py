@@ -327,6 +327,7 @@ class StreamBuilder:
                 importance=importance,
                 kind=kind,
                 tags=("flood", f"n{n % 4}"),
+                reset_surprise=n % 9 == 8,
             )
             self.published.setdefault((who, "observation"), []).append(observation.event_id)
             self.add(TOPICS.observations, partition, encode_event(observation), "agent")

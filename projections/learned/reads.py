@@ -62,6 +62,9 @@ class Fact(BaseModel):
     subject: str
     attribute: str
     value: str
+    confidence: float = Field(
+        default=1.0, description="How certain the agent is of it (1.0 unless stated)."
+    )
     valid_from: AwareDatetime
     valid_to: AwareDatetime | None = Field(description="None while the fact is current.")
     superseded_by: str | None = None
@@ -181,11 +184,18 @@ class LearnedMemory:
         return Procedures(procedures=tuple(found[:top_k]))
 
     async def facts(
-        self, agent_id: str, query: str | None = None, *, top_k: int = 5, history: bool = False
+        self,
+        agent_id: str,
+        query: str | None = None,
+        *,
+        top_k: int = 5,
+        history: bool = False,
+        min_confidence: float = 0.0,
     ) -> Facts:
-        """Current facts (all of them, superseded too, with ``history``), most relevant to
-        ``query`` first, else latest first. A fact is current when nothing superseded it and
-        it is the latest of its subject and attribute."""
+        """Current facts (all of them, superseded too, with ``history``) at least as certain
+        as ``min_confidence``, most relevant to ``query`` first, else latest first. A fact is
+        current when nothing superseded it and it is the latest of its subject and attribute
+        (a less certain restatement still supersedes: it is what the agent now holds)."""
         values = await self._fields(agent_id)
         stated = {k[2:]: v for k, v in values.items() if k.startswith("f:") and k.count(":") == 1}
         latest: dict[tuple[str, str], str] = {}
@@ -196,7 +206,8 @@ class LearnedMemory:
         for fact_id, fact in stated.items():
             ended = values.get(f"f:{fact_id}:to", {})
             current = not ended and latest[(fact["subject"], fact["attribute"])] == fact_id
-            if not (current or history):
+            confidence = fact.get("confidence", 1.0)
+            if not (current or history) or confidence < min_confidence:
                 continue
             score = None
             if vector is not None:
@@ -207,6 +218,7 @@ class LearnedMemory:
                     subject=fact["subject"],
                     attribute=fact["attribute"],
                     value=fact["value"],
+                    confidence=confidence,
                     valid_from=fact["valid_from"],
                     valid_to=ended.get("valid_to"),
                     superseded_by=ended.get("superseded_by"),

@@ -153,6 +153,7 @@ def _fact(event: FactStated) -> list[Write]:
             "subject",
             "attribute",
             "value",
+            "confidence",
             "valid_from",
             "origin",
             "source_event_ids",

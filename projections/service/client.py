@@ -333,7 +333,8 @@ class EngramClient:
         return Procedures.model_validate_json(response.content)
 
     def facts(self, agent_id: str, query: str | None = None, **params: Any) -> Facts:
-        """The agent's facts for ``query``; ``params``: ``top_k``, ``history``."""
+        """The agent's facts for ``query``; ``params``: ``top_k``, ``history``,
+        ``min_confidence``."""
         response = self._http.get(
             _agent_path(agent_id, "facts"), params=_learned_params(query=query, **params)
         )

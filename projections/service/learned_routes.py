@@ -79,15 +79,21 @@ def add_learned_routes(app: FastAPI, learned: LearnedMemory | None, guard: Guard
         tags=["learned"],
         summary="The agent's facts (seed 000's recall_fact)",
         description="Current facts, most relevant to `query` first (latest first without "
-        "one); with `history`, superseded facts too, each with its validity.",
+        "one); with `history`, superseded facts too, each with its validity; with "
+        "`min_confidence`, only facts at least that certain.",
     )
     async def facts(
         agent_id: AgentPath,
         query: Annotated[Text | None, Query(description="What to recall.")] = None,
         top_k: TopK = 5,
         history: Annotated[bool, Query(description="Include superseded facts.")] = False,
+        min_confidence: Annotated[
+            float, Query(ge=0.0, le=1.0, description="Leave out facts less certain than this.")
+        ] = 0.0,
     ) -> Facts:
-        return await _learned(learned).facts(agent_id, query, top_k=top_k, history=history)
+        return await _learned(learned).facts(
+            agent_id, query, top_k=top_k, history=history, min_confidence=min_confidence
+        )
 
     @app.post(
         "/v1/agents/{agent_id}/plans/lookup",

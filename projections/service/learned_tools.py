@@ -63,6 +63,7 @@ async def _recall_fact(context: ToolContext, args: RecallFactInput) -> ToolResul
     )
     lines = ["=== FACTS ==="] + [
         f"- {f.subject} {f.attribute}: {f.value}"
+        + ("" if f.confidence == 1.0 else f" (confidence {f.confidence:g})")
         + ("" if f.current else f" (until {f.valid_to:%Y-%m-%d}, superseded)")
         for f in answer.facts
     ]

@@ -67,18 +67,29 @@ def facts(
     agent_id: Annotated[str, typer.Argument(help="Whose facts.")],
     query: Annotated[str | None, typer.Option(help="What to recall.")] = None,
     history: Annotated[bool, typer.Option(help="Include superseded facts.")] = False,
+    min_confidence: Annotated[
+        float,
+        typer.Option(min=0.0, max=1.0, help="Leave out facts less certain than this (0 to 1)."),
+    ] = 0.0,
     top_k: LearnedTopK = 10,
     url: Url = "http://127.0.0.1:8000",
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
-    answer = _ask(url, api_key, lambda c: c.facts(agent_id, query, top_k=top_k, history=history))
+    answer = _ask(
+        url,
+        api_key,
+        lambda c: c.facts(
+            agent_id, query, top_k=top_k, history=history, min_confidence=min_confidence
+        ),
+    )
     if as_json:
         typer.echo(answer.model_dump_json(indent=2))
         return
     for f in answer.facts:
         until = "" if f.current else f" (until {f.valid_to:%Y-%m-%d %H:%M})"
-        console.print(f"{f.subject} {f.attribute}: {f.value}{until}")
+        sure = "" if f.confidence == 1.0 else f" (confidence {f.confidence:g})"
+        console.print(f"{f.subject} {f.attribute}: {f.value}{sure}{until}")
     if not answer.facts:
         console.print(f"no facts of {agent_id} match")
 

@@ -41,6 +41,13 @@ def publish(
     agent_type: Annotated[str, typer.Option(help="Profile in agent_types.yaml.")] = "default",
     year: Annotated[int | None, typer.Option()] = None,
     step: Annotated[int | None, typer.Option()] = None,
+    reset_surprise: Annotated[
+        bool,
+        typer.Option(
+            help="This event begins a new episode: the agent's surprise strategy starts again "
+            "from its initial state (seed 003's reset_surprise)."
+        ),
+    ] = False,
 ) -> None:
     settings = load_settings()
     bootstrap = bootstrap_of(settings)
@@ -54,6 +61,7 @@ def publish(
         "year": year,
         "step": step,
         "tags": tuple(t.strip() for t in tags.split(",") if t.strip()) if tags else (),
+        "reset_surprise": reset_surprise or None,
     }
     fields = {k: v for k, v in fields.items() if v is not None}
     _warn_unknown_profile(settings, agent_type, source)

@@ -167,6 +167,43 @@ async def test_an_evicted_plan_misses_and_a_replay_cannot_bring_it_back(
     assert lookup.similarity is None
 
 
+async def test_a_fact_is_as_certain_as_it_was_stated_and_restating_it_revises_that(
+    working_store: RedisWorkingMemory,
+) -> None:
+    """Seed 000: ``store_fact(..., confidence)``, and ``update_fact(new_confidence)`` as a
+    restatement that supersedes the fact."""
+    agent = Agent("L4")
+    w = agent.when
+
+    def premium(i: int, confidence: float | None) -> Observation:
+        sure = {} if confidence is None else {"confidence": confidence}
+        return Observation.model_validate(
+            {
+                **w(i),
+                "content": "The flood insurance premium is $1,200 a year",
+                "fact": {"subject": "insurance", "attribute": "premium", "value": "$1,200"} | sure,
+            }
+        )
+
+    memory = LearnedMemory(lambda: working_store, EMBEDDER)
+    await working_store.apply(agent.events(premium(1, None)))
+    (fact,) = (await memory.facts("L4")).facts
+    assert fact.confidence == 1.0
+    await working_store.apply(agent.events(premium(2, 0.6)))
+    (fact,) = (await memory.facts("L4")).facts
+    assert fact.confidence == 0.6
+    assert (await memory.facts("L4", min_confidence=0.7)).facts == ()
+    await working_store.apply(agent.events(premium(3, 0.9)))
+    full = await memory.facts("L4", history=True)
+    assert [(f.confidence, f.current) for f in full.facts] == [
+        (0.9, True),
+        (0.6, False),
+        (1.0, False),
+    ]
+    sure = await memory.facts("L4", history=True, min_confidence=0.7)
+    assert [f.confidence for f in sure.facts] == [0.9, 1.0]
+
+
 async def test_forgetting_the_agent_erases_what_it_learned(
     working_store: RedisWorkingMemory,
 ) -> None:

@@ -388,3 +388,64 @@ def test_no_strategy_no_reading() -> None:
 )
 def test_system_2_from_the_threshold_up(arousal: float, system: str) -> None:
     assert cognitive_system(arousal, 0.5) == system
+
+
+# --- reset_surprise: seed 003 section 2b, P1 -----------------------------------------------
+
+
+def _reset(event: AgentEvent) -> AgentEvent:
+    return event.model_copy(update={"reset_surprise": True})
+
+
+def test_a_new_episode_makes_the_normalised_disaster_surprising_again() -> None:
+    """Floods in Y1-Y4 habituate the household (1.0, 0.5, 0.333, 0.25); a fifth would surprise
+    it 0.2. Begun as a new episode, the fifth surprises it fully, and the next goes on from
+    there as Y2 did."""
+    flood = {"flood_depth": 2.0}
+    years = [observation(year, flood) for year in range(1, 7)]
+    habituated = surprises(SYMBOLIC, years)
+    assert habituated[4] == pytest.approx(0.2)
+
+    got, _ = readings(SYMBOLIC, [*years[:4], _reset(years[4]), years[5]])
+    assert [r.surprise if r else None for r in got] == pytest.approx(
+        [1.0, 0.5, 1 / 3, 0.25, 1.0, 0.5]
+    )
+    assert got[4] is not None
+    assert got[4].system == "SYSTEM_2"
+
+
+def test_ema_after_a_reset_takes_its_first_stimulus_as_the_expectation() -> None:
+    config = EmaSurprise(stimulus_key="x", scale=2.0)
+    events = [observation(i, {"x": x}) for i, x in enumerate([0.1, 0.1, 2.0])]
+    assert surprises(config, events)[2] == pytest.approx(0.95)
+    got, last = readings(config, [*events[:2], _reset(events[2])])
+    assert got[2] is not None
+    assert (got[2].surprise, got[2].expectation) == (0.0, None)
+    assert last is not None
+    assert isinstance(last.state, EmaState)
+    assert last.state.observations == 1
+
+
+def test_decision_consistency_after_a_reset_expects_nothing() -> None:
+    events = [decision(s, i) for i, s in enumerate(["renew", "renew", "renew", "elevate"])]
+    assert surprises(DecisionConsistencySurprise(), events)[3] == pytest.approx(0.8)
+    reset = [*events[:3], _reset(events[3])]
+    assert surprises(DecisionConsistencySurprise(), reset)[3] == 0.0
+
+
+def test_a_reset_the_strategy_does_not_read_is_a_reading_of_its_own() -> None:
+    """An observation begins the episode of a decision-reading agent: the reset must still
+    reach the log (on the recording), or a rebuild would go on from the old state."""
+    events = [decision("renew", 0), decision("renew", 1), _reset(observation(2))]
+    got, last = readings(DecisionConsistencySurprise(), events)
+    assert got[2] is not None
+    assert (got[2].observed, got[2].surprise, got[2].arousal) == ("reset", 0.0, 0.0)
+    assert got[2].system == "SYSTEM_1"
+    assert got[2].state == ConsistencyState()
+    after = assess(DecisionConsistencySurprise(), last, decision("elevate", 3))
+    assert after is not None
+    assert after.surprise == 0.0, "the first decision of the episode expects nothing"
+
+
+def test_no_strategy_no_reading_even_for_a_reset() -> None:
+    assert assess(None, None, _reset(observation(0))) is None

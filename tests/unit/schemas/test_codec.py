@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from schemas.agent_events import AGENT_EVENT_TYPES, Decision, Feedback, Observation
 from schemas.codec import (
+    CURRENT_VERSIONS,
     DecodeError,
     RecordOrigin,
     decode_agent_event,
@@ -139,12 +140,12 @@ def test_memory_recorded_round_trip() -> None:
 @pytest.mark.parametrize(
     "path",
     sorted(p for p in FIXTURES.glob("*/v*.json") if p.parent.name in AGENT_EVENT_TYPES),
-    ids=lambda p: p.parent.name,
+    ids=lambda p: f"{p.parent.name}-{p.stem}",
 )
 def test_every_stored_payload_decodes_to_a_current_event(path: Path) -> None:
     event = decode_agent_event(path.read_bytes())
     assert event.event_type == path.parent.name
-    assert event.schema_version == 1
+    assert event.schema_version == CURRENT_VERSIONS[event.event_type]
 
 
 def test_feedback_without_words_gets_a_description() -> None:
