@@ -63,7 +63,9 @@ def versions_list(ctx: typer.Context) -> None:
                 info.derived_log.config_version if info.derived_log else "live",
                 ", ".join(sorted(users)) or "-",
             )
-        console.print(table)
+        # Piped, rich assumes 80 columns and cuts the names a user copies into `activate`.
+        wide = None if console.is_terminal else console.measure(table).maximum
+        console.print(table, width=wide)
 
     run(main)
 

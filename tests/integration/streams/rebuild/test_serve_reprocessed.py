@@ -153,6 +153,9 @@ async def test_an_activated_reprocessed_version_is_continued_by_workers_with_its
             assert listing.exit_code == 0, listing.output
             assert "v1 *" in listing.stdout, listing.stdout
             assert new_config in listing.stdout, listing.stdout
+            # Piped, the table is as wide as its rows: none is folded over lines.
+            rows = listing.stdout.splitlines()
+            assert any("v1 *" in row and new_config in row for row in rows), listing.stdout
             await asyncio.wait_for(old.left.wait(), WAIT_S)
         assert old.left_reason is not None
         assert f"restart with configuration {new_config} to serve version v1" in (old.left_reason)
