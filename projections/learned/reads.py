@@ -6,7 +6,8 @@ one call and ranked here, with the query embedded by the deployment's embedder.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -15,13 +16,21 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from processors.embedding import Embedder, keywords
 from processors.plan_cache import CachedPlan, best_plan, cosine
+from processors.tool_selection import (
+    TOOL_SIMILARITY_THRESHOLD,
+    SelectionReason,
+    ToolCandidate,
+    select_tool,
+    similarity,
+)
 from schemas.agent_events import PlanAction
 from schemas.memory_events import decode_vector
 
-PROCEDURE_SIMILARITY = 0.4
+PROCEDURE_SIMILARITY = TOOL_SIMILARITY_THRESHOLD
 """Seed 002's threshold for "a known skill": a procedure is relevant to a context at or above
 this cosine similarity to its description or to a text an upvote attached to it (or when a
-word of its name is in the context, seed 000's own match)."""
+word of its name is in the context, seed 000's own match), and is selected as the tool for a
+prompt at or above it."""
 
 DEFAULT_MIN_SUCCESS_RATE = 0.6
 """Seed 000's ``get_procedures(context, min_success_rate=0.6)``."""
@@ -53,6 +62,33 @@ class Procedure(BaseModel):
 
 class Procedures(BaseModel):
     procedures: tuple[Procedure, ...]
+
+
+MAX_EXCLUDED_TOOLS = 256
+"""Tools one selection may exclude: a retry excludes those downvoted for its prompt, a few;
+the bound keeps a request from making the service compare a list without end."""
+
+
+class ToolChoice(BaseModel):
+    """Seed 002's tool selection for a prompt: the procedure to use, or a miss (then the
+    agent defines a new tool: a decision with a new skill)."""
+
+    reason: SelectionReason = Field(
+        description="selected: a procedure is at least `threshold` similar; below_threshold: "
+        "the closest is not; no_tools: the agent has no procedure; all_excluded: every one it "
+        "has was excluded."
+    )
+    selected: Procedure | None = Field(
+        description="The procedure to use (its `score` is the similarity), when selected."
+    )
+    closest: Procedure | None = Field(
+        description="The most similar procedure not excluded, on a miss below the threshold."
+    )
+    similarity: float | None = Field(
+        description="The selected or closest procedure's similarity: the highest cosine to "
+        "its description or an upvoted decision's text (None when none was compared)."
+    )
+    threshold: float = Field(description="The similarity a procedure needed to be selected.")
 
 
 class Fact(BaseModel):
@@ -110,6 +146,53 @@ def _grouped(fields: dict[bytes, bytes]) -> dict[str, dict[str, Any]]:
     return {k[3:].decode(): orjson.loads(v) for k, v in fields.items()}
 
 
+@dataclass(frozen=True)
+class _StoredProcedure:
+    """A procedure's fields (:mod:`projections.learned.redis_fields`): recalling procedures
+    and selecting a tool read them alike, so both see the same embeddings."""
+
+    summary: dict[str, Any]
+    described: dict[str, Any]
+    texts: tuple[dict[str, Any], ...]
+
+    @property
+    def name(self) -> str:
+        return str(self.summary["name"])
+
+    def candidate(self) -> ToolCandidate:
+        """Decoded only when asked: a recall without a context compares nothing."""
+        vectors = [decode_vector(t["embedding"]) for t in self.texts]
+        if "embedding" in self.described:
+            vectors.append(decode_vector(self.described["embedding"]))
+        return ToolCandidate(self.name, self.summary["success_rate"], tuple(vectors))
+
+    def view(self, score: float | None, name_words: tuple[str, ...] = ()) -> Procedure:
+        return Procedure(
+            name=self.name,
+            success_rate=self.summary["success_rate"],
+            usage_count=self.summary["usage_count"],
+            description=self.described.get("description", ""),
+            score=score,
+            name_words=name_words,
+            attached_texts=tuple(t["text"] for t in self.texts),
+            updated_at=self.summary["updated_at"],
+        )
+
+
+def _stored_procedures(values: dict[str, dict[str, Any]]) -> Iterator[_StoredProcedure]:
+    """Every procedure of the agent, with its description and the attached texts it has
+    (a slot past ``attached_count``, or not yet written, is none)."""
+    for key, summary in values.items():
+        if not key.startswith("p:") or key.count(":") != 1:
+            continue
+        texts = tuple(
+            values[f"{key}:t:{slot}"]
+            for slot in range(summary["attached_count"])
+            if f"{key}:t:{slot}" in values
+        )
+        yield _StoredProcedure(summary, values.get(f"{key}:d", {}), texts)
+
+
 class LearnedMemory:
     """Reads over the agent's learned fields. ``source`` gives the store of the projection
     version being served (it may change), ``embedder`` embeds queries as the worker did."""
@@ -145,43 +228,51 @@ class LearnedMemory:
         query = None if context is None else await self._embed(context)
         context_words = set() if context is None else set(keywords(context))
         found: list[Procedure] = []
-        for key, summary in values.items():
-            if not key.startswith("p:") or key.count(":") != 1:
+        for stored in _stored_procedures(values):
+            if stored.summary["success_rate"] < min_success_rate:
                 continue
-            if summary["success_rate"] < min_success_rate:
-                continue
-            described = values.get(f"{key}:d", {})
-            texts = [
-                values[f"{key}:t:{slot}"]
-                for slot in range(summary["attached_count"])
-                if f"{key}:t:{slot}" in values
-            ]
             score = None
             named: tuple[str, ...] = ()
             if query is not None:
-                vectors = [decode_vector(t["embedding"]) for t in texts]
-                if "embedding" in described:
-                    vectors.append(decode_vector(described["embedding"]))
-                score = max((cosine(query, v) for v in vectors), default=0.0)
-                named = tuple(
-                    w for w in dict.fromkeys(keywords(summary["name"])) if w in context_words
-                )
+                score = similarity(query, stored.candidate())
+                named = tuple(w for w in dict.fromkeys(keywords(stored.name)) if w in context_words)
                 if score < min_similarity and not named:
                     continue
-            found.append(
-                Procedure(
-                    name=summary["name"],
-                    success_rate=summary["success_rate"],
-                    usage_count=summary["usage_count"],
-                    description=described.get("description", ""),
-                    score=score,
-                    name_words=named,
-                    attached_texts=tuple(t["text"] for t in texts),
-                    updated_at=summary["updated_at"],
-                )
-            )
+            found.append(stored.view(score, named))
         found.sort(key=lambda p: (-p.success_rate, -(p.score or 0.0), p.name))
         return Procedures(procedures=tuple(found[:top_k]))
+
+    async def select_tool(
+        self,
+        agent_id: str,
+        prompt: str,
+        *,
+        exclude: Collection[str] = (),
+        min_similarity: float = PROCEDURE_SIMILARITY,
+    ) -> ToolChoice:
+        """Seed 002's choice of a tool for ``prompt`` among the agent's procedures, whatever
+        their success rate (a skill just created, at 0.5, must be usable), the ones named in
+        ``exclude`` (downvoted for this prompt) left out: the most similar one if at least
+        ``min_similarity``, else a miss naming the closest
+        (:func:`processors.tool_selection.select_tool`)."""
+        values = await self._fields(agent_id)
+        query = await self._embed(prompt)
+        stored = {p.name: p for p in _stored_procedures(values)}
+        choice = select_tool(
+            query,
+            (p.candidate() for p in stored.values()),
+            threshold=min_similarity,
+            exclude=frozenset(exclude),
+        )
+        best = choice.best
+        view = None if best is None else stored[best.name].view(best.similarity)
+        return ToolChoice(
+            reason=choice.reason,
+            selected=view if choice.reason == "selected" else None,
+            closest=view if choice.reason == "below_threshold" else None,
+            similarity=None if best is None else best.similarity,
+            threshold=min_similarity,
+        )
 
     async def facts(
         self,

@@ -216,3 +216,50 @@ async def test_forgetting_the_agent_erases_what_it_learned(
     )
     assert await working_store.learned_fields("L3") == {}
     assert (await memory.facts("L3", history=True)).facts == ()
+
+
+async def test_a_tool_is_selected_from_redis_as_seed_002_selects_it(
+    working_store: RedisWorkingMemory,
+) -> None:
+    """Seed 002's example over the real store: the description matches one prompt (0.472) and
+    misses the other (0.280) until an upvote attaches it; the failing ``insure`` (0.45) is
+    selectable, and excluding it falls to the next tool, then to a miss."""
+    agent = Agent("L5")
+    w = agent.when
+    health = "Set player's health to 75"
+    attribute = Decision.model_validate(
+        {
+            **w(10),
+            "skill": "SetPlayerAttribute",
+            "content": "Set an attribute of the player, such as speed or strength, to a value",
+        }
+    )
+    events = history(agent) + agent.events(attribute)
+    await working_store.apply(events)
+    memory = LearnedMemory(lambda: working_store, EMBEDDER)
+
+    speed = await memory.select_tool("L5", "Set player speed to 20")
+    assert speed.selected is not None
+    assert speed.selected.name == "SetPlayerAttribute"
+    assert speed.similarity == pytest.approx(0.4721, abs=1e-4)
+    missed = await memory.select_tool("L5", health)
+    assert missed.reason == "below_threshold"
+    assert missed.similarity == pytest.approx(0.2801, abs=1e-4)
+
+    used = Decision.model_validate({**w(20), "skill": "SetPlayerAttribute", "content": health})
+    upvote = Feedback.model_validate({**w(21), "target_event_id": used.event_id, "signal": 1.0})
+    await working_store.apply(agent.events(used, upvote))
+    learned = await memory.select_tool("L5", health)
+    assert learned.selected is not None
+    assert learned.selected.name == "SetPlayerAttribute"
+    assert learned.similarity == pytest.approx(1.0, abs=1e-6)
+
+    insure = await memory.select_tool("L5", "Buy flood insurance for the house")
+    assert insure.selected is not None
+    assert insure.selected.name == "insure"
+    assert insure.selected.success_rate == pytest.approx(0.45)
+    retry = await memory.select_tool("L5", "Buy flood insurance for the house", exclude=["insure"])
+    assert retry.selected is not None
+    assert retry.selected.name == "elevate"  # the next tool, 0.459
+    last = await memory.select_tool("L5", "Buy flood insurance", exclude=["insure", "elevate"])
+    assert last.reason == "below_threshold"

@@ -1,0 +1,170 @@
+"""``LearnedMemory.select_tool``: seed 002's tool selection over the procedures the processors
+learned, read from the fields the Redis store keeps (a :class:`FieldStore` here); and that
+recalling procedures reads the same embeddings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from projections.learned.reads import PROCEDURE_SIMILARITY
+from tests.unit.projections.learned.learning_agents import (
+    ATTRIBUTE_DESCRIPTION,
+    ATTRIBUTE_TOOL,
+    HEALTH,
+    SPEED,
+    FieldStore,
+    seed_tools,
+)
+
+HEALTH_TOOL = "SetPlayerHealth"
+HEALTH_DESCRIPTION = "Set the player's health to a number of points"
+
+
+async def test_the_seed_prompts_select_the_attribute_tool_or_miss() -> None:
+    """Seed 002: "Set player speed to 20" matches SetPlayerAttribute by its description;
+    "Set player's health to 75" is below 0.4, so the agent should create a tool."""
+    store = FieldStore()
+    seed_tools(store)
+    memory = store.memory()
+
+    speed = await memory.select_tool("P1", SPEED)
+    assert speed.reason == "selected"
+    assert speed.selected is not None
+    assert speed.closest is None
+    assert speed.selected.name == ATTRIBUTE_TOOL
+    assert speed.selected.description == ATTRIBUTE_DESCRIPTION
+    assert speed.selected.success_rate == 0.5  # just created: no rate is required
+    assert speed.similarity == pytest.approx(0.4721, abs=1e-4)
+    assert speed.selected.score == speed.similarity
+    assert speed.threshold == PROCEDURE_SIMILARITY == 0.4
+
+    health = await memory.select_tool("P1", HEALTH)
+    assert health.reason == "below_threshold"
+    assert health.selected is None
+    assert health.closest is not None
+    assert health.closest.name == ATTRIBUTE_TOOL
+    assert health.similarity == pytest.approx(0.2801, abs=1e-4)
+
+
+async def test_an_upvote_attaches_the_prompt_so_it_is_selected_at_1() -> None:
+    store = FieldStore()
+    agent = seed_tools(store)
+    memory = store.memory()
+    downvoted = agent.decide(ATTRIBUTE_TOOL, HEALTH)
+    agent.feedback(downvoted, -1.0)
+    assert (await memory.select_tool("P1", HEALTH)).reason == "below_threshold"
+
+    upvoted = agent.decide(ATTRIBUTE_TOOL, HEALTH)
+    agent.feedback(upvoted, 1.0)
+    health = await memory.select_tool("P1", HEALTH)
+    assert health.reason == "selected"
+    assert health.selected is not None
+    assert health.selected.name == ATTRIBUTE_TOOL
+    assert health.selected.attached_texts == (HEALTH,)
+    assert health.similarity == pytest.approx(1.0, abs=1e-6)
+
+
+async def test_exclude_falls_to_the_next_tool_or_to_a_miss() -> None:
+    """After the upvote, SetPlayerAttribute is 1.0 for the health prompt and SetPlayerHealth
+    (created on the miss) 0.644; excluding the downvoted one on the retry falls to the other."""
+    store = FieldStore()
+    agent = seed_tools(store)
+    agent.feedback(agent.decide(ATTRIBUTE_TOOL, HEALTH), 1.0)
+    agent.decide(HEALTH_TOOL, HEALTH_DESCRIPTION)
+    memory = store.memory()
+
+    first = await memory.select_tool("P1", HEALTH)
+    assert first.selected is not None
+    assert first.selected.name == ATTRIBUTE_TOOL
+
+    retry = await memory.select_tool("P1", HEALTH, exclude=[ATTRIBUTE_TOOL])
+    assert retry.reason == "selected"
+    assert retry.selected is not None
+    assert retry.selected.name == HEALTH_TOOL
+    assert retry.similarity == pytest.approx(0.6444, abs=1e-4)
+
+    speed = await memory.select_tool("P1", SPEED, exclude=(ATTRIBUTE_TOOL, "Forgotten"))
+    assert speed.reason == "below_threshold"
+    assert speed.closest is not None
+    assert speed.closest.name == HEALTH_TOOL
+    assert speed.similarity == pytest.approx(0.3834, abs=1e-4)
+
+    everything = await memory.select_tool("P1", HEALTH, exclude={ATTRIBUTE_TOOL, HEALTH_TOOL})
+    assert everything.reason == "all_excluded"
+    assert (everything.selected, everything.closest, everything.similarity) == (None, None, None)
+
+
+async def test_a_similarity_equal_to_the_threshold_is_selected() -> None:
+    store = FieldStore()
+    seed_tools(store)
+    memory = store.memory()
+    measured = (await memory.select_tool("P1", SPEED)).similarity
+    assert measured is not None
+
+    at = await memory.select_tool("P1", SPEED, min_similarity=measured)
+    above = await memory.select_tool("P1", SPEED, min_similarity=float(np.nextafter(measured, 1)))
+    assert (at.reason, at.threshold) == ("selected", measured)
+    assert above.reason == "below_threshold"
+
+
+async def test_a_tool_is_selected_whatever_its_success_rate() -> None:
+    """Recalling procedures asks 0.6 by default; a failing tool is still the tool that fits
+    (its feedback moves its rate, and the agent decides what to make of it)."""
+    store = FieldStore()
+    agent = seed_tools(store)
+    decision = agent.decide(ATTRIBUTE_TOOL, "Set player strength to 3")
+    for _ in range(3):
+        agent.feedback(decision, -1.0)
+    memory = store.memory()
+
+    chosen = await memory.select_tool("P1", SPEED)
+    assert chosen.selected is not None
+    assert chosen.selected.success_rate == pytest.approx(0.3645)
+    assert (await memory.procedures("P1", SPEED)).procedures == ()
+
+
+async def test_an_agent_without_procedures_has_no_tools() -> None:
+    store = FieldStore()
+    seed_tools(store, "P1")
+    chosen = await store.memory().select_tool("P2", SPEED, exclude=[ATTRIBUTE_TOOL])
+    assert (chosen.reason, chosen.selected, chosen.closest) == ("no_tools", None, None)
+    assert chosen.similarity is None
+
+
+async def test_recall_and_selection_compare_the_same_embeddings() -> None:
+    """Both read a procedure's description and attached texts through one gathering."""
+    store = FieldStore()
+    agent = seed_tools(store)
+    agent.feedback(agent.decide(ATTRIBUTE_TOOL, HEALTH), 1.0)
+    memory = store.memory()
+    for prompt in (SPEED, HEALTH, "Plant tomatoes in the garden"):
+        chosen = await memory.select_tool("P1", prompt)
+        recalled = await memory.procedures("P1", prompt, min_success_rate=0.0, min_similarity=-1)
+        (procedure,) = recalled.procedures
+        assert procedure.score == chosen.similarity
+        assert procedure.attached_texts == (HEALTH,)
+        assert procedure.description == ATTRIBUTE_DESCRIPTION
+
+
+async def test_recall_still_filters_by_rate_and_keeps_a_procedure_its_name_words_match() -> None:
+    """Recalling procedures, read through the same gathering: seed 000's rate filter and sort,
+    and a word of the name in the context keeping a procedure the embedding finds unrelated."""
+    store = FieldStore()
+    agent = seed_tools(store)
+    heal = agent.decide("heal_player", "Restore hit points with a potion")
+    agent.feedback(heal, 1.0)
+    memory = store.memory()
+
+    listed = (await memory.procedures("P1", min_success_rate=0.0)).procedures
+    assert [(p.name, p.score) for p in listed] == [("heal_player", None), (ATTRIBUTE_TOOL, None)]
+    assert [p.name for p in (await memory.procedures("P1", min_success_rate=0.52)).procedures] == [
+        "heal_player"
+    ]
+
+    (named,) = (
+        await memory.procedures("P1", "should we heal now?", min_success_rate=0.0)
+    ).procedures
+    assert (named.name, named.name_words) == ("heal_player", ("heal",))
+    assert named.score is not None
+    assert named.score < PROCEDURE_SIMILARITY
