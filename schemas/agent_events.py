@@ -69,6 +69,9 @@ TYPE_FROM_TOPIC = (
 
 Short = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
+Skill = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+"""A decision's skill: the name of the procedure it creates or invokes (the agent's tool)."""
+
 
 class FactStatement(BaseModel):
     """A fact about the world, "the what without the when" (seed 000's semantic memory): a later
@@ -123,7 +126,7 @@ class Decision(AgentEventBase):
         default="decision",
         description=TYPE_FROM_TOPIC,
     )
-    skill: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    skill: Skill
     parameters: JsonObject = Field(default_factory=dict)
     prompt: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = Field(
         default=None,

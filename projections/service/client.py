@@ -20,7 +20,7 @@ import httpx
 from pydantic import TypeAdapter, ValidationError
 
 from projections.history import AgentHistory
-from projections.learned.reads import Facts, PlanLookup, Procedures
+from projections.learned.reads import Facts, PlanLookup, Procedures, ToolChoice
 from projections.memory import StoredMemory
 from projections.retrieval.as_of import RECALL_TIMEOUT_S
 from projections.retrieval.models import (
@@ -222,6 +222,19 @@ def _learned_params(**params: Any) -> dict[str, Any]:
     }
 
 
+def _tool_select_body(
+    prompt: str, exclude: Iterable[str], min_similarity: float | None
+) -> dict[str, Any]:
+    """Without ``min_similarity`` when unset, so the service's default applies. ``exclude`` as a
+    list: a lone string would be sent as its letters otherwise, and be refused by no one."""
+    if isinstance(exclude, str):
+        raise TypeError(f"exclude takes names, not one string: exclude=[{exclude!r}]")
+    body: dict[str, Any] = {"prompt": prompt, "exclude": list(exclude)}
+    if min_similarity is not None:
+        body["min_similarity"] = min_similarity
+    return body
+
+
 def format_for_prompt(
     memories: RetrievalResponse | Iterable[StoredMemory | str],
     *,
@@ -347,6 +360,23 @@ class EngramClient:
         _raise_for(response)
         return PlanLookup.model_validate_json(response.content)
 
+    def select_tool(
+        self,
+        agent_id: str,
+        prompt: str,
+        *,
+        exclude: Iterable[str] = (),
+        min_similarity: float | None = None,
+    ) -> ToolChoice:
+        """The procedure to use as the tool for ``prompt`` (seed 002), or a miss; ``exclude``:
+        procedures downvoted for it; ``min_similarity``: the service's default (0.4) if None."""
+        response = self._http.post(
+            _agent_path(agent_id, "tools/select"),
+            json=_tool_select_body(prompt, exclude, min_similarity),
+        )
+        _raise_for(response)
+        return ToolChoice.model_validate_json(response.content)
+
     def close(self) -> None:
         self._http.close()
 
@@ -435,6 +465,22 @@ class AsyncEngramClient:
         )
         _raise_for(response)
         return PlanLookup.model_validate_json(response.content)
+
+    async def select_tool(
+        self,
+        agent_id: str,
+        prompt: str,
+        *,
+        exclude: Iterable[str] = (),
+        min_similarity: float | None = None,
+    ) -> ToolChoice:
+        """As :meth:`EngramClient.select_tool`."""
+        response = await self._http.post(
+            _agent_path(agent_id, "tools/select"),
+            json=_tool_select_body(prompt, exclude, min_similarity),
+        )
+        _raise_for(response)
+        return ToolChoice.model_validate_json(response.content)
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -1,4 +1,5 @@
-"""The HTTP routes of what agents learned: procedures, facts and the plan cache.
+"""The HTTP routes of what agents learned: procedures, facts, the plan cache, and the choice
+of a procedure as the tool for a prompt.
 
 Mounted by :func:`projections.service.app.create_app` when given a
 :class:`~projections.learned.reads.LearnedMemory`; without one they answer 503.
@@ -6,20 +7,23 @@ Mounted by :func:`projections.service.app.create_app` when given a
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException, Path, Query
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from projections.learned.reads import (
     DEFAULT_MIN_SUCCESS_RATE,
+    MAX_EXCLUDED_TOOLS,
     PROCEDURE_SIMILARITY,
     Facts,
     LearnedMemory,
     PlanLookup,
     Procedures,
+    ToolChoice,
 )
 from projections.service.http_auth import Guarded
+from schemas.agent_events import Skill
 from schemas.envelope import AGENT_ID_RULE, MAX_CONTENT_CHARS, AgentId
 
 MAX_LEARNED_TOP_K = 50
@@ -35,6 +39,25 @@ class PlanLookupRequest(BaseModel):
     prompt: Text = Field(description="The request to answer: a cached plan for it is a hit.")
 
 
+class ToolSelectRequest(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prompt: Text = Field(description="The request to choose a tool for.")
+    exclude: tuple[Skill, ...] = Field(
+        default=(),
+        max_length=MAX_EXCLUDED_TOOLS,
+        description="Procedures not to choose: those downvoted for this prompt, on a retry. "
+        "A name the agent has no procedure of is ignored.",
+        examples=[["SetPlayerAttribute"]],
+    )
+    min_similarity: float = Field(
+        default=PROCEDURE_SIMILARITY,
+        ge=-1.0,
+        le=1.0,
+        description="The cosine similarity a procedure needs to be selected (inclusive).",
+    )
+
+
 def _learned(learned: LearnedMemory | None) -> LearnedMemory:
     if learned is None:
         raise HTTPException(503, "learned memory unavailable: this service reads no Redis")
@@ -43,13 +66,17 @@ def _learned(learned: LearnedMemory | None) -> LearnedMemory:
 
 def add_learned_routes(app: FastAPI, learned: LearnedMemory | None, guard: Guarded) -> None:
     """The learned-memory routes, each needing the ``read`` scope for its agent when keys are
-    configured (the plan lookup only reads too)."""
+    configured (the plan lookup and the tool selection are POSTs for their bodies, but only
+    read)."""
+    reading: dict[str, Any] = {
+        "dependencies": guard.dependencies("read"),
+        "responses": guard.responses(),
+        "tags": ["learned"],
+    }
 
     @app.get(
         "/v1/agents/{agent_id}/procedures",
-        dependencies=guard.dependencies("read"),
-        responses=guard.responses(),
-        tags=["learned"],
+        **reading,
         summary="The agent's procedures for a context (seed 000's recall_procedure)",
         description="Procedures (decision skills) at or above `min_success_rate`, relevant to "
         "`context`: a word of the procedure's name in it (seed 000's match, `name_words`), or "
@@ -74,9 +101,7 @@ def add_learned_routes(app: FastAPI, learned: LearnedMemory | None, guard: Guard
 
     @app.get(
         "/v1/agents/{agent_id}/facts",
-        dependencies=guard.dependencies("read"),
-        responses=guard.responses(),
-        tags=["learned"],
+        **reading,
         summary="The agent's facts (seed 000's recall_fact)",
         description="Current facts, most relevant to `query` first (latest first without "
         "one); with `history`, superseded facts too, each with its validity; with "
@@ -97,12 +122,29 @@ def add_learned_routes(app: FastAPI, learned: LearnedMemory | None, guard: Guard
 
     @app.post(
         "/v1/agents/{agent_id}/plans/lookup",
-        dependencies=guard.dependencies("read"),
-        responses=guard.responses(),
-        tags=["learned"],
+        **reading,
         summary="A cached plan for a request (seed 002's memory cache)",
         description="A hit is the most similar cached plan with similarity >= tau and score >= "
         "epsilon (its agent type's), with both numbers; a miss names the closest plan's.",
     )
     async def lookup_plan(agent_id: AgentPath, request: PlanLookupRequest) -> PlanLookup:
         return await _learned(learned).lookup_plan(agent_id, request.prompt)
+
+    @app.post(
+        "/v1/agents/{agent_id}/tools/select",
+        **reading,
+        summary="The procedure to use as the tool for a prompt (seed 002's tool selection)",
+        description="Compares the prompt with each procedure's description and the texts of "
+        "its upvoted decisions, whatever its success rate, leaving out those in `exclude`: "
+        "the most similar is `selected` if its similarity is at least `min_similarity` "
+        f"({PROCEDURE_SIMILARITY} by default); otherwise a miss (`reason` below_threshold, "
+        "with the `closest`; no_tools; all_excluded), on which the agent defines a new tool "
+        "by deciding with a new skill. Ties go to the higher success rate, then the name.",
+    )
+    async def select_tool(agent_id: AgentPath, request: ToolSelectRequest) -> ToolChoice:
+        return await _learned(learned).select_tool(
+            agent_id,
+            request.prompt,
+            exclude=request.exclude,
+            min_similarity=request.min_similarity,
+        )

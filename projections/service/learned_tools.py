@@ -1,6 +1,6 @@
 """The learned-memory tools for LLM agents (seed 000's ``recall_fact`` and
-``recall_procedure``, seed 002's cache lookup) and ``give_feedback``, which publishes the
-feedback everything here learns from."""
+``recall_procedure``, seed 002's cache lookup and tool selection) and ``give_feedback``, which
+publishes the feedback everything here learns from."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from pydantic import BaseModel, Field, ValidationError
 
 from projections.learned.reads import (
     DEFAULT_MIN_SUCCESS_RATE,
+    MAX_EXCLUDED_TOOLS,
     Facts,
     PlanLookup,
     Procedures,
+    ToolChoice,
 )
 from projections.retrieval.models import RecordPosition
 from projections.service.client import QueryError
@@ -30,7 +32,7 @@ from projections.service.tools import (
     _problems,
     _ToolInput,
 )
-from schemas.agent_events import Feedback
+from schemas.agent_events import Feedback, Skill
 from schemas.envelope import AgentId, EventId
 
 _AGENT = "Your agent id: whose memory this is."
@@ -116,6 +118,56 @@ async def _lookup_plan(context: ToolContext, args: LookupPlanInput) -> ToolResul
     return ToolResult(answer, text)
 
 
+class SelectToolInput(_ToolInput):
+    agent_id: AgentId = Field(description=_AGENT, examples=["H001"])
+    prompt: Query = Field(description="The request you need a tool for.")
+    exclude: tuple[Skill, ...] = Field(
+        default=(),
+        max_length=MAX_EXCLUDED_TOOLS,
+        description="Tools not to choose: those you downvoted for this request.",
+    )
+
+
+NEW_TOOL_ADVICE = (
+    "Define a new tool for it: decide with a new skill, named for what the request needs, "
+    "the decision's content describing what the tool does; give feedback on that decision "
+    "once you know how it went."
+)
+"""What a miss tells the model: in seed 002 the agent creates a tool when none fits, and here
+a decision with a skill no procedure has yet is what creates one."""
+
+
+def _choice_text(answer: ToolChoice) -> str:
+    if answer.selected is not None:
+        tool = answer.selected
+        return (
+            f"Use the tool {tool.name} (similarity {answer.similarity:.2f} to your request; "
+            f"success rate {tool.success_rate:.2f} over {tool.usage_count} uses): "
+            f"{tool.description}\nDecide with skill {tool.name!r}, stating the request in the "
+            "decision's content, and give feedback on that decision: an upvote attaches the "
+            "content to the tool, so such requests find it again; after a downvote, call "
+            f"select_tool again with exclude=[{tool.name!r}]."
+        )
+    if answer.closest is not None:
+        why = (
+            f"the closest, {answer.closest.name}, is {answer.similarity:.2f} similar, "
+            f"below {answer.threshold:g}"
+        )
+    elif answer.reason == "all_excluded":
+        why = "you excluded every tool you have"
+    else:
+        why = "you have no tools yet"
+    return f"No known tool fits this request ({why}). {NEW_TOOL_ADVICE}"
+
+
+async def _select_tool(context: ToolContext, args: SelectToolInput) -> ToolResult:
+    answer = await _asked(
+        context,
+        lambda: context.memory.select_tool(args.agent_id, args.prompt, exclude=args.exclude),
+    )
+    return ToolResult(answer, _choice_text(answer))
+
+
 class GiveFeedbackInput(_ToolInput):
     agent_id: AgentId = Field(description="Your agent id.", examples=["H001"])
     target_event_id: EventId = Field(
@@ -177,6 +229,16 @@ LEARNED_TOOLS: tuple[MemoryTool[BaseModel], ...] = (
         input_model=LookupPlanInput,
         output_model=PlanLookup,
         run=_lookup_plan,  # type: ignore[arg-type]
+    ),
+    MemoryTool(
+        name="select_tool",
+        title="Select a tool",
+        description="Before acting on a request, choose which of your tools (skills) to use: "
+        "the one most similar to the request, by its description and the requests it was "
+        "upvoted for, or a miss when none fits, telling you to define a new tool. Read-only.",
+        input_model=SelectToolInput,
+        output_model=ToolChoice,
+        run=_select_tool,  # type: ignore[arg-type]
     ),
     MemoryTool(
         name="give_feedback",

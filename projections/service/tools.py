@@ -16,8 +16,9 @@ The tools (:func:`memory_tools`):
 * ``publish_observation``: records what the agent observed; returns the log position a following
   retrieval passes as ``after`` to see it (read your writes).
 
-* ``recall_fact``, ``recall_procedure``, ``lookup_plan`` and ``give_feedback``: what the agent
-  learned from feedback (:mod:`projections.service.learned_tools`).
+* ``recall_fact``, ``recall_procedure``, ``lookup_plan``, ``select_tool`` and
+  ``give_feedback``: what the agent learned from feedback
+  (:mod:`projections.service.learned_tools`).
 
 A further recall tool is one more entry: ``registry.register(recall_tool("recall_known",
 kinds=("fact",), ...))`` searches memories of those kinds by meaning.

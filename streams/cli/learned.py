@@ -1,6 +1,6 @@
-"""``engram procedures``, ``engram facts``, ``engram plan`` and ``engram feedback``: what an
-agent learned from feedback, read from the query service, and the feedback it learns from,
-published to the log."""
+"""``engram procedures``, ``engram facts``, ``engram plan``, ``engram select-tool`` and
+``engram feedback``: what an agent learned from feedback, read from the query service, and the
+feedback it learns from, published to the log."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from streams.cli.console import console, fail, friendly_errors, run
 from streams.cli.memory import ApiKey, Url, _publish, query_service_errors
 
 if TYPE_CHECKING:
+    from projections.learned.reads import ToolChoice
     from projections.service.client import EngramClient
 
 commands = typer.Typer()
@@ -114,6 +115,77 @@ def plan(
     )
     for i, action in enumerate(answer.plan.actions, 1):
         console.print(f"  {i}. {action.tool}({action.input}) -> {action.observation}")
+
+
+SELECT_TOOL_HELP = (
+    "Choose the procedure to use as the tool for a request (seed 002).\n\n"
+    "The request is compared with each of the agent's procedures: its description (the text "
+    "of the decision that created it) and the texts of its upvoted decisions. The most similar "
+    "one is selected if its similarity is at least --min-similarity (inclusive), whatever its "
+    "success rate; ties go to the higher success rate, then the name.\n\n"
+    "Otherwise it is a miss: no known tool fits, and the agent should define a new one "
+    "(publish a decision with a new skill). An upvote on a decision attaches its text to its "
+    "procedure, so a decision that states the request makes the same request select it next "
+    "time; after a downvote, ask again with --exclude NAME to fall to the next procedure, or "
+    "to a miss.\n\n"
+    "Prints what was selected, or the miss and why, with the similarity; a miss exits 0 as a "
+    "selection does (--json gives `reason`)."
+)
+
+
+@commands.command("select-tool", help=SELECT_TOOL_HELP)
+def select_tool(
+    agent_id: Annotated[str, typer.Argument(help="Whose procedures.")],
+    prompt: Annotated[str, typer.Argument(help="The request to choose a tool for.")],
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--exclude",
+            metavar="NAME",
+            help="A procedure not to choose (one downvoted for this request); repeatable.",
+        ),
+    ] = None,
+    min_similarity: Annotated[
+        float | None,
+        typer.Option(
+            min=-1.0,
+            max=1.0,
+            help="The similarity a procedure needs to be selected (default: the service's, 0.4).",
+        ),
+    ] = None,
+    url: Url = "http://127.0.0.1:8000",
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
+    answer = _ask(
+        url,
+        api_key,
+        lambda c: c.select_tool(
+            agent_id, prompt, exclude=exclude or (), min_similarity=min_similarity
+        ),
+    )
+    if as_json:
+        typer.echo(answer.model_dump_json(indent=2))
+        return
+    console.print(_choice_line(agent_id, answer), highlight=False)
+
+
+def _choice_line(agent_id: str, answer: ToolChoice) -> str:
+    """One line a person reads: what was chosen and how closely, or why nothing was."""
+    if answer.selected is not None:
+        chosen = answer.selected
+        return (
+            f"selected {chosen.name}: similarity {answer.similarity:.3f} >= "
+            f"{answer.threshold:g}, success rate {chosen.success_rate:.4f}"
+        )
+    if answer.closest is not None:
+        return (
+            f"miss: the closest, {answer.closest.name}, is {answer.similarity:.3f} similar, "
+            f"below {answer.threshold:g}: define a new tool (a decision with a new skill)"
+        )
+    if answer.reason == "all_excluded":
+        return f"miss: every procedure of {agent_id} was excluded: define a new tool"
+    return f"miss: {agent_id} has no procedures yet: define a new tool"
 
 
 @commands.command(

@@ -21,7 +21,8 @@ commands = typer.Typer()
     "mcp",
     help=(
         "Serve the memory tools to LLM agents over MCP: retrieve_memory, "
-        "recall_similar_experience, recall_fact, recall_procedure and lookup_plan read; "
+        "recall_similar_experience, recall_fact, recall_procedure, lookup_plan and "
+        "select_tool read; "
         "publish_observation and give_feedback write. Reads go to the query service "
         "(ENGRAM_QUERY_URL, else ENGRAM_URL; default http://127.0.0.1:8000), writes to "
         "the log (ENGRAM_KAFKA_BOOTSTRAP; unset: publishing is refused). stdio serves the one "

@@ -186,6 +186,7 @@ async def test_over_stdio_an_agent_records_what_it_observes_and_recalls_it(
         "recall_fact",
         "recall_procedure",
         "lookup_plan",
+        "select_tool",
         "give_feedback",
     }
     assert {m["content"]: m["store"] for m in results_of(remembered)} == {

@@ -129,7 +129,14 @@ async def test_the_python_client_presents_its_key(node: Node) -> None:
 
 
 @pytest.mark.parametrize(
-    "args", [["retrieve", "H001"], ["procedures", "H001"], ["facts", "H001"], ["plan", "H001", "x"]]
+    "args",
+    [
+        ["retrieve", "H001"],
+        ["procedures", "H001"],
+        ["facts", "H001"],
+        ["plan", "H001", "x"],
+        ["select-tool", "H001", "x"],
+    ],
 )
 async def test_the_command_line_presents_its_key(node: Node, args: list[str]) -> None:
     """`engram procedures`, `facts` and `plan` took no key: always 401 from such a service."""

@@ -30,6 +30,7 @@ def test_an_id_the_events_refuse_is_refused_before_any_request(agent_id: str) ->
             lambda: client.facts(agent_id),
             lambda: client.procedures(agent_id),
             lambda: client.lookup_plan(agent_id, "a prompt"),
+            lambda: client.select_tool(agent_id, "a prompt"),
         ):
             with pytest.raises(QueryError, match="is not an agent id") as refused:
                 read()

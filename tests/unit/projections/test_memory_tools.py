@@ -269,6 +269,7 @@ async def test_the_tools_are_listed_with_their_models_schemas(service: Service) 
         "recall_fact",
         "recall_procedure",
         "lookup_plan",
+        "select_tool",
         "give_feedback",
     ]
 
@@ -301,6 +302,7 @@ async def test_the_tools_are_listed_with_their_models_schemas(service: Service) 
         "recall_fact": True,
         "recall_procedure": True,
         "lookup_plan": True,
+        "select_tool": True,
         "give_feedback": False,
     }
     assert all(tool.description and tool.output_schema for tool in tools.values())

@@ -214,5 +214,5 @@ def test_the_mcp_help_names_every_tool_it_serves() -> None:
     result = runner.invoke(app, ["mcp", "--help"], env={"COLUMNS": "300"})
     said = " ".join(result.output.split())
     names = memory_tools().names()
-    assert len(names) == 7
+    assert len(names) == 8
     assert [name for name in names if name not in said] == []
