@@ -120,6 +120,14 @@ def add_learned_routes(app: FastAPI, learned: LearnedMemory | None, guard: Guard
             agent_id, query, top_k=top_k, history=history, min_confidence=min_confidence
         )
 
+    _add_seed_002_routes(app, learned, reading)
+
+
+def _add_seed_002_routes(
+    app: FastAPI, learned: LearnedMemory | None, reading: dict[str, Any]
+) -> None:
+    """The plan cache and the tool selection of seed 002."""
+
     @app.post(
         "/v1/agents/{agent_id}/plans/lookup",
         **reading,
