@@ -369,8 +369,9 @@ class _Batch:
         if state.holds(memory_id_for(agent, event.event_id)):
             return DecodeError(
                 "duplicate_event_id",
-                f"agent {agent!r} already holds the memory of event id {event.event_id!r}; "
-                "event ids must be unique per agent (publish it again with a new id)",
+                f"agent {agent!r} already holds the memory of event id {event.event_id!r}: "
+                "event ids must be unique per agent. A producer's retry of that event needs "
+                "nothing more; another event needs publishing again under an id of its own",
             )
         outcome = on_agent_event(event, state, self.ctx, position)
         learned, state = learn(event, outcome.state, self.ctx, position)

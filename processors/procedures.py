@@ -53,7 +53,9 @@ def on_decision(
         **cause.envelope(),
         "name": decision.skill,
         "decision_event_id": decision.event_id,
-        "decision_text": decision.content[:DECISION_TEXT_CHARS],
+        # Seed 002 attaches the upvoted *prompt* to the tool: the request the decision
+        # answered, its content when it names none.
+        "decision_text": (decision.prompt or decision.content)[:DECISION_TEXT_CHARS],
     }
     if known is not None:
         return ProcedureChanged(

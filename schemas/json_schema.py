@@ -50,11 +50,18 @@ def json_schemas() -> dict[str, dict[str, Any]]:
     return {name: model.model_json_schema(mode="validation") for name, model in EXPORTED.items()}
 
 
+def schema_version_of(name: str) -> int:
+    """The version a type is written at: its file is named after it, so a producer validating
+    against ``observation.v2.schema.json`` knows which version it writes."""
+    version: int = EXPORTED[name].model_fields["schema_version"].default
+    return version
+
+
 def export_json_schemas(directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name, schema in json_schemas().items():
-        path = directory / f"{name}.v1.schema.json"
+        path = directory / f"{name}.v{schema_version_of(name)}.schema.json"
         path.write_bytes(orjson.dumps(schema, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
         written.append(path)
     return written

@@ -64,8 +64,8 @@ class ProcedureChanged(LearnedChange):
     decision_event_id: EventId
     decision_text: str | None = Field(
         default=None,
-        description="Created and invoked: the beginning of the decision's text, which an "
-        "upvote attaches to the procedure.",
+        description="Created and invoked: the beginning of the decision's prompt (its text "
+        "without one), which an upvote attaches to the procedure.",
     )
     outcome: float | None = Field(
         default=None, description="1 for a success, 0 for a failure (change outcome)."

@@ -143,9 +143,9 @@ def _choice_text(answer: ToolChoice) -> str:
         return (
             f"Use the tool {tool.name} (similarity {answer.similarity:.2f} to your request; "
             f"success rate {tool.success_rate:.2f} over {tool.usage_count} uses): "
-            f"{tool.description}\nDecide with skill {tool.name!r}, stating the request in the "
-            "decision's content, and give feedback on that decision: an upvote attaches the "
-            "content to the tool, so such requests find it again; after a downvote, call "
+            f"{tool.description}\nDecide with skill {tool.name!r}, giving the request as the "
+            "decision's prompt, and give feedback on that decision: an upvote attaches the "
+            "prompt to the tool, so such requests find it again; after a downvote, call "
             f"select_tool again with exclude=[{tool.name!r}]."
         )
     if answer.closest is not None:

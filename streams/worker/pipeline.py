@@ -26,7 +26,7 @@ import base64
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -57,6 +57,7 @@ from streams.eventlog.publisher import Position
 from streams.privacy.keyring import KeyringError
 from streams.privacy.sealing import RecordSealer
 from streams.worker.batch_send import BatchSendFn
+from streams.worker.catch_up import catch_up
 from streams.worker.ownership import Ownership
 from streams.worker.snapshotting import Snapshotter
 
@@ -552,34 +553,3 @@ class IngestPipeline:
             key = (raw.topic, raw.partition)
             if stats.applied.get(key, -1) < raw.offset:
                 stats.applied[key] = raw.offset
-
-
-def catch_up(
-    logged: Sequence[DerivedEvent], applied: Mapping[tuple[str, int], int]
-) -> list[DerivedEvent]:
-    """What a takeover applies again of ``logged`` (in causal order): each event from the
-    stores' applied offset of its source on (one source record derives several events, which
-    a crash may have cut between), but an erasure only past it, and nothing of an agent before
-    an erasure already applied. Applied again, that erasure would erase the agent's next life,
-    whose recordings, below their own topics' offsets, are not applied again; and what came
-    before it, applied again at its own offset without it, would bring back the ended life."""
-    ended: dict[str, int] = {}
-    for number, event in enumerate(logged):
-        if isinstance(event, AgentForgotten) and not _lacking(event, applied):
-            ended[event.agent_id] = number
-    return [
-        event
-        for number, event in enumerate(logged)
-        if number > ended.get(event.agent_id, -1) and _lacking(event, applied)
-    ]
-
-
-def _lacking(event: DerivedEvent, applied: Mapping[tuple[str, int], int]) -> bool:
-    """Whether the stores may lack ``event`` (:func:`catch_up`)."""
-    position = event.source_position
-    if position is None:
-        return True
-    mark = applied.get((position.topic, position.partition), -1)
-    if isinstance(event, AgentForgotten):
-        return position.offset > mark
-    return position.offset >= mark

@@ -105,7 +105,8 @@ async def test_learned_items_are_read_back_ranked(working_store: RedisWorkingMem
     assert elevate.description == "Elevate the house above the flood line"
     assert elevate.score is not None
     assert elevate.score >= 0.4
-    assert elevate.attached_texts == ("Elevate the house above the flood line",) * 2
+    # Seed 002: an upvote attaches the decision's prompt, the request it answered.
+    assert elevate.attached_texts == ("Protect the house from the spring flood",) * 2
     assert (await memory.procedures("L1", "plant tomatoes", min_success_rate=0.0)).procedures == ()
 
     current = await memory.facts("L1", "how high is the house")

@@ -224,8 +224,10 @@ def test_events_are_immutable() -> None:
 
 def test_json_schemas_are_exported_for_every_event(tmp_path: Path) -> None:
     written = export_json_schemas(tmp_path)
-    assert {p.name for p in written} == {f"{n}.v1.schema.json" for n in json_schemas()}
-    observation = orjson.loads((tmp_path / "observation.v1.schema.json").read_bytes())
+    assert {p.name for p in written} == {
+        f"{n}.v{CURRENT_VERSIONS.get(n, 1)}.schema.json" for n in json_schemas()
+    }
+    observation = orjson.loads((tmp_path / "observation.v2.schema.json").read_bytes())
     assert "agent_id" in observation["required"]
     assert observation["additionalProperties"] is False
 

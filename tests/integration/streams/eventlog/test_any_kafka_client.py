@@ -25,6 +25,7 @@ from projections.memory import StoredMemory
 from projections.service.client import AsyncEngramClient
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.codec import RecordOrigin
+from schemas.json_schema import schema_version_of
 from schemas.memory_events import Destination, memory_id_for
 from schemas.topics import Topics
 from streams.eventlog.history import partition_for
@@ -164,7 +165,8 @@ def validated(lines: tuple[Line, ...], schema_dir: Path) -> None:
     """Each line is what its exported schema allows, and the lines leave out, between them,
     every envelope field a producer may leave to the log."""
     for line in lines:
-        schema = orjson.loads((schema_dir / f"{line.schema}.v1.schema.json").read_bytes())
+        version = schema_version_of(line.schema)
+        schema = orjson.loads((schema_dir / f"{line.schema}.v{version}.schema.json").read_bytes())
         Draft202012Validator(schema).validate(line.record)
         assert set(schema["required"]) <= line.record.keys() <= set(schema["properties"])
     for field in ("event_id", "occurred_at", "event_type"):

@@ -72,15 +72,18 @@ class LearningAgent:
         learned, self.state = learn(event, self.state, CTX)
         self.store.apply(learned)
 
-    def decide(self, skill: str, content: str) -> str:
+    def decide(self, skill: str, content: str, prompt: str | None = None) -> str:
         """The decision's id. The first decision with a skill creates its procedure, described
-        by ``content``; a later one invokes it."""
-        decision = Decision.model_validate({**self._envelope(), "skill": skill, "content": content})
+        by ``content``; a later one invokes it. ``prompt``: the request it answered."""
+        decision = Decision.model_validate(
+            {**self._envelope(), "skill": skill, "content": content, "prompt": prompt}
+        )
         self._learn(decision)
         return decision.event_id
 
     def feedback(self, target: str, signal: float) -> None:
-        """An upvote attaches the target decision's content to its procedure."""
+        """An upvote attaches the target decision's prompt (else its content) to its
+        procedure."""
         self._learn(
             Feedback.model_validate(
                 {**self._envelope(), "target_event_id": target, "signal": signal}

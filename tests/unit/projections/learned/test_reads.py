@@ -65,6 +65,18 @@ async def test_an_upvote_attaches_the_prompt_so_it_is_selected_at_1() -> None:
     assert health.similarity == pytest.approx(1.0, abs=1e-6)
 
 
+async def test_an_upvote_attaches_the_decision_s_prompt_not_its_content() -> None:
+    """Seed 002 attaches the upvoted prompt: the request, not what the decision says it did."""
+    store = FieldStore()
+    agent = seed_tools(store)
+    upvoted = agent.decide(ATTRIBUTE_TOOL, "I set the health attribute to 75", prompt=HEALTH)
+    agent.feedback(upvoted, 1.0)
+    health = await store.memory().select_tool("P1", HEALTH)
+    assert health.selected is not None
+    assert health.selected.attached_texts == (HEALTH,)
+    assert health.similarity == pytest.approx(1.0, abs=1e-6)
+
+
 async def test_exclude_falls_to_the_next_tool_or_to_a_miss() -> None:
     """After the upvote, SetPlayerAttribute is 1.0 for the health prompt and SetPlayerHealth
     (created on the miss) 0.644; excluding the downvoted one on the retry falls to the other."""

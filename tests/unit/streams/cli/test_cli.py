@@ -120,7 +120,7 @@ def test_schemas_are_exported(tmp_path: Path) -> None:
     result = runner.invoke(app, ["schemas", "export", str(tmp_path)])
     assert result.exit_code == 0, result.output
     listed = result.output.split()
-    assert str(tmp_path / "observation.v1.schema.json") in listed
+    assert str(tmp_path / "observation.v2.schema.json") in listed
     assert all(Path(p).exists() for p in listed)
 
 

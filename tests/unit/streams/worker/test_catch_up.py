@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from processors.batch import RawRecord
 from processors.emission_order import causal_order
 from schemas.agent_events import Decision, Observation
 from schemas.codec import encode_event
-from schemas.memory_events import AgentForgotten, DerivedEvent, ForgetAgent, MemoryRecorded
-from streams.worker.pipeline import catch_up
-from tests.agent_streams import TOPICS, derived_in_batches
+from schemas.memory_events import (
+    AgentForgotten,
+    DerivedEvent,
+    ForgetAgent,
+    MemoryForgotten,
+    MemoryRecorded,
+    memory_id_for,
+)
+from streams.worker.catch_up import catch_up
+from tests.agent_streams import TOPICS, derived_in_batches, projected
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -59,3 +66,43 @@ def test_an_erasure_not_applied_yet_is_applied_after_what_it_erases() -> None:
         "AgentForgotten",
         "the next life",
     ]
+
+
+def test_a_forgetting_of_an_id_recorded_again_after_it_is_not_applied_again() -> None:
+    """x is pushed out of working memory (capacity 4) by four decisions, then published again
+    as an observation. The first life's forgetting sits at the decisions' applied offset:
+    applied again, it deleted the second life (below the observations' offset, not applied
+    again), which a rebuild keeps."""
+    spec = [("obs", "x"), ("dec", "d0"), ("dec", "d1"), ("dec", "d2"), ("dec", "d3"), ("obs", "x")]
+    offsets: dict[str, int] = {}
+    batches: list[list[RawRecord]] = []
+    for i, (kind, event_id) in enumerate(spec):
+        when = {"agent_id": "A1", "event_id": event_id, "occurred_at": NOW + timedelta(seconds=i)}
+        if kind == "obs":
+            event: Observation | Decision = Observation(
+                **when, content=f"life {i} of {event_id}", importance=0.3
+            )
+            topic = TOPICS.observations
+        else:
+            event = Decision(**when, content=f"decided {event_id}", skill="s", importance=0.3)
+            topic = TOPICS.decisions
+        offset = offsets[topic] = offsets.get(topic, -1) + 1
+        batches.append(
+            [RawRecord(topic, 0, offset, b"A1", encode_event(event), event.event_type, "agent", i)]
+        )
+    derived, _ = derived_in_batches(batches)
+    logged = causal_order(derived)
+    x = memory_id_for("A1", "x")
+    assert [type(e).__name__ for e in logged if getattr(e, "memory_id", None) == x] == [
+        "MemoryRecorded",
+        "MemoryForgotten",
+        "MemoryRecorded",
+    ]
+    applied = {(topic, 0): offset for topic, offset in offsets.items()}  # all applied
+
+    tail = catch_up(logged, applied)
+
+    assert not any(isinstance(e, MemoryForgotten) and e.memory_id == x for e in tail)
+    live = projected(logged)
+    assert projected([*logged, *tail]) == live
+    assert live[x].content == "life 5 of x"
