@@ -15,7 +15,7 @@ from functools import partial
 from typing import Literal, Protocol, assert_never
 
 from processors.batch_embedding import PreparedEmbedder
-from processors.learning import learn
+from processors.learning import learn, still_learned_from
 from processors.lifecycle import Deriving, on_agent_event, on_retrieval, on_tick
 from processors.recording import AgentMemoryState
 from schemas.agent_events import AgentEvent, Decision, Feedback, Observation
@@ -360,16 +360,19 @@ class _Batch:
 
     def agent_event(self, event: AgentEvent, position: SourcePosition) -> DecodeError | None:
         """Derive from an agent event, or refuse it if it reuses the event id of a memory the
-        agent still holds. Recorded again, it would be a second memory under one id: the live
-        projections kept the second, a rebuild (which drops a repeated derived event as a
-        producer's retry) the first, and the state and the log would disagree from then on.
-        Once that memory is forgotten, the id may record a new one."""
+        agent still holds (or of a decision, plan or fact it still knows: see
+        :func:`processors.learning.still_learned_from`). Recorded again, it would be a second
+        memory under one id: the live projections kept the second, a rebuild the first, and
+        the state and the log disagreed from then on. Once all that is forgotten, the id may
+        record a new memory."""
         agent = event.agent_id
         state = self._state_of(agent)
-        if state.holds(memory_id_for(agent, event.event_id)):
+        memory_id = memory_id_for(agent, event.event_id)
+        if state.holds(memory_id) or still_learned_from(event, memory_id, state.learned):
             return DecodeError(
                 "duplicate_event_id",
-                f"agent {agent!r} already holds the memory of event id {event.event_id!r}: "
+                f"agent {agent!r} already holds the memory of event id {event.event_id!r} "
+                "(or what it learned from it): "
                 "event ids must be unique per agent. A producer's retry of that event needs "
                 "nothing more; another event needs publishing again under an id of its own",
             )

@@ -12,13 +12,13 @@ from dataclasses import replace
 from typing import assert_never
 
 from processors import facts, memory_feedback, plan_cache, procedures
-from processors.learned_state import fold_learned
+from processors.learned_state import LearnedState, fold_learned
 from processors.learning_cause import Cause
 from processors.lifecycle import Deriving
 from processors.recording import AgentMemoryState, agent_type_of
 from schemas.agent_events import AgentEvent, Decision, Feedback, Observation
 from schemas.learned_events import LearnedEvent, MemoryRated
-from schemas.memory_events import SourcePosition
+from schemas.memory_events import SourcePosition, derived_event_id
 
 
 def learn(
@@ -57,6 +57,24 @@ def learn(
         case _:
             assert_never(event)
     return out, state
+
+
+def still_learned_from(event: AgentEvent, memory_id: str, learned: LearnedState) -> bool:
+    """Whether the agent still holds what an earlier event under ``event``'s id taught it: a
+    decision it takes feedback on, the plan cached from that decision, or the fact it stated,
+    still current. Their ids come from the event id, so the same id learned again would name
+    them: feedback would credit the earlier decision's skill, a plan come back under an
+    evicted one's revision (which Redis refuses), a fact supersede itself."""
+    match event:
+        case Decision():
+            return (
+                event.event_id in learned.decisions
+                or plan_cache.plan_id_for(event.agent_id, event.event_id) in learned.plans
+            )
+        case Observation() if event.fact is not None:
+            return derived_event_id(memory_id, "fact:id") in learned.facts.values()
+        case _:
+            return False
 
 
 def fold_learning(state: AgentMemoryState, event: LearnedEvent) -> AgentMemoryState:

@@ -12,10 +12,10 @@ from datetime import timedelta
 from processors.batch import RawRecord, process_batch
 from processors.emission_order import causal_order
 from processors.recording import AgentMemoryState
-from schemas.agent_events import Observation
+from schemas.agent_events import Decision, Feedback, Observation
 from schemas.codec import encode_event
 from schemas.memory_events import MemoryForgotten, MemoryRecorded, SourcePosition, memory_id_for
-from tests.agent_streams import CTX
+from tests.agent_streams import CTX, TOPICS
 from tests.unit.processors.test_state_fold import OBS, Run, fold, projected, read_back
 
 
@@ -160,3 +160,65 @@ def test_a_summary_whose_trigger_made_one_that_is_held_is_not_made_twice() -> No
     summaries = [e.memory_id for e in run.derived if type(e).__name__ == "MemorySummarised"]
     assert len(summaries) == len(set(summaries))
     _rebuilds_as_it_ran_live(run)
+
+
+DEC, FEEDBACK = TOPICS.decisions, TOPICS.feedback
+
+
+def _feed(run: Run, event: Observation | Decision | Feedback) -> str | None:
+    """Feed one agent event of W1 on its own topic; the dead letter's kind if refused."""
+    topic = {"observation": OBS, "decision": DEC, "feedback": FEEDBACK}[event.event_type]
+    offset = run.offsets.get(topic, 0)
+    run.offsets[topic] = offset + 1
+    raw = RawRecord(topic, 0, offset, b"W1", encode_event(event), event.event_type, "agent")
+    result = process_batch(
+        [raw], lambda a: run.states.get(a) or AgentMemoryState(), ctx=CTX, failed_at=run.now
+    )
+    run.states.update(result.states)
+    run.derived.extend(result.derived)
+    return result.dead_letters[0].error_kind if result.dead_letters else None
+
+
+def _at(run: Run, **fields: object) -> dict[str, object]:
+    run.now += timedelta(seconds=5)
+    return {"agent_id": "W1", "occurred_at": run.now, "importance": 0.2, **fields}
+
+
+def _push_out(run: Run) -> None:
+    """Enough routine observations to push every earlier working memory out."""
+    for i in range(CTX.config.working_capacity + 1):
+        _publish(run, f"routine-{run.now.timestamp()}-{i}", 0.1, f"routine {i}")
+
+
+def test_a_decision_id_whose_decision_is_still_known_is_refused() -> None:
+    """Feedback on d1 would credit the first decision's skill, not the second's."""
+    run = Run()
+    first = Decision.model_validate(
+        _at(run, event_id="d1", content="I buy insurance", skill="buy_insurance")
+    )
+    assert _feed(run, first) is None
+    _push_out(run)
+    assert not run.states["W1"].holds(memory_id_for("W1", "d1"))
+    again = Decision.model_validate(
+        _at(run, event_id="d1", content="I elevate the house", skill="elevate_house")
+    )
+    assert _feed(run, again) == "duplicate_event_id"
+    assert "elevate_house" not in run.states["W1"].learned.procedures
+
+
+def test_an_observation_id_whose_fact_is_still_current_is_refused() -> None:
+    """Stated again under the same id, the fact superseded itself and no fact was current."""
+    run = Run()
+    fact = {"subject": "house", "attribute": "elevation"}
+    first = Observation.model_validate(
+        _at(run, event_id="o1", content="3 ft up", fact=fact | {"value": "3 ft"})
+    )
+    assert _feed(run, first) is None
+    _push_out(run)
+    again = Observation.model_validate(
+        _at(run, event_id="o1", content="now 5 ft up", fact=fact | {"value": "5 ft"})
+    )
+    assert _feed(run, again) == "duplicate_event_id"
+    # Without a fact, the same id records a new memory: nothing it taught is held.
+    plain = Observation.model_validate(_at(run, event_id="o1", content="just an observation"))
+    assert _feed(run, plain) is None
