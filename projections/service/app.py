@@ -50,7 +50,7 @@ from projections.service.http_auth import Guarded, ServiceError
 from projections.service.learned_routes import add_learned_routes
 from projections.service.metrics import ServiceMetrics
 from projections.service.openapi import document_with_topics
-from schemas.envelope import AGENT_ID_RULE, AgentId
+from schemas.envelope import AGENT_ID_RULE, NOT_WHITESPACE, AgentId
 from schemas.memory_events import MemoryRetrieved, RetrievedItem
 
 log = logging.getLogger(__name__)
@@ -468,6 +468,10 @@ def _readable(error: Mapping[str, Any]) -> dict[str, Any]:
     else:
         if loc == ("path", "agent_id") and kind == "string_pattern_mismatch":
             reason = f"must be {AGENT_ID_RULE}"
+        elif kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == (
+            NOT_WHITESPACE
+        ):
+            reason = "must not be blank (whitespace alone)"
         elif kind == "value_error":
             reason = reason.removeprefix("Value error, ")
         field = ".".join(str(part) for part in loc[1:]) or (str(loc[0]) if loc else "request")

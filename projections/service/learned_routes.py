@@ -24,11 +24,14 @@ from projections.learned.reads import (
 )
 from projections.service.http_auth import Guarded
 from schemas.agent_events import Skill
-from schemas.envelope import AGENT_ID_RULE, MAX_CONTENT_CHARS, AgentId
+from schemas.envelope import AGENT_ID_RULE, MAX_CONTENT_CHARS, NOT_WHITESPACE, AgentId
 
 MAX_LEARNED_TOP_K = 50
 
-Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS)]
+Text = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS, pattern=NOT_WHITESPACE)
+]
+"""A prompt, context or query: blank, it compared as nothing and answered as if it did."""
 AgentPath = Annotated[AgentId, Path(description=f"The agent: {AGENT_ID_RULE}.", examples=["H001"])]
 TopK = Annotated[int, Query(ge=1, le=MAX_LEARNED_TOP_K, description="How many to return.")]
 

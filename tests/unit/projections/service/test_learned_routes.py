@@ -68,6 +68,7 @@ async def test_exclude_and_min_similarity_reach_the_selection(client: httpx.Asyn
     [
         ({}, "prompt: Field required"),
         ({"prompt": ""}, "prompt: String should have at least 1 character"),
+        ({"prompt": " \n\t"}, "prompt: must not be blank (whitespace alone)"),
         ({"prompt": SPEED, "min_similarity": 1.5}, "min_similarity: Input should be less than"),
         ({"prompt": SPEED, "min_similarity": "high"}, "min_similarity: Input should be a valid"),
         ({"prompt": SPEED, "exclude": ATTRIBUTE_TOOL}, "exclude: Input should be a valid"),
