@@ -65,12 +65,11 @@ def still_learned_from(event: AgentEvent, memory_id: str, learned: LearnedState)
     still current. Their ids come from the event id, so the same id learned again would name
     them: feedback would credit the earlier decision's skill, a plan come back under an
     evicted one's revision (which Redis refuses), a fact supersede itself."""
+    if event.event_id in learned.decisions:
+        return True  # whatever the new event's type: feedback on the id finds the decision
     match event:
         case Decision():
-            return (
-                event.event_id in learned.decisions
-                or plan_cache.plan_id_for(event.agent_id, event.event_id) in learned.plans
-            )
+            return plan_cache.plan_id_for(event.agent_id, event.event_id) in learned.plans
         case Observation() if event.fact is not None:
             return derived_event_id(memory_id, "fact:id") in learned.facts.values()
         case _:

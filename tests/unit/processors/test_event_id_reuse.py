@@ -204,6 +204,9 @@ def test_a_decision_id_whose_decision_is_still_known_is_refused() -> None:
     )
     assert _feed(run, again) == "duplicate_event_id"
     assert "elevate_house" not in run.states["W1"].learned.procedures
+    # Nor as an observation: feedback on d1 would still find the decision.
+    observed = Observation.model_validate(_at(run, event_id="d1", content="I saw a flood"))
+    assert _feed(run, observed) == "duplicate_event_id"
 
 
 def test_an_observation_id_whose_fact_is_still_current_is_refused() -> None:
