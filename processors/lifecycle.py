@@ -303,7 +303,10 @@ def consolidate(
         episodic, evicted = add_episodic(
             episodic, EpisodicEntry(entry.importance, entry.seq, copy.memory_id), capacity
         )
-        out.extend(capacity_forgetting(m, "episodic", copy, ctx.config_version) for m in evicted)
+        out.extend(
+            capacity_forgetting(e.memory_id, e.seq, "episodic", copy, ctx.config_version)
+            for e in evicted
+        )
     working = tuple(w if w.considered else replace(w, considered=True) for w in state.working)
     out.append(
         ConsolidationCompleted(
@@ -554,6 +557,7 @@ def prune(
                 agent_id=owner,
                 occurred_at=trigger.occurred_at,
                 memory_id=entry.memory_id,
+                seq=entry.seq,
                 destination="episodic",
                 reason="utility",
                 level=1 if entry.level == 1 else 2,

@@ -206,6 +206,7 @@ class Recorded:
 
 def capacity_forgetting(
     memory_id: str,
+    seq: int,
     destination: Destination,
     cause: MemoryRecorded | MemoryPromoted,
     config_version: str,
@@ -217,6 +218,7 @@ def capacity_forgetting(
         step=cause.step,
         year=cause.year,
         memory_id=memory_id,
+        seq=seq,
         destination=destination,
         reason="capacity",
         caused_by=cause.event_id,
@@ -274,7 +276,9 @@ def record(
         capacity = config.working_capacity_for(agent_type)
         while len(working) > capacity:
             forgotten.append(
-                capacity_forgetting(working[0].memory_id, "working", memory, config_version)
+                capacity_forgetting(
+                    working[0].memory_id, working[0].seq, "working", memory, config_version
+                )
             )
             working = working[1:]
     else:
@@ -284,7 +288,8 @@ def record(
             config.episodic_capacity_for(agent_type),
         )
         forgotten.extend(
-            capacity_forgetting(m, "episodic", memory, config_version) for m in evicted
+            capacity_forgetting(e.memory_id, e.seq, "episodic", memory, config_version)
+            for e in evicted
         )
     # One constructor call: this runs for every event, and dataclasses.replace costs twice it.
     new_state = AgentMemoryState(
@@ -310,7 +315,7 @@ def _eviction_rank(entry: EpisodicEntry) -> tuple[float, int]:
 
 def add_episodic(
     episodic: tuple[EpisodicEntry, ...], entry: EpisodicEntry, capacity: int
-) -> tuple[tuple[EpisodicEntry, ...], list[str]]:
+) -> tuple[tuple[EpisodicEntry, ...], list[EpisodicEntry]]:
     """Add a memory and evict beyond ``capacity``, the least important (then oldest) first
     (seed 004: capacity 50; seed 003: ``max_longterm`` evicts the lowest importance).
 
@@ -320,9 +325,8 @@ def add_episodic(
     if len(episodic) <= capacity:
         return episodic, []
     if len(episodic) == capacity + 1:
-        excess = [min(episodic, key=_eviction_rank).memory_id]
+        excess = [min(episodic, key=_eviction_rank)]
     else:
-        ranked = sorted(episodic, key=_eviction_rank)
-        excess = [e.memory_id for e in ranked[: len(episodic) - capacity]]
-    gone = set(excess)
+        excess = sorted(episodic, key=_eviction_rank)[: len(episodic) - capacity]
+    gone = {e.memory_id for e in excess}
     return tuple(e for e in episodic if e.memory_id not in gone), excess

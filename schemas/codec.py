@@ -44,7 +44,7 @@ CURRENT_VERSIONS: dict[str, int] = {
     "memory.recorded": 2,
     "memory.promoted": 1,
     "memory.summarised": 1,
-    "memory.forgotten": 1,
+    "memory.forgotten": 2,
     "memory.consolidated": 1,
     "memory.retrieved": 1,
     "schedule.tick": 1,
@@ -75,6 +75,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("decision", 1): _unchanged,
     ("feedback", 1): _unchanged,
     ("fact.stated", 1): _unchanged,
+    ("memory.forgotten", 1): _unchanged,
 }
 """``(event_type, version) -> step to version + 1``. Register one for every bump of a version."""
 

@@ -296,8 +296,16 @@ ForgetReason = Literal["capacity", "utility"]
 class MemoryForgotten(Event):
     """A memory left a projection. It stays in the log; only the read models drop it."""
 
+    schema_version: int = 2
+    """Version 2 added ``seq``."""
     event_type: Literal["memory.forgotten"] = "memory.forgotten"
     memory_id: str
+    seq: int | None = Field(
+        default=None,
+        description="The seq of the memory forgotten (None before version 2). A store that "
+        "holds a later memory under the same id (its event id used again once this one was "
+        "forgotten) keeps it when this forgetting is applied again.",
+    )
     destination: Destination
     reason: ForgetReason
     level: Level = 0

@@ -103,14 +103,18 @@ if ARGV[1] == 'r' or ARGV[1] == 's' then
   end
 elseif ARGV[1] == 'f' then
   local seq = redis.call('ZSCORE', KEYS[1], ARGV[3])
-  if seq and ARGV[4] == 'fifo' then
-    local evicted = redis.call('HGET', KEYS[2], '#evicted')
-    if not evicted or tonumber(seq) > tonumber(evicted) then
-      redis.call('HSET', KEYS[2], '#evicted', seq)
+  if seq and ARGV[5] ~= '' and tonumber(seq) > tonumber(ARGV[5]) then
+    -- A later memory under the same id (its event id used again): this forgot an earlier one.
+  else
+    if seq and ARGV[4] == 'fifo' then
+      local evicted = redis.call('HGET', KEYS[2], '#evicted')
+      if not evicted or tonumber(seq) > tonumber(evicted) then
+        redis.call('HSET', KEYS[2], '#evicted', seq)
+      end
     end
+    redis.call('ZREM', KEYS[1], ARGV[3])
+    redis.call('HDEL', KEYS[2], ARGV[3])
   end
-  redis.call('ZREM', KEYS[1], ARGV[3])
-  redis.call('HDEL', KEYS[2], ARGV[3])
 else
   redis.call('DEL', KEYS[1], KEYS[2])
   if ARGV[3] and ARGV[3] ~= '' and tonumber(ARGV[3]) > 0 then
@@ -126,8 +130,9 @@ return 1
 ARGV: 'r'ecord, 's'urprise only (an episodic recording), 'f'orget a memory or forget the whole
 'a'gent, source offset ('' without a position), then for 'r', 's' and 'f' the memory id, for
 'r' and 's' its seq and payload ('' for 's') and, if the recording carries one, its surprise
-reading; for 'f' whether it was a capacity ('fifo') eviction; for 'a' the agent's next seq
-('' when the erasure does not say).
+reading; for 'f' whether it was a capacity ('fifo') eviction and the seq forgotten ('' if the
+event does not say; a held memory of a higher seq is a later one, kept); for 'a' the agent's
+next seq ('' when the erasure does not say).
 
 ``#erased_below`` (set by an erasure that names the agent's next seq) is where the agent's
 next life begins: a recording below it is one of the life the erasure ended, applied again
@@ -274,7 +279,8 @@ class RedisWorkingMemory:
                 if event.destination != "working":
                     return None
                 fifo = b"fifo" if event.reason == "capacity" else b""
-                return self._script(event, b"f", event.memory_id.encode(), fifo)
+                seq = b"" if event.seq is None else b"%d" % event.seq
+                return self._script(event, b"f", event.memory_id.encode(), fifo, seq)
             case AgentForgotten():
                 below = b"" if event.next_seq is None else b"%d" % event.next_seq
                 return self._script(event, b"a", below)

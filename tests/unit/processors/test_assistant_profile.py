@@ -200,9 +200,9 @@ def test_one_over_capacity_evicts_what_a_full_sort_would() -> None:
     sorted path's stable order does."""
     pool = tuple(EpisodicEntry(imp, seq, f"m{seq}") for seq, imp in enumerate([0.8, 0.7, 0.7]))
     _, gone = add_episodic(pool, EpisodicEntry(0.9, 3, "m3"), capacity=3)
-    assert gone == ["m1"]
+    assert [e.memory_id for e in gone] == ["m1"]
     _, gone_two = add_episodic(pool, EpisodicEntry(0.9, 3, "m3"), capacity=2)
-    assert gone_two == ["m1", "m2"]
+    assert [e.memory_id for e in gone_two] == ["m1", "m2"]
 
 
 def test_consolidation_applies_the_type_episodic_capacity(tmp_path: Path) -> None:
