@@ -274,6 +274,11 @@ class StreamBuilder:
     now: datetime = START
     published: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     """Per agent and event type, the ids of the events published, for feedback to target."""
+    this_life: dict[str, list[str]] = field(default_factory=dict)
+    """Per agent, the ids of its observations and decisions since it was last forgotten: those
+    an event may use again. Not one of an ended life: a retrieval of that life's summary,
+    folded at a takeover after everything else, would count for the next life's summary made
+    under the same id (processors/README.md, "An event id used again")."""
 
     def add(self, topic: str, partition: int, value: bytes, kind: RecordKind) -> None:
         offset = self.offsets.get((topic, partition), 0)
@@ -302,6 +307,7 @@ class StreamBuilder:
             # the erasure must sit between it and the next one in every reading of the log.
             forget = ForgetAgent(event_id=f"forget-{n}", agent_id=who, requested_at=self.now)
             self.add(TOPICS.schedule, partition, encode_event(forget), "tick")
+            self.this_life[who] = []
             return
         clock = self.steps.get(who, 0)
         step = clock if who.startswith("S") else None
@@ -330,6 +336,7 @@ class StreamBuilder:
                 reset_surprise=n % 9 == 8,
             )
             self.published.setdefault((who, "observation"), []).append(observation.event_id)
+            self.this_life.setdefault(who, []).append(observation.event_id)
             self.add(TOPICS.observations, partition, encode_event(observation), "agent")
         elif what == "decide":
             self.decide(n, when, value)
@@ -353,14 +360,11 @@ class StreamBuilder:
             self.retrieve(n, who, SCORES[value], step, year)
 
     def reuse(self, n: int, when: dict[str, object], value: int) -> None:
-        """An observation under an event id the agent used before: its oldest (whose memory
-        is likely forgotten, so it records again) or one of its latest (likely still held, so
-        it is refused)."""
+        """An observation under an event id the agent used before in this life: its oldest
+        (whose memory is likely forgotten, so it records again) or one of its latest (likely
+        still held, so it is refused)."""
         agent = str(when["agent_id"])
-        used = [
-            *self.published.get((agent, "observation"), []),
-            *self.published.get((agent, "decision"), []),
-        ]
+        used = self.this_life.get(agent, [])
         if not used:
             return
         observation = Observation(
@@ -387,6 +391,7 @@ class StreamBuilder:
             }
         )
         self.published.setdefault((decision.agent_id, "decision"), []).append(decision.event_id)
+        self.this_life.setdefault(decision.agent_id, []).append(decision.event_id)
         self.add(TOPICS.decisions, PARTITION_OF[decision.agent_id], encode_event(decision), "agent")
 
     def feedback(self, n: int, when: dict[str, object], value: int) -> None:
