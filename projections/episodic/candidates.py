@@ -9,6 +9,9 @@ query (Qdrant prefetches, one per signal, united by the outer query):
   oldest, so that the span of ages a mode normalises by is the pool's;
 * ``importance``: the ``limit`` most important (``order_by`` on the importance index), and the
   least important, for the same reason;
+* ``occurred``: the ``limit`` newest by the event's time, ``occurred_at`` (``order_by`` on the
+  index of ``occurred_ts``): what the recent mode ranks by, which ``seq`` orders otherwise when
+  events are recorded out of their time's order (a producer's backfill, a late record);
 * ``vector``: the ``limit`` nearest to the query embedding; then every candidate, whichever
   signal brought it, carries its cosine with the query (the outer query scores them all);
 * ``lexical``: the ``limit`` best BM25 matches of the query's stems (the IDF over the agent's
@@ -19,7 +22,9 @@ query (Qdrant prefetches, one per signal, united by the outer query):
   its cosine when there is a query vector; ``limit`` does not apply.
 
 **Exact within the bound.** A pool of at most ``limit`` memories (after the request's levels
-and filter) is returned whole by any one of ``recency``, ``importance`` and ``vector``, so the
+and filter) is returned whole by any one of ``recency``, ``importance``, ``occurred`` and
+``vector`` (``occurred`` leaves out a point written before ``occurred_ts`` existed, which a
+filter on time leaves out as well, and the recent mode always filters on it), so the
 ranking of the candidates is the ranking of the pool. Past the bound it is an approximation:
 a memory none of the signals puts in its best ``limit`` (say, of middling age *and* middling
 importance, in a mode that multiplies the two) is not seen, and what a mode computes over the
@@ -51,6 +56,7 @@ class CandidateSignals:
     limit: int = CANDIDATE_LIMIT
     recency: bool = False
     importance: bool = False
+    occurred: bool = False
     vector: np.ndarray | None = None
     lexical: SparseQuery | None = None
     tags: tuple[str, ...] = ()
@@ -61,8 +67,8 @@ class CandidateSignals:
             raise ValueError(f"limit must be at least 1, got {self.limit}")
         if not self.whole_within_limit and not self.at_seqs:
             raise ValueError(
-                "candidates need recency, importance or a query vector that is not all zeros: "
-                "the lexical and tag signals alone would leave out a pool's other memories"
+                "candidates need recency, importance, occurred or a query vector that is not all "
+                "zeros: the lexical and tag signals alone would leave out a pool's other memories"
             )
 
     @property
@@ -75,7 +81,7 @@ class CandidateSignals:
     def whole_within_limit(self) -> bool:
         """Whether a pool of at most ``limit`` memories comes back whole: some signal reads
         every memory it admits, which the lexical and tag signals do not."""
-        return self.recency or self.importance or self.nearest
+        return self.recency or self.importance or self.occurred or self.nearest
 
     @property
     def at_seq_ranges(self) -> tuple[tuple[int, int], ...]:

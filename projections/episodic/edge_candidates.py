@@ -55,6 +55,9 @@ def candidate_request(
         for direction, depth in ((qe.Direction.Desc, limit), (qe.Direction.Asc, 1)):
             by_importance = qe.OrderBy("importance", direction)
             prefetches.append(qe.Prefetch(limit=depth, query=by_importance, filter=flt))
+    if signals.occurred:
+        latest = qe.OrderBy("occurred_ts", qe.Direction.Desc)
+        prefetches.append(qe.Prefetch(limit=limit, query=latest, filter=flt))
     if signals.vector is not None and signals.nearest:
         nearest = qe.Query.Nearest(signals.vector.tolist())
         prefetches.append(qe.Prefetch(limit=limit, query=nearest, filter=flt))

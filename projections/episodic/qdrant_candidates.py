@@ -56,6 +56,9 @@ def candidate_query(
         for direction, depth in ((desc, limit), (asc, 1)):
             by_importance = _order_by("importance", direction)
             prefetch.append(models.Prefetch(query=by_importance, filter=flt, limit=depth))
+    if signals.occurred:
+        latest = _order_by("occurred_ts", desc)
+        prefetch.append(models.Prefetch(query=latest, filter=flt, limit=limit))
     if nearest is not None:
         prefetch.append(models.Prefetch(query=nearest, filter=flt, limit=limit))
     if signals.lexical and lexical:

@@ -9,6 +9,7 @@ the others.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -143,6 +144,24 @@ class RelevanceBreakdown:
     mode: Literal["relevance"] = "relevance"
 
 
+@dataclass(frozen=True, slots=True)
+class RecentBreakdown:
+    """Seed 000's recent episodes: when the memory's event occurred and how long before the
+    retrieval's time, in days of the wall clock."""
+
+    occurred_at: Annotated[
+        datetime, Field(description="When the event occurred: what the window and order read.")
+    ]
+    age_days: Annotated[
+        float, Field(description="(current_time - occurred_at) in days: 0 up to, not at, days.")
+    ]
+    days: Annotated[float, Field(description="The window: how many days back it reaches.")]
+    recency: Annotated[
+        float, Field(description="1 - age_days / days, the score: 1 now, towards 0 at the start.")
+    ]
+    mode: Literal["recent"] = "recent"
+
+
 Breakdown = (
     TwoPhaseBreakdown
     | WeightedBreakdown
@@ -151,4 +170,5 @@ Breakdown = (
     | ConstrainedBreakdown
     | GenerativeBreakdown
     | RelevanceBreakdown
+    | RecentBreakdown
 )

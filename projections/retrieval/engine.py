@@ -8,12 +8,14 @@ agent's pool. It ranks them in process with the pure functions of
 :mod:`projections.retrieval.scoring`: for a pool within the candidate bound, exactly as the
 whole pool.
 
-Modes. :func:`rank` dispatches the request's mode to its pure scoring function (two_phase and
-weighted in :mod:`~projections.retrieval.scoring`, saliency, basic and constrained, generative,
-by_relevance in their own modules). The constrained mode's arousal is the request's, else the
-agent's stored one (the working store's latest surprise reading, or ``arousal_of``), else 0;
-a stored reading's System 1 / System 2 label uses the threshold stored with it (the agent
-type's).
+Modes. :func:`~projections.retrieval.ranking.rank` dispatches the request's mode to its pure
+scoring function (two_phase and weighted in :mod:`~projections.retrieval.scoring`, saliency,
+basic and constrained, generative, by_relevance, recent in their own modules). The constrained
+mode's arousal is the request's, else the agent's stored one (the working store's latest
+surprise reading, or ``arousal_of``), else 0; a stored reading's System 1 / System 2 label uses
+the threshold stored with it (the agent type's). The recent mode's window ends at the
+request's ``current_time``, now when it has none (the service pins it first, so that its
+record says which).
 
 Relevance. The weighted mode keeps seed 003's keyword overlap. The generative and relevance
 modes rank by hybrid relevance (:func:`relevance_parts`): the cosine of the query embedding
@@ -56,6 +58,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -64,22 +67,14 @@ from projections.episodic.candidates import CANDIDATE_LIMIT, RELEVANCE_CANDIDATE
 from projections.episodic.hybrid import cosines
 from projections.interfaces import EpisodicMemoryStore, WorkingMemoryStore
 from projections.memory import StoredMemory
-from projections.retrieval.basic import (
-    DEFAULT_PROFILE,
-    PROFILES,
-    SYSTEM_2_THRESHOLD,
-    StoredArousal,
-    basic,
-    constrained,
-)
-from projections.retrieval.by_relevance import by_relevance
+from projections.retrieval.basic import StoredArousal
 from projections.retrieval.conversation_context import (
     TURNS_READ_BESIDE,
     best_of_each_signal,
     seqs_beside,
 )
 from projections.retrieval.filters import levels_for
-from projections.retrieval.generative import GenerativeWeights, generative
+from projections.retrieval.generative import GenerativeWeights
 from projections.retrieval.log_end import KnownLogEnds, LogEnds, Partition
 from projections.retrieval.models import (
     MissingPosition,
@@ -92,20 +87,13 @@ from projections.retrieval.models import (
 from projections.retrieval.pool_reads import (
     candidate_bound,
     read_beside,
+    read_filter,
     read_pools,
     without_copies_of,
 )
 from projections.retrieval.query_relevance import relevance_of, relevance_parts
-from projections.retrieval.relevance import DENSE_SHARE_MODEL_FREE, dense_share_for
-from projections.retrieval.saliency import saliency
-from projections.retrieval.scoring import (
-    Moment,
-    Ranking,
-    Weights,
-    hour_of,
-    two_phase,
-    weighted,
-)
+from projections.retrieval.ranking import rank, weights_of
+from projections.retrieval.relevance import dense_share_for
 from schemas.errors import EngramError
 from schemas.topics import Topics
 
@@ -272,6 +260,7 @@ class RetrievalEngine:
         if request.after:
             waited_s = await self.wait_for(request.after, request.wait_timeout_ms / 1000)
         started = time.perf_counter()
+        request = request.pinned(datetime.now(UTC))
         levels, read_working = levels_for(request.filter, request.levels)
         vector = None if request.query is None else await self._embed(request.query)
         bound = candidate_bound(request, vector, self._candidate_limit, self._relevance_limit)
@@ -287,8 +276,8 @@ class RetrievalEngine:
             candidate_limit=bound,
             episodic_limit=self._episodic_limit,
         )
-        if request.filter is not None:
-            admits = request.filter.admits
+        if (memory_filter := read_filter(request)) is not None:
+            admits = memory_filter.admits
             working = [m for m in working if admits(m)]
             episodic = [m for m in episodic if admits(m)]
         if vector is not None and request.mode in RELEVANCE_MODES and working:
@@ -439,8 +428,8 @@ class RetrievalEngine:
         extra = await read_beside(self._episodic, agent_id, vector, request, levels, seqs)
         held = {m.memory_id for m in pool}
         fresh = [m for m in without_copies_of(working, extra) if m.memory_id not in held]
-        if request.filter is not None:
-            fresh = [m for m in fresh if request.filter.admits(m)]
+        if (memory_filter := read_filter(request)) is not None:
+            fresh = [m for m in fresh if memory_filter.admits(m)]
         return fresh
 
     async def _arousal(self, agent_id: str) -> StoredArousal | None:
@@ -508,93 +497,3 @@ class RetrievalEngine:
             else:
                 checks[name] = "ok"
         return checks
-
-
-def rank(
-    request: RetrievalRequest,
-    working: Sequence[StoredMemory],
-    episodic: Sequence[StoredMemory],
-    *,
-    arousal: StoredArousal | None = None,
-    dense_share: float = DENSE_SHARE_MODEL_FREE,
-) -> Ranking:
-    """The request's mode applied to memories already read and filtered; pure. ``arousal``, the
-    agent's stored one, is used by the constrained mode only: the request's own arousal, if
-    any, wins (judged against seed 003's threshold 0.5: it needs no store, so an episodic-only
-    retrieval with it runs while Redis is down), else the stored one (clamped to [0, 1]) with
-    its agent type's threshold, else 0. ``dense_share``
-    by the modes that rank by relevance (:func:`relevance_parts`). Working memories are passed
-    first everywhere, so a memory in both stores is ranked as working."""
-    everything = [*working, *episodic]
-    hour = None if request.current_time is None else hour_of(request.current_time)
-    now: Moment = {
-        "current_year": request.current_year,
-        "current_step": request.current_step,
-        "current_hour": hour,
-    }
-    mode = request.mode
-    if mode == "weighted":
-        return weighted(
-            everything,
-            top_k=request.top_k,
-            context_tags=request.tags,
-            query_text=request.query,
-            weights=weights_of(request),
-            **now,
-        )
-    if mode == "saliency":
-        return saliency(everything, top_k=request.top_k, **now)
-    if mode == "basic":
-        return basic(everything, **now)
-    if mode == "constrained":
-        profile = PROFILES[request.profile or DEFAULT_PROFILE]
-        level = request.arousal
-        if level is None:
-            level = 0.0 if arousal is None else min(max(arousal.arousal, 0.0), 1.0)
-        return constrained(
-            everything,
-            profile=profile,
-            arousal=level,
-            threshold=SYSTEM_2_THRESHOLD if arousal is None else arousal.threshold,
-            **now,
-        )
-    if mode == "generative":
-        return generative(
-            everything,
-            top_k=request.top_k,
-            relevance=relevance_of(
-                request.query, everything, dense_share=dense_share, now=request.current_time
-            ),
-            weights=request.generative,
-            **now,
-        )
-    if mode == "relevance":
-        if request.query is None:
-            raise ValueError("mode 'relevance' ranks by relevance to a query: give a query")
-        parts = relevance_parts(
-            request.query, everything, dense_share=dense_share, now=request.current_time
-        )
-        return by_relevance(
-            everything,
-            top_k=request.top_k,
-            relevance=parts.relevance,
-            parts=parts,
-            **now,
-        )
-    return two_phase(working, episodic, top_k=request.top_k, **now)
-
-
-QUERY_RELEVANCE_WEIGHT = 0.5
-"""W_rel of the weighted mode when a request gives a query and no relevance weight of its own:
-seed 003's default weights leave the query out (W_rel 0), which answers a question by recency,
-importance and context alone."""
-
-
-def weights_of(request: RetrievalRequest) -> Weights:
-    """The weights the weighted mode ranks ``request`` by: the request's, else seed 003's
-    defaults; with a query, relevance weighs :data:`QUERY_RELEVANCE_WEIGHT` unless the request
-    set it."""
-    weights = request.weights or Weights()
-    if request.query and "relevance" not in weights.model_fields_set:
-        return weights.model_copy(update={"relevance": QUERY_RELEVANCE_WEIGHT})
-    return weights

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -24,7 +25,14 @@ from schemas.envelope import MAX_CONTENT_CHARS, TIME_BOUND, AgentId, Tag
 from schemas.memory_events import Level
 
 Mode = Literal[
-    "two_phase", "weighted", "saliency", "basic", "constrained", "generative", "relevance"
+    "two_phase",
+    "weighted",
+    "saliency",
+    "basic",
+    "constrained",
+    "generative",
+    "relevance",
+    "recent",
 ]
 
 MODE_HELP = (
@@ -35,9 +43,19 @@ MODE_HELP = (
     "ranking whose recent window is sized by a cognitive-constraint ``profile`` and the "
     "agent's arousal (seed 003, 5.1). ``generative``: recency + importance + relevance, each "
     "min-max normalised (Generative Agents, Park et al. 2023). ``relevance``: relevance to "
-    "``query`` alone. ``basic`` and ``constrained`` return the count their configuration "
-    "decides; ``top_k`` does not apply to them."
+    "``query`` alone. ``recent``: the memories of events within the last ``days`` (7) before "
+    "``current_time`` (now), newest first, ``top_k`` 10 unless given (seed 000's "
+    "``get_recent_episodes``). ``basic`` and ``constrained`` return the count their "
+    "configuration decides; ``top_k`` does not apply to them."
 )
+
+DEFAULT_RECENT_DAYS = 7.0
+DEFAULT_RECENT_TOP_K = 10
+"""Seed 000's ``get_recent_episodes(days=7, limit=10)``."""
+
+MAX_RECENT_DAYS = 3_652_059.0
+"""The span of the calendar a ``datetime`` holds (years 1 to 9999): a longer window reaches no
+further back, so a larger value is refused as a likely mistake."""
 
 MAX_TOP_K = 100
 """Above what both stores hold together (10 + 50, seed 004 section 5.1) with headroom for larger
@@ -143,6 +161,7 @@ MODE_ONLY: dict[str, Mode] = {
     "profile": "constrained",
     "arousal": "constrained",
     "generative": "generative",
+    "days": "recent",
 }
 """Fields that configure one mode. Given with another mode they would be silently ignored, so
 such a request is refused; the request's JSON Schema states the same rule
@@ -156,8 +175,8 @@ def _mode_is(mode: Mode) -> dict[str, Any]:
 def cross_field_rules(schema: dict[str, Any]) -> None:
     """Adds to the request's JSON Schema the rules :meth:`RetrievalRequest._consistent` checks
     across fields: time on one axis, each mode's own fields with that mode only, a query for
-    mode relevance, and ``as_of`` without ``after``. A mode left out is ``two_phase``, which
-    has no fields of its own."""
+    mode relevance, no simulation time for mode recent, and ``as_of`` without ``after``. A
+    mode left out is ``two_phase``, which has no fields of its own."""
     given = {
         "current_year": {"type": "integer"},
         "current_step": {"type": "integer"},
@@ -187,13 +206,19 @@ def cross_field_rules(schema: dict[str, Any]) -> None:
         "if": _mode_is("relevance"),
         "then": {"required": ["query"], "properties": {"query": {"type": "string"}}},
     }
+    wall_clock_only = {
+        "if": _mode_is("recent"),
+        "then": {
+            "properties": {"current_year": {"type": "null"}, "current_step": {"type": "null"}}
+        },
+    }
     as_of_without_after = {
         "not": {
             "required": ["as_of", "after"],
             "properties": {"as_of": {"not": {"type": "null"}}, "after": {"minItems": 1}},
         }
     }
-    schema["allOf"] = [*one_axis, *own_fields, query_given, as_of_without_after]
+    schema["allOf"] = [*one_axis, *own_fields, query_given, wall_clock_only, as_of_without_after]
 
 
 class RetrievalRequest(BaseModel):
@@ -219,8 +244,8 @@ class RetrievalRequest(BaseModel):
         ge=1,
         le=MAX_TOP_K,
         description=(
-            "How many memories to return; not used by modes basic and constrained, whose "
-            "configuration decides the count."
+            "How many memories to return (10 in mode recent unless given); not used by modes "
+            "basic and constrained, whose configuration decides the count."
         ),
     )
     mode: Mode = Field(
@@ -251,7 +276,20 @@ class RetrievalRequest(BaseModel):
         default=None,
         description=(
             "Wall-clock time of the retrieval (ISO 8601 with an offset), for agents that count "
-            "no years or steps; ages are then in hours of the events' occurred_at."
+            "no years or steps; ages are then in hours of the events' occurred_at. Mode recent "
+            "counts its days back from it; left out there, the service's clock at the request "
+            "(written into the recorded request, so the retrieval replays the same)."
+        ),
+    )
+    days: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=MAX_RECENT_DAYS,
+        description=(
+            "Recent mode only: how many days before ``current_time`` a memory's event may have "
+            "occurred (the window leaves out the instant exactly that far back, as seed 000's "
+            "``created_at > now - days``); 7 when omitted. A fraction counts too: 0.5 is 12 "
+            "hours."
         ),
     )
     tags: tuple[Tag, ...] = Field(
@@ -329,6 +367,21 @@ class RetrievalRequest(BaseModel):
             return {**data, "mode": "relevance", "scope": data.get("scope", "all")}
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _recent_defaults(cls, data: Any) -> Any:
+        """Mode recent's own defaults (seed 000's 7 days and 10 episodes), filled in here rather
+        than left to the ranking, so a recorded request names the window and count it ran with
+        whatever the defaults become."""
+        if isinstance(data, dict) and data.get("mode") == "recent":
+            filled = {**data}
+            if filled.get("days") is None:
+                filled["days"] = DEFAULT_RECENT_DAYS
+            if "top_k" not in filled:
+                filled["top_k"] = DEFAULT_RECENT_TOP_K
+            return filled
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> RetrievalRequest:
         if self.current_year is not None and self.current_step is not None:
@@ -348,11 +401,27 @@ class RetrievalRequest(BaseModel):
                 raise ValueError(f"{name} {verb} only to mode '{mode}'")
         if self.mode == "relevance" and self.query is None:
             raise ValueError("mode 'relevance' ranks by relevance to query: give a query")
+        if self.mode == "recent" and (
+            self.current_year is not None or self.current_step is not None
+        ):
+            raise ValueError(
+                "mode 'recent' counts days of the wall clock back from current_time: give "
+                "current_time (or nothing: now), not a current year or step"
+            )
         if self.as_of is not None and self.after:
             raise ValueError(
                 "after waits for the stores of now; as_of rebuilds the memory from the log: "
                 "give one of them"
             )
+        return self
+
+    def pinned(self, now: datetime) -> RetrievalRequest:
+        """This request with the moment its answer depends on fixed: mode recent without a
+        ``current_time`` gets ``now``. The service pins a request before it answers and
+        records it, so ``engram recall --again`` runs the same window, not one ending at the
+        time of the rerun."""
+        if self.mode == "recent" and self.current_time is None:
+            return self.model_copy(update={"current_time": now})
         return self
 
 

@@ -4,9 +4,10 @@ store the candidates its mode ranks (:mod:`projections.episodic.candidates`), or
 Each mode asks for the signals it ranks by, so that a memory it would rank high is among the
 candidates: the seed modes for recency and importance (their scores grow with both), the
 weighted mode for its context too (the request's tags and the query's keywords), the
-generative mode for all of them, and the relevance mode for the query's nearest embeddings and
-best keyword matches alone. A request with a query reads every candidate's cosine with it,
-whatever the mode, as a search of the whole pool does.
+generative mode for all of them, the relevance mode for the query's nearest embeddings and
+best keyword matches alone, and the recent mode for the newest by the events' time, read
+within its window (:func:`read_filter`), which it ranks by that alone. A request with a query
+reads every candidate's cosine with it, whatever the mode, as a search of the whole pool does.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from processors.lexical import query_vector
 from projections.episodic.candidates import CandidateSignals
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
 from projections.memory import StoredMemory
-from projections.retrieval.models import MAX_CONTEXT_TAGS, RetrievalRequest
+from projections.retrieval.filters import MemoryFilter
+from projections.retrieval.models import DEFAULT_RECENT_DAYS, MAX_CONTEXT_TAGS, RetrievalRequest
+from projections.retrieval.recent import window_filter
 
 
 def _by_the_query_alone(request: RetrievalRequest, vector: np.ndarray | None) -> bool:
@@ -52,6 +55,16 @@ def context_tags(request: RetrievalRequest) -> tuple[str, ...]:
     return tuple(wanted)[:MAX_CONTEXT_TAGS]
 
 
+def read_filter(request: RetrievalRequest) -> MemoryFilter | None:
+    """What a memory read for ``request`` must meet: its filter and, in mode recent, the
+    window, so that the store reads only what is in it (a pinned request's: its
+    ``current_time``; unpinned, the request's filter alone)."""
+    if request.mode == "recent" and request.current_time is not None:
+        days = request.days or DEFAULT_RECENT_DAYS
+        return window_filter(request.filter, request.current_time, days)
+    return request.filter
+
+
 def signals_for(
     request: RetrievalRequest, vector: np.ndarray | None, limit: int
 ) -> CandidateSignals:
@@ -59,6 +72,8 @@ def signals_for(
     lexical = query_vector(request.query) if request.query else None
     if _by_the_query_alone(request, vector):
         return CandidateSignals(limit, vector=vector, lexical=lexical)
+    if request.mode == "recent":
+        return CandidateSignals(limit, occurred=True, vector=vector)
     tags = context_tags(request) if request.mode == "weighted" else ()
     with_query = request.mode in ("weighted", "generative")
     return CandidateSignals(
@@ -134,7 +149,7 @@ async def _read_episodic(
     memories only."""
     if not levels:
         return []
-    memory_filter = request.filter
+    memory_filter = read_filter(request)
     if candidate_limit is not None:
         signals = signals_for(request, vector, candidate_limit)
         return await store.candidates(
@@ -169,7 +184,7 @@ async def read_beside(
     signals = CandidateSignals(vector=vector, at_seqs=tuple(seqs))
     return one_per_source(
         await store.candidates(
-            agent_id, signals, levels=levels, filter=request.filter, scope=request.scope
+            agent_id, signals, levels=levels, filter=read_filter(request), scope=request.scope
         )
     )
 

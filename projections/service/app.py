@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, HTTPException, Path, Query, Request
@@ -88,6 +89,9 @@ Retrieval over an agent's memories, as projected from the Engram event log.
 * **generative** (generative agents): recency + importance + relevance to `query`, each
   min-max normalised.
 * **relevance**: relevance to `query` alone (cosine blended with BM25).
+* **recent** (seed 000's recent episodes): the memories of events that occurred within the
+  last `days` (default 7) before `current_time` (default now), newest first, `top_k` 10 unless
+  given.
 
 `filter` (tags, kinds, minimum importance, year and step ranges) applies in every mode. Every
 result carries the breakdown of its score, and every answered retrieval is recorded on
@@ -99,9 +103,10 @@ A position the log does not hold (past the end of its partition, or on a partiti
 not exist) answers 409 at once: it was not returned by publishing to this log, and no wait
 would see it applied. The topics a position may name are listed in this document.
 
-**Modes' own fields**: `weights` (weighted), `profile` and `arousal` (constrained) and
-`generative` (generative) are refused with any other mode, and mode relevance needs a `query`;
-the request schema states these rules, so a request it admits is never refused.
+**Modes' own fields**: `weights` (weighted), `profile` and `arousal` (constrained),
+`generative` (generative) and `days` (recent) are refused with any other mode; mode relevance
+needs a `query`, and mode recent takes no `current_year` or `current_step`; the request schema
+states these rules, so a request it admits is never refused.
 
 **As of a point of the log**: give `as_of` a time or a position and the answer comes from
 the agent's memory as it stood then, rebuilt from its partition of the derived log (a read
@@ -349,6 +354,8 @@ def _add_retrieval_route(
             metrics.retrieval_seconds.labels(mode).observe(time.perf_counter() - started)
 
     async def answer(agent_id: str, request: RetrievalRequest) -> RetrievalResponse:
+        # Pinned before it is answered and recorded: the record replays the same moment.
+        request = request.pinned(datetime.now(UTC))
         if request.as_of is not None:
             return await _recalled(recall, agent_id, request)
         response = await engine.retrieve(agent_id, request)

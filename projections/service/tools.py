@@ -53,6 +53,7 @@ from projections.retrieval.models import (
     DEFAULT_WAIT_TIMEOUT_MS,
     MAX_AFTER_POSITIONS,
     MAX_CONTEXT_TAGS,
+    MAX_RECENT_DAYS,
     MAX_WAIT_TIMEOUT_MS,
     Mode,
     RecordPosition,
@@ -94,7 +95,8 @@ MAX_RETRIEVE = 5
 the HTTP API, for programs, allows up to ``MAX_TOP_K``. Modes ``basic`` and ``constrained``
 return the count seed 003 gives them whatever ``top_k`` says (5 recent + 2 important; a
 cognitive profile's count by arousal): that count is the point of those models, so the tool
-does not cut it."""
+does not cut it. Mode ``recent``'s 10 (seed 000's ``limit``) is a default, not the point of
+the mode, so the tool asks for ``top_k`` there as everywhere else."""
 
 RECALL_LIMIT = 3
 """Experiences the recall node of seed 000 asks for (``episodic_memory.search(..., limit=3)``)."""
@@ -224,8 +226,8 @@ class RetrieveMemoryInput(_ToolInput):
         "the context `tags` together. saliency: importance fading with age. basic: the 5 "
         "most recent plus the 2 most important. constrained: as basic, as many as `profile` "
         "and your arousal allow. generative: recency, importance and relevance to `query`. "
-        "relevance: relevance to `query` alone. basic and constrained decide how many "
-        "themselves.",
+        "relevance: relevance to `query` alone. recent: what happened in the last `days`, "
+        "newest first. basic and constrained decide how many themselves.",
     )
     scope: Scope | None = Field(
         default=None,
@@ -249,7 +251,15 @@ class RetrieveMemoryInput(_ToolInput):
     current_time: AwareDatetime | None = Field(
         default=None,
         description="The current time (ISO 8601 with an offset), instead of a year or step: "
-        "ages are counted in hours of when things happened.",
+        "ages are counted in hours of when things happened. Mode recent counts its days back "
+        "from it (now when omitted).",
+    )
+    days: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=MAX_RECENT_DAYS,
+        description="Mode recent only: how many days back to look (7 when omitted; 0.5 is "
+        "12 hours).",
     )
     tags: tuple[Tag, ...] = Field(
         default=(),

@@ -144,8 +144,8 @@ Mode = Annotated[
     str | None,
     typer.Option(
         help="two_phase (the default) | weighted | saliency | basic | constrained | generative "
-        "| relevance (needs --query); left out with --query: relevance over all memories. "
-        "See projections/README.md, 'Retrieval modes'."
+        "| relevance (needs --query) | recent (the last --days); left out with --query: "
+        "relevance over all memories. See projections/README.md, 'Retrieval modes'."
     ),
 ]
 Scope = Annotated[
@@ -173,6 +173,12 @@ Profile = Annotated[
 Arousal = Annotated[
     float | None,
     typer.Option(min=0.0, max=1.0, help="constrained: arousal; unset: the agent's own."),
+]
+Days = Annotated[
+    float | None,
+    typer.Option(
+        help="recent: how many days before --time (now) the events occurred; unset: 7.",
+    ),
 ]
 Kinds = Annotated[
     list[str] | None,
@@ -223,7 +229,9 @@ ApiKey = Annotated[
     ),
 ]
 Query = Annotated[str | None, typer.Option(help="Query text.")]
-TopK = Annotated[int, typer.Option(min=1, max=100)]
+TopK = Annotated[
+    int | None, typer.Option(min=1, max=100, help="How many memories; unset: 5 (recent: 10).")
+]
 Year = Annotated[int | None, typer.Option(help="Current simulation year.")]
 Step = Annotated[int | None, typer.Option(help="Current simulation step.")]
 Now = Annotated[
@@ -231,7 +239,8 @@ Now = Annotated[
     typer.Option(
         "--time",
         help="Current wall-clock time (ISO 8601, with an offset), for agents without years or "
-        "steps: ages are then in hours of the events' time.",
+        "steps: ages are then in hours of the events' time; recent counts --days back from "
+        "it (unset: now).",
     ),
 ]
 ContextTags = Annotated[
@@ -249,12 +258,13 @@ StepTo = Annotated[int | None, typer.Option(min=0, help="Filter: up to this step
 def retrieve(
     agent_id: Annotated[str, typer.Argument(help="Whose memories.")],
     query: Query = None,
-    top_k: TopK = 5,
+    top_k: TopK = None,
     mode: Mode = None,
     scope: Scope = None,
     year: Year = None,
     step: Step = None,
     time: Now = None,
+    days: Days = None,
     tags: ContextTags = None,
     profile: Profile = None,
     arousal: Arousal = None,
@@ -283,6 +293,7 @@ def retrieve(
         year=year,
         step=step,
         time=time,
+        days=days,
         tags=tags,
         profile=profile,
         arousal=arousal,
@@ -313,12 +324,13 @@ def print_answer(response: RetrievalResponse, prompt: bool) -> None:
 def retrieval_params(
     *,
     query: str | None = None,
-    top_k: int = 5,
+    top_k: int | None = None,
     mode: str | None = None,
     scope: str | None = None,
     year: int | None = None,
     step: int | None = None,
     time: str | None = None,
+    days: float | None = None,
     tags: str | None = None,
     profile: str | None = None,
     arousal: float | None = None,
@@ -333,7 +345,8 @@ def retrieval_params(
     occurred_before: str | None = None,
     weight: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The fields of a retrieval request the retrieval options give (None: not given); the
+    """The fields of a retrieval request the retrieval options give (None: not given, so the
+    request's default for its mode applies: ``top_k`` is 10 in mode recent, 5 otherwise); the
     defaults are those of the options, so ``retrieval_params()`` is a request of defaults."""
     params: dict[str, Any] = {
         "top_k": top_k,
@@ -343,6 +356,7 @@ def retrieval_params(
         "current_year": year,
         "current_step": step,
         "current_time": time,
+        "days": days,
         "tags": [t.strip() for t in tags.split(",")] if tags else [],
         "profile": profile,
         "arousal": arousal,

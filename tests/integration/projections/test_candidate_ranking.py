@@ -6,6 +6,7 @@ without a query, a filter, context tags; past the bound, what the engine reads s
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -42,10 +43,18 @@ WORDS = [
 LIMIT = 40
 
 
-def pool(agent_id: str, seed: int, size: int) -> list[DerivedEvent]:
-    """A random life: words, importance on both sides of the episodic threshold, tags, and a
-    year or a step on some memories only (so imputed times are ranked too)."""
+START = datetime(2026, 1, 1, tzinfo=UTC)
+"""The wall clock of the pools' events: each occurred within 20 days after it, in an order of
+its own (not the order it was recorded in, as a producer's backfill or a late record is)."""
+
+
+def pool(agent_id: str, seed: int, size: int, *, ties: bool = True) -> list[DerivedEvent]:
+    """A random life: words, importance on both sides of the episodic threshold, tags, a year
+    or a step on some memories only (so imputed times are ranked too), and a time of its
+    event out of the recording order (with ``ties``, some at the same instant; without, each
+    at a minute of its own)."""
     rng = random.Random(seed)
+    minutes = rng.sample(range(20 * 24 * 60), size)
     config = load_processing_config(episodic_capacity=size, working_capacity=rng.randint(2, 10))
     state = AgentMemoryState()
     log: list[DerivedEvent] = []
@@ -57,6 +66,8 @@ def pool(agent_id: str, seed: int, size: int) -> list[DerivedEvent]:
             content=" ".join(rng.choices(WORDS, k=rng.randint(2, 9))),
             importance=rng.choice([0.2, 0.5, 0.7, 0.8, 0.9, 0.95, rng.random()]),
             tags=tuple(rng.sample(WORDS[:12], rng.randint(0, 2))),
+            occurred_at=START
+            + (timedelta(hours=rng.randint(0, 20 * 24)) if ties else timedelta(minutes=minutes[i])),
             **when,  # type: ignore[arg-type]
         )
         out = record(
@@ -88,11 +99,22 @@ def requests(rng: random.Random) -> list[RetrievalRequest]:
         {"mode": "relevance", "query": "the and"},
         {"mode": "saliency", "filter": {"min_importance": 0.75, "kinds": ["episodic"]}},
         {"mode": "relevance", "query": query, "filter": {"tags": [rng.choice(WORDS[:12])]}},
+        {"mode": "recent", "current_time": RECENT_NOW, "days": rng.choice([1, 3.5, 7, 30])},
+        {
+            "mode": "recent",
+            "current_time": RECENT_NOW,
+            "query": query,
+            "filter": {"tags": ["flood"]},
+        },
     ]
     for body in asked:
         if body["mode"] not in ("basic", "constrained"):
             body["top_k"] = top_k
     return [RetrievalRequest.model_validate(body) for body in asked]
+
+
+RECENT_NOW = (START + timedelta(days=15)).isoformat()
+"""The recent mode's time, given: each engine would pin its own now otherwise."""
 
 
 def shown(response: object) -> list[tuple[object, ...]]:
@@ -143,3 +165,26 @@ async def test_past_the_bound_the_engine_reads_a_bounded_set(
     assert len(answer.results) == 5
     filtered = RetrievalRequest(mode="saliency", filter=MemoryFilter(min_importance=0.9))
     assert all(m.importance >= 0.9 for m in (await engine.retrieve("big", filtered)).results)
+
+
+@pytest.mark.parametrize("top_k", [1, 10])
+async def test_past_the_bound_the_recent_mode_is_still_exact(
+    working_store: RedisWorkingMemory, edge_store: EdgeEpisodicMemory, top_k: int
+) -> None:
+    """Its candidates are the newest by the events' time within the window, so as long as
+    ``top_k`` is within the bound the newest ``top_k`` are among them, however far the pool
+    goes past it and whatever order the events were recorded in (events at the same instant
+    as the last one in the bound may be cut either way: the store orders by time alone)."""
+    log = pool("busy", 7, size=300, ties=False)
+    await working_store.apply(log)
+    await edge_store.apply(log)
+    bounded = RetrievalEngine(working_store, edge_store, EMBEDDER, candidate_limit=10)
+    whole = RetrievalEngine(working_store, edge_store, EMBEDDER, candidate_limit=None)
+
+    asked = RetrievalRequest(mode="recent", current_time=RECENT_NOW, days=7, top_k=top_k)
+    mine = await bounded.retrieve("busy", asked)
+    reference = await whole.retrieve("busy", asked)
+
+    assert len(reference.results) == top_k
+    assert shown(mine) == shown(reference)
+    assert mine.episodic_count <= 10, "the newest 10 points in the window, copies left out"

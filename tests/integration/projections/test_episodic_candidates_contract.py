@@ -169,6 +169,63 @@ async def test_each_signal_brings_its_best_past_the_limit(
     assert len(everything) <= 5 * limit + 2
 
 
+def backdated_log(agent_id: str, n: int) -> list[DerivedEvent]:
+    """``n`` memories recorded in one order and dated in the reverse one: the first recorded
+    occurred last (a producer's backfill), an hour apart."""
+    state = AgentMemoryState()
+    log: list[DerivedEvent] = []
+    for i in range(n):
+        observation = Observation(
+            agent_id=agent_id,
+            content=f"{agent_id} backfilled entry{i}",
+            importance=0.9,
+            occurred_at=BACKDATED + timedelta(hours=n - i),
+        )
+        out = record(
+            observation,
+            state,
+            config=ROOMY,
+            embedder=EMBEDDER,
+            config_version=ROOMY.version(EMBEDDER.id),
+            position=SourcePosition(topic=TOPIC, partition=7, offset=i),
+        )
+        log.extend([out.memory, *out.forgotten])
+        state = out.state
+    return log
+
+
+BACKDATED = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+async def test_occurred_brings_the_newest_by_the_events_time_not_by_seq(
+    episodic_store: EpisodicMemoryStore,
+) -> None:
+    """The recent mode's signal: the ``limit`` latest ``occurred_at`` within the filter's time
+    range, whatever order they were recorded in; a pool within the limit whole."""
+    await episodic_store.apply(backdated_log("alice", 30))
+    await episodic_store.apply(backdated_log("bob", 5))
+    pool = await episodic_store.memories("alice")
+    latest = sorted(pool, key=lambda m: m.occurred_at, reverse=True)
+    window = MemoryFilter(
+        occurred_after=BACKDATED + timedelta(hours=11),
+        occurred_before=BACKDATED + timedelta(hours=20),
+    )
+
+    newest = await episodic_store.candidates("alice", CandidateSignals(5, occurred=True))
+    within = await episodic_store.candidates(
+        "alice", CandidateSignals(5, occurred=True), filter=window
+    )
+    whole = await episodic_store.candidates("alice", CandidateSignals(50, occurred=True))
+
+    assert ids(newest) == ids(latest[:5])
+    last_recorded = sorted(pool, key=lambda m: m.seq, reverse=True)[:5]
+    assert ids(newest).isdisjoint(ids(last_recorded)), "the latest were recorded first"
+    in_window = [m for m in latest if window.admits(m)]
+    assert len(in_window) == 10
+    assert ids(within) == ids(in_window[:5])
+    assert ids(whole) == ids(pool)
+
+
 async def test_levels_and_filter_hold_for_every_candidate(
     episodic_store: EpisodicMemoryStore,
 ) -> None:
@@ -233,9 +290,9 @@ def test_at_seqs_close_together_are_read_as_one_range() -> None:
 def test_signals_that_could_leave_out_a_small_pool_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         CandidateSignals(0, recency=True)
-    with pytest.raises(ValueError, match="recency, importance or a query vector"):
+    with pytest.raises(ValueError, match="recency, importance, occurred or a query vector"):
         CandidateSignals(10, lexical=query_vector(QUERY), tags=("flood",))
-    with pytest.raises(ValueError, match="recency, importance or a query vector"):
+    with pytest.raises(ValueError, match="recency, importance, occurred or a query vector"):
         CandidateSignals(10, vector=np.zeros(EMBEDDER.dim, dtype=np.float32))
 
 

@@ -128,7 +128,7 @@ def engine(working_store: RedisWorkingMemory, edge_store: EdgeEpisodicMemory) ->
 
 
 @pytest.mark.parametrize(
-    "mode", ["two_phase", "weighted", "saliency", "basic", "constrained", "generative"]
+    "mode", ["two_phase", "weighted", "saliency", "basic", "constrained", "generative", "recent"]
 )
 async def test_a_promoted_copy_is_ranked_once_as_its_working_original(
     engine: RetrievalEngine, working_store: RedisWorkingMemory, year: Year, mode: Mode

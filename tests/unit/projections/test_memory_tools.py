@@ -332,6 +332,23 @@ async def test_retrieve_memory_answers_the_response_and_its_prompt_block(
     }
 
 
+async def test_retrieve_memory_asks_for_recent_memories_by_days(service: Service) -> None:
+    async with connected(service) as mcp:
+        result = await mcp.call_tool(
+            "retrieve_memory", {"agent_id": AGENT, "mode": "recent", "days": 2.5}
+        )
+        refused = await mcp.call_tool(
+            "retrieve_memory", {"agent_id": AGENT, "mode": "saliency", "days": 2.5}
+        )
+
+    assert not result.is_error, text_of(result)
+    [(_, body)] = service.requests
+    assert (body["mode"], body["days"], body["top_k"]) == ("recent", 2.5, MAX_RETRIEVE)
+    assert "current_time" not in body, "now is the service's to pin and record"
+    assert refused.is_error
+    assert "days applies only to mode 'recent'" in text_of(refused)
+
+
 async def test_retrieve_memory_passes_filter_and_weights_to_the_service(
     service: Service,
 ) -> None:

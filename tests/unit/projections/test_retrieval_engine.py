@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import pytest
@@ -28,7 +28,7 @@ from projections.retrieval.engine import (
     without_copies_of,
 )
 from projections.retrieval.filters import MemoryFilter
-from projections.retrieval.models import RetrievalRequest
+from projections.retrieval.models import Mode, RetrievalRequest
 from projections.retrieval.pool_reads import one_per_source
 from schemas.memory_events import DerivedEvent, Destination, EmaState, SurpriseReading
 
@@ -226,6 +226,7 @@ def request(**fields: Any) -> RetrievalRequest:
         ({"mode": "constrained"}, 7),
         ({"mode": "generative", "top_k": 4}, 4),
         ({"mode": "relevance", "top_k": 4, "query": "flood"}, 4),
+        ({"mode": "recent", "top_k": 4, "current_time": "2024-01-02T00:00:00Z"}, 4),
     ],
 )
 async def test_every_mode_is_dispatched_and_explained(fields: dict[str, Any], count: int) -> None:
@@ -512,9 +513,12 @@ async def test_generative_weighs_relevance_into_the_rank() -> None:
 async def test_a_filter_applies_in_every_mode() -> None:
     engine, _, _ = an_engine()
     flood = {"tags": ["FLOOD"]}
+    needs = {"relevance": {"query": "flood"}, "recent": {"current_time": "2024-01-02T00:00:00Z"}}
 
-    for mode in ("two_phase", "weighted", "saliency", "basic", "constrained", "generative"):
-        response = await engine.retrieve(AGENT, request(mode=mode, filter=flood))
+    for mode in get_args(Mode):
+        response = await engine.retrieve(
+            AGENT, request(mode=mode, filter=flood, **needs.get(mode, {}))
+        )
         assert {r.memory_id for r in response.results} == {"m1", "m2"}, mode
         assert (response.working_count, response.episodic_count) == (0, 2)
 

@@ -244,7 +244,7 @@ async def test_bad_agent_id_is_refused(client: httpx.AsyncClient, agent_id: str)
         ({"top_k": 0}, "top_k"),
         ({"top_k": 101}, "top_k"),
         ({"top_k": "many"}, "top_k"),
-        ({"mode": "recent"}, "mode"),
+        ({"mode": "newest"}, "mode"),
         ({"bogus": 1}, "bogus"),
         ({"current_step": -1}, "current_step"),
         ({"mode": "weighted", "weights": {"recency": -0.5}}, "weights.recency"),
@@ -269,6 +269,9 @@ async def test_bad_agent_id_is_refused(client: httpx.AsyncClient, agent_id: str)
         ({"current_step": 2**53 + 1}, "current_step"),
         ({"filter": {"year_to": -(2**53) - 1}}, "filter.year_to"),
         ({"tags": ["flood", "\u3000\t"]}, "tags.1"),
+        ({"mode": "recent", "days": 0}, "days"),
+        ({"mode": "recent", "days": -7}, "days"),
+        ({"mode": "recent", "days": 1e300}, "days"),
     ],
 )
 async def test_bad_field_is_refused_by_name(
@@ -298,6 +301,10 @@ async def test_bad_field_is_refused_by_name(
             "one",
         ),
         ({"mode": "constrained", "weights": {}}, "weights apply only to mode 'weighted'"),
+        ({"days": 7}, "days applies only to mode 'recent'"),
+        ({"mode": "saliency", "days": 3}, "days applies only to mode 'recent'"),
+        ({"mode": "recent", "current_year": 3}, "mode 'recent' counts days of the wall clock"),
+        ({"mode": "recent", "current_step": 3}, "give current_time"),
     ],
 )
 async def test_inconsistent_request_is_refused_with_the_reason(
@@ -321,6 +328,9 @@ async def test_inconsistent_request_is_refused_with_the_reason(
         {"mode": "generative", "generative": {"recency": 0, "importance": 0}},
         {"mode": "relevance", "query": "flood", "current_year": None, "current_step": 4},
         {"mode": "two_phase", "weights": None, "arousal": None, "generative": None},
+        {"mode": "recent"},
+        {"mode": "recent", "days": 0.5, "current_time": "2024-01-01T12:00:00+02:00"},
+        {"mode": "recent", "current_year": None, "days": None},
     ],
 )
 async def test_what_the_document_admits_across_fields_is_answered(
@@ -430,6 +440,7 @@ async def test_openapi_documents_the_contract(client: httpx.AsyncClient) -> None
         "constrained",
         "generative",
         "relevance",
+        "recent",
     ]
     assert "MemoryFilter" in schema["components"]["schemas"]
     breakdowns = schema["components"]["schemas"]["RetrievedMemory"]["properties"]["breakdown"]
@@ -441,6 +452,7 @@ async def test_openapi_documents_the_contract(client: httpx.AsyncClient) -> None
         "constrained",
         "generative",
         "relevance",
+        "recent",
     }
 
 
@@ -452,6 +464,7 @@ async def test_openapi_documents_the_contract(client: httpx.AsyncClient) -> None
         {"mode": "constrained", "profile": "MINIMAL", "arousal": 1.0},
         {"mode": "generative", "query": "flood", "generative": {"relevance": 2.0}},
         {"mode": "relevance", "query": "event"},
+        {"mode": "recent", "current_time": "2024-01-03T00:00:00Z"},
         {"filter": {"kinds": ["episodic"], "year_from": 1}},
     ],
 )

@@ -52,6 +52,16 @@ def closed_port() -> int:
         ),
         (["retrieve", "H1", "--weight", "recency=1"], {}, "--weight applies to --mode weighted"),
         (
+            ["retrieve", "H1", "--days", "3"],
+            {},
+            "invalid retrieval: request: days applies only to mode 'recent'",
+        ),
+        (
+            ["retrieve", "H1", "--mode", "recent", "--days", "0"],
+            {},
+            "invalid retrieval: days: Input should be greater than 0",
+        ),
+        (
             ["retrieve", "H1", "--mode", "weighted", "--weight", "recency=lots"],
             {},
             "--weight: 'recency=lots' is not name=number",
@@ -189,6 +199,27 @@ def test_weights_and_step_filters_reach_the_request(
     [body] = _RecordingService.bodies
     assert {k: body[field][k] for k in expected} == expected
     assert (body["filter"]["step_from"], body["filter"]["step_to"]) == (2, 9)
+
+
+@pytest.mark.parametrize(
+    ("args", "asked"),
+    [
+        (["--mode", "recent", "--days", "3"], {"days": 3.0, "top_k": 10}),
+        (["--mode", "recent", "--top-k", "2", "--time", "2026-01-01T00:00:00Z"], {"top_k": 2}),
+        (["--mode", "saliency"], {"top_k": 5}),
+    ],
+)
+def test_recent_reaches_the_request_with_its_own_defaults(
+    service_url: str, args: list[str], asked: dict[str, Any]
+) -> None:
+    """``--top-k`` left out is the mode's default (10 for recent, seed 000's limit), and the
+    time left out is the service's to pin."""
+    result = runner.invoke(app, ["retrieve", "H1", *args, "--url", service_url])
+    assert result.exit_code == 0, result.output
+    [body] = _RecordingService.bodies
+    assert {k: body.get(k) for k in asked} == asked
+    assert ("current_time" in body) == ("--time" in args)
+    assert ("days" in body) == (body["mode"] == "recent")
 
 
 @pytest.mark.parametrize(
