@@ -8,11 +8,13 @@ lately by that clock (published lately, unless its producer dates its events in 
 time), and its recency in simulated time is what ``saliency`` or ``basic`` with a
 ``current_year`` rank by. Nothing is imputed, so the breakdown has no ``time_imputed``.
 
-The window is ``now - days < occurred_at <= now``: seed 000's strict bound at its start, and
-nothing after the retrieval's time, since a request of an earlier ``current_time`` asks what was
-recent then, when the later events had not happened. Equal times go to the memory recorded
-later (higher ``seq``, as the other modes order recency within one time), then to the higher
-memory id, so the order is total and a rerun gives the same one.
+The window is ``occurred_at > now - days``, seed 000's strict bound, and no bound after ``now``
+(the seed has none): ``now`` is the service's clock unless the request gives one, and an event
+its producer dated by a clock a little ahead of the service's, published just before, would
+otherwise be left out of a read that waited for it. A memory of the memory as it stood at an
+earlier time is ``as_of``'s, which leaves out what came later. Equal times go to the memory
+recorded later (higher ``seq``, as the other modes order recency within one time), then to the
+higher memory id, so the order is total and a rerun gives the same one.
 
 Pure: ``now`` is given. The service fills it in before it answers and records the request
 (:meth:`~projections.retrieval.models.RetrievalRequest.pinned`).
@@ -50,8 +52,8 @@ def window_start(now: datetime, days: float) -> datetime | None:
         return None
 
 
-def in_window(memory: StoredMemory, now: datetime, start: datetime | None) -> bool:
-    return memory.occurred_at <= now and (start is None or memory.occurred_at > start)
+def in_window(memory: StoredMemory, start: datetime | None) -> bool:
+    return start is None or memory.occurred_at > start
 
 
 def window_filter(memory_filter: MemoryFilter | None, now: datetime, days: float) -> MemoryFilter:
@@ -63,12 +65,11 @@ def window_filter(memory_filter: MemoryFilter | None, now: datetime, days: float
     after = None if start is None else start + RESOLUTION
     if kept.occurred_after is not None and (after is None or kept.occurred_after > after):
         after = kept.occurred_after
-    before = now if kept.occurred_before is None else min(kept.occurred_before, now)
-    return kept.model_copy(update={"occurred_after": after, "occurred_before": before})
+    return kept.model_copy(update={"occurred_after": after})
 
 
 def recent(memories: Sequence[StoredMemory], *, top_k: int, now: datetime, days: float) -> Ranking:
-    """The ``top_k`` newest memories of events within ``days`` before ``now``, newest first.
+    """The ``top_k`` newest memories of events after ``days`` before ``now``, newest first.
     The score is ``1 - age_days / days``: 1 for an event of this instant, falling linearly
     towards 0 at the window's start, so that it orders as the window does and says how far
     back in the window a memory lies. Duplicates are ranked once, the first occurrence kept:
@@ -77,11 +78,11 @@ def recent(memories: Sequence[StoredMemory], *, top_k: int, now: datetime, days:
     if not days > 0:
         raise ValueError(f"days must be positive, got {days}")
     start = window_start(now, days)
-    kept = [m for m in unique(memories, set()) if in_window(m, now, start)]
+    kept = [m for m in unique(memories, set()) if in_window(m, start)]
     kept.sort(key=lambda m: (m.occurred_at, m.seq, m.memory_id), reverse=True)
     results = []
     for memory in kept[:top_k]:
-        age_days = (now - memory.occurred_at) / DAY
+        age_days = max(0.0, (now - memory.occurred_at) / DAY)  # ahead of now: this instant
         recency = 1.0 - age_days / days
         breakdown = RecentBreakdown(
             occurred_at=memory.occurred_at, age_days=age_days, days=days, recency=recency
