@@ -59,6 +59,11 @@ class EpisodicChanges:
     Redis), and episodic ones the same batch forgot."""
     retired: frozenset[str] = frozenset()
     """Memories the batch forgot that earlier batches wrote: they move to the archive."""
+    bounds: dict[str, int] = field(default_factory=dict)
+    """For ids in ``deletes`` or ``retired``, the seq their forgetting names: a point of a
+    higher seq is a later memory under the same id (its event id used again once this one was
+    forgotten), which a forgetting applied again must leave as it is. An id without a bound
+    (a forgetting of schema version 1) is deleted or retired whatever it holds."""
     vectors: dict[str, np.ndarray] = field(default_factory=dict)
     """The embedding of every memory in ``upserts`` and ``archived``, decoded and checked
     against the store's dimension once, for its point."""
@@ -80,6 +85,7 @@ def episodic_changes(
     deletes: set[str] = set()
     retired: set[str] = set()
     erased: set[str] = set()
+    bounds: dict[str, int | None] = {}
     for event in events:
         match event:
             case MemoryRecorded() | MemoryPromoted() | MemorySummarised():
@@ -93,15 +99,18 @@ def episodic_changes(
                     archived[key] = event
             case MemoryForgotten():
                 key = event.memory_id
-                if event.destination != "episodic":
+                later = upserts.get(key)
+                if event.destination != "episodic" or _is_later(later, event):
                     pass
                 elif not archive:
                     upserts.pop(key, None)
                     deletes.add(key)
+                    _bound(bounds, key, event)
                 elif (written := upserts.pop(key, None)) is not None:
                     archived[key] = written
                 else:
                     retired.add(key)
+                    _bound(bounds, key, event)
             case AgentForgotten():
                 agent = event.agent_id
                 upserts = {k: m for k, m in upserts.items() if m.agent_id != agent}
@@ -122,8 +131,24 @@ def episodic_changes(
         frozenset(erased),
         archived,
         frozenset(retired),
+        {k: b for k, b in bounds.items() if b is not None and (k in deletes or k in retired)},
         vectors,
     )
+
+
+def _is_later(written: MemoryWritten | None, forgetting: MemoryForgotten) -> bool:
+    """Whether the memory this batch wrote under the forgotten id is a later one than the
+    forgetting names (the batch holds a forgetting applied again after the id was reused)."""
+    return written is not None and forgetting.seq is not None and written.seq > forgetting.seq
+
+
+def _bound(bounds: dict[str, int | None], key: str, forgetting: MemoryForgotten) -> None:
+    """The highest seq forgotten under ``key``; None once one forgetting names none."""
+    if key in bounds and bounds[key] is None:
+        return
+    seq = forgetting.seq
+    known = bounds.get(key)
+    bounds[key] = None if seq is None else seq if known is None else max(known, seq)
 
 
 def advance_positions(current: Mapping[tuple[str, int], int], batch: Positions) -> Positions | None:

@@ -75,7 +75,13 @@ from projections.episodic.changes import (
 from projections.episodic.decoded_memories import DecodedMemories, Kept, point_key
 from projections.episodic.edge_candidates import candidate_request, with_payloads
 from projections.episodic.edge_config import ensure_indexes, shard_config, stored_layout
-from projections.episodic.edge_filters import ACTIVE, agent_filter, agents_filter, selection_filter
+from projections.episodic.edge_filters import (
+    ACTIVE,
+    agent_filter,
+    agents_filter,
+    forgetting_updates,
+    selection_filter,
+)
 from projections.episodic.edge_points import edge_points
 from projections.episodic.edge_positions import Positions, read_positions, write_positions
 from projections.episodic.edge_segments import (
@@ -329,12 +335,8 @@ class EdgeEpisodicMemory:
             points = edge_points(changes, self._lexical)
             if points:
                 self._shard.update(qe.UpdateOperation.upsert_points(points))
-            if changes.retired:
-                # By filter: a point an erasure removed is passed over, not an error.
-                gone = qe.Filter(must=[qe.HasIdCondition(set(changes.retired))])
-                self._shard.update(qe.UpdateOperation.set_payload_by_filter(gone, {"archived": 1}))
-            if changes.deletes:
-                self._shard.update(qe.UpdateOperation.delete_points(sorted(changes.deletes)))
+            for forgetting in forgetting_updates(changes.retired, changes.deletes, changes.bounds):
+                self._shard.update(forgetting)
         if changes.erased:
             self._decoded.forget_all()
         elif changes.touches_data:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from uuid import UUID
+
 import qdrant_edge as qe
 
 from projections.episodic.candidates import Scope
@@ -10,6 +12,40 @@ from projections.episodic.hybrid import Selection
 
 def agents_filter(agent_ids: frozenset[str]) -> qe.Filter:
     return qe.Filter(must=[qe.FieldCondition(key="agent_id", match=qe.MatchAny(sorted(agent_ids)))])
+
+
+def forgotten_filter(ids: frozenset[str], bounds: dict[str, int]) -> qe.Filter:
+    """The points a batch's forgettings reach: each id, of at most its bound's seq where the
+    forgetting names one (:attr:`~projections.episodic.changes.EpisodicChanges.bounds`)."""
+    plain: set[int | UUID | str] = {i for i in ids if i not in bounds}
+    either: list[qe.ConditionType] = [qe.Filter(must=[qe.HasIdCondition(plain)])] if plain else []
+    either += [
+        qe.Filter(
+            must=[
+                qe.HasIdCondition({i}),
+                qe.FieldCondition(key="seq", range=qe.RangeFloat(lte=bounds[i])),
+            ]
+        )
+        for i in sorted(i for i in ids if i in bounds)
+    ]
+    return qe.Filter(should=either)
+
+
+def forgetting_updates(
+    retired: frozenset[str], deletes: frozenset[str], bounds: dict[str, int]
+) -> list[qe.UpdateOperation]:
+    """A batch's forgettings as Edge updates: retired points archived, deleted ones deleted.
+    By filter: a point an erasure removed is passed over, not an error, and one of a later seq
+    than its forgetting names is left alone."""
+    updates = []
+    if retired:
+        archived = forgotten_filter(retired, bounds)
+        updates.append(qe.UpdateOperation.set_payload_by_filter(archived, {"archived": 1}))
+    if deletes:
+        updates.append(
+            qe.UpdateOperation.delete_points_by_filter(forgotten_filter(deletes, bounds))
+        )
+    return updates
 
 
 def agent_filter(agent_id: str, scope: Scope = "active") -> qe.Filter:

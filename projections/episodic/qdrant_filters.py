@@ -9,6 +9,24 @@ from projections.episodic.candidates import Scope
 from projections.episodic.hybrid import Selection
 
 
+def forgotten_filter(ids: frozenset[str], bounds: dict[str, int]) -> models.Filter:
+    """As :func:`projections.episodic.edge_filters.forgotten_filter`, for a Qdrant server."""
+    plain = sorted(i for i in ids if i not in bounds)
+    either: list[models.Condition] = (
+        [models.Filter(must=[models.HasIdCondition(has_id=list(plain))])] if plain else []
+    )
+    either += [
+        models.Filter(
+            must=[
+                models.HasIdCondition(has_id=[i]),
+                models.FieldCondition(key="seq", range=models.Range(lte=bounds[i])),
+            ]
+        )
+        for i in sorted(ids - set(plain))
+    ]
+    return models.Filter(should=either)
+
+
 def agent_filter(agent_id: str, scope: Scope = "active") -> models.Filter:
     """The agent's points in ``scope``: what its reads see, and the corpus of its BM25's IDF."""
     return selection_filter(Selection(agent_id, scope=scope))

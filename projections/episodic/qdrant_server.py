@@ -56,7 +56,12 @@ from projections.episodic.hybrid import (
 )
 from projections.episodic.point_memories import candidate_memories, stored_memory
 from projections.episodic.qdrant_candidates import candidate_query
-from projections.episodic.qdrant_filters import ACTIVE, agent_filter, selection_filter
+from projections.episodic.qdrant_filters import (
+    ACTIVE,
+    agent_filter,
+    forgotten_filter,
+    selection_filter,
+)
 from projections.interfaces import ProjectionError
 from projections.memory import StoredMemory, point_payload
 from projections.retrieval.filters import MemoryFilter
@@ -286,16 +291,17 @@ class QdrantServerEpisodicMemory:
                             self._collection, points=points[start : start + UPSERT_CHUNK], wait=True
                         )
             if changes.retired:
-                gone = models.Filter(must=[models.HasIdCondition(has_id=sorted(changes.retired))])
+                gone = forgotten_filter(changes.retired, changes.bounds)
                 with _client_errors(self._where, f"archiving {len(changes.retired)} memories"):
                     await self._client.set_payload(
                         self._collection, payload={"archived": 1}, points=gone, wait=True
                     )
             if changes.deletes:
+                gone = forgotten_filter(changes.deletes, changes.bounds)
                 with _client_errors(self._where, f"deleting {len(changes.deletes)} memories"):
                     await self._client.delete(
                         self._collection,
-                        points_selector=models.PointIdsList(points=sorted(changes.deletes)),
+                        points_selector=models.FilterSelector(filter=gone),
                         wait=True,
                     )
             if changes.positions:

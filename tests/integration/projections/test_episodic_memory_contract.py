@@ -332,6 +332,42 @@ async def test_replaying_an_old_prefix_then_the_rest_converges(
     )
 
 
+async def test_a_forgetting_applied_again_leaves_a_later_memory_under_its_id(
+    episodic_store: EpisodicMemoryStore,
+) -> None:
+    """Its memory forgotten, an event id recorded a later memory (seq 5) under the same id. The
+    first forgetting applied again (a projector's restart re-reads it) names seq 0: the later
+    memory stays active. A forgetting of seq 5 reaches it."""
+    [first] = recorded(log_of("dora", [("the first life", EPISODIC)]))
+    position = first.source_position
+    assert position is not None
+    gone = MemoryForgotten(
+        agent_id="dora",
+        memory_id=first.memory_id,
+        seq=first.seq,
+        destination="episodic",
+        reason="capacity",
+        caused_by=first.event_id,
+        source_position=position.model_copy(update={"offset": 1}),
+        config_version=first.config_version,
+    )
+    later = first.model_copy(
+        update={
+            "seq": 5,
+            "content": "the later life",
+            "source_position": position.model_copy(update={"offset": 2}),
+        }
+    )
+    for batch in ([first], [gone], [later], [gone]):
+        await episodic_store.apply(batch)
+
+    assert [(m.seq, m.content) for m in await episodic_store.memories("dora")] == [
+        (5, "the later life")
+    ]
+    await episodic_store.apply([gone.model_copy(update={"seq": 5})])
+    assert await episodic_store.memories("dora") == []
+
+
 async def test_capacity_evicts_the_least_important(episodic_store: EpisodicMemoryStore) -> None:
     steps = list(range(60))
     random.Random(7).shuffle(steps)
