@@ -502,3 +502,26 @@ def derived_in_batches(
         states.update(result.states)
         derived += result.derived
     return derived, states
+
+
+def reused_after_forgetting() -> tuple[list[DerivedEvent], dict[tuple[str, int], int]]:
+    """A1's observation x, pushed out of working memory (capacity 4) by four decisions, then
+    published again under its id (so it records a new memory, seq 5): the derived log in causal
+    order, one record a batch, and the last offset of each source partition."""
+    spec = [("obs", "x"), ("dec", "d0"), ("dec", "d1"), ("dec", "d2"), ("dec", "d3"), ("obs", "x")]
+    offsets: dict[tuple[str, int], int] = {}
+    batches: list[list[RawRecord]] = []
+    for i, (kind, event_id) in enumerate(spec):
+        when = {"agent_id": "A1", "event_id": event_id, "occurred_at": START + timedelta(i)}
+        if kind == "obs":
+            event: Observation | Decision = Observation(
+                **when, content=f"life {i} of {event_id}", importance=0.3
+            )
+        else:
+            event = Decision(**when, content=f"decided {event_id}", skill="s", importance=0.3)
+        topic = TOPICS.for_event_type(event.event_type)
+        offset = offsets[(topic, 0)] = offsets.get((topic, 0), -1) + 1
+        raw = RawRecord(topic, 0, offset, b"A1", encode_event(event), event.event_type, "agent", i)
+        batches.append([raw])
+    derived, _ = derived_in_batches(batches)
+    return causal_order(derived), offsets

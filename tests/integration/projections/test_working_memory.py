@@ -22,12 +22,11 @@ from hypothesis import strategies as st
 from processors.batch import PlainRecords, RawRecord, process_batch
 from processors.config import ProcessingConfig, load_processing_config
 from processors.embedding import HashingEmbedder
-from processors.emission_order import causal_order
 from processors.recording import AgentMemoryState, record
 from projections.interfaces import ProjectionError
 from projections.memory import StoredMemory
 from projections.working.redis_store import RedisWorkingMemory
-from schemas.agent_events import Decision, Observation
+from schemas.agent_events import Observation
 from schemas.codec import encode_event
 from schemas.memory_events import (
     DerivedEvent,
@@ -38,7 +37,7 @@ from schemas.memory_events import (
 )
 from schemas.topics import Topics
 from streams.runtime.devstack.redis_server import RedisServer, RedisServerError
-from tests.agent_streams import CTX, derived_in_batches
+from tests.agent_streams import CTX, reused_after_forgetting
 from tests.integration.projections.lifecycle_events import (
     agent_forgotten,
     consolidated,
@@ -671,27 +670,7 @@ async def test_a_forgetting_applied_again_keeps_a_later_memory_under_its_id(
     (its memory forgotten, the id records a new one). A retry of the batch applies the first
     life's forgetting again, at its topic's applied offset: it named seq 0, and the memory
     under x is now seq 5, which stays (it deleted it, and refused its recording as evicted)."""
-    topics = Topics()
-    spec = [("obs", "x"), ("dec", "d0"), ("dec", "d1"), ("dec", "d2"), ("dec", "d3"), ("obs", "x")]
-    offsets: dict[str, int] = {}
-    records: list[RawRecord] = []
-    for i, (kind, event_id) in enumerate(spec):
-        when = {"agent_id": "A1", "event_id": event_id, "occurred_at": datetime.now(UTC)}
-        if kind == "obs":
-            event: Observation | Decision = Observation(
-                **when, content=f"life {i} of {event_id}", importance=0.3
-            )
-            topic = topics.observations
-        else:
-            event = Decision(**when, content=f"decided {event_id}", skill="s", importance=0.3)
-            topic = topics.decisions
-        offset = offsets[topic] = offsets.get(topic, -1) + 1
-        records.append(
-            RawRecord(topic, 0, offset, b"A1", encode_event(event), event.event_type, "agent", i)
-        )
-    derived, _ = derived_in_batches([[r] for r in records])
-    log = causal_order(derived)
-
+    log, _ = reused_after_forgetting()
     await working_store.apply(log)
     await working_store.apply(log)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from processors.batch import RawRecord
 from processors.emission_order import causal_order
@@ -17,7 +17,7 @@ from schemas.memory_events import (
     memory_id_for,
 )
 from streams.worker.catch_up import catch_up
-from tests.agent_streams import TOPICS, derived_in_batches, projected
+from tests.agent_streams import TOPICS, derived_in_batches, projected, reused_after_forgetting
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -73,32 +73,14 @@ def test_a_forgetting_of_an_id_recorded_again_after_it_is_not_applied_again() ->
     as an observation. The first life's forgetting sits at the decisions' applied offset:
     applied again, it deleted the second life (below the observations' offset, not applied
     again), which a rebuild keeps."""
-    spec = [("obs", "x"), ("dec", "d0"), ("dec", "d1"), ("dec", "d2"), ("dec", "d3"), ("obs", "x")]
-    offsets: dict[str, int] = {}
-    batches: list[list[RawRecord]] = []
-    for i, (kind, event_id) in enumerate(spec):
-        when = {"agent_id": "A1", "event_id": event_id, "occurred_at": NOW + timedelta(seconds=i)}
-        if kind == "obs":
-            event: Observation | Decision = Observation(
-                **when, content=f"life {i} of {event_id}", importance=0.3
-            )
-            topic = TOPICS.observations
-        else:
-            event = Decision(**when, content=f"decided {event_id}", skill="s", importance=0.3)
-            topic = TOPICS.decisions
-        offset = offsets[topic] = offsets.get(topic, -1) + 1
-        batches.append(
-            [RawRecord(topic, 0, offset, b"A1", encode_event(event), event.event_type, "agent", i)]
-        )
-    derived, _ = derived_in_batches(batches)
-    logged = causal_order(derived)
+    logged, offsets = reused_after_forgetting()
     x = memory_id_for("A1", "x")
     assert [type(e).__name__ for e in logged if getattr(e, "memory_id", None) == x] == [
         "MemoryRecorded",
         "MemoryForgotten",
         "MemoryRecorded",
     ]
-    applied = {(topic, 0): offset for topic, offset in offsets.items()}  # all applied
+    applied = offsets  # all applied
 
     tail = catch_up(logged, applied)
 
