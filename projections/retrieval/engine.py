@@ -95,6 +95,7 @@ from projections.retrieval.query_relevance import relevance_of, relevance_parts
 from projections.retrieval.ranking import rank, weights_of
 from projections.retrieval.relevance import dense_share_for
 from schemas.errors import EngramError
+from schemas.memory_events import SurpriseReading
 from schemas.topics import Topics
 
 __all__ = [
@@ -431,6 +432,11 @@ class RetrievalEngine:
         if (memory_filter := read_filter(request)) is not None:
             fresh = [m for m in fresh if memory_filter.admits(m)]
         return fresh
+
+    async def surprise(self, agent_id: str) -> SurpriseReading | None:
+        """The agent's latest surprise reading, as the working store keeps it (seed 003's
+        ``get_surprise_trace()``); None before any."""
+        return await self._working.arousal(agent_id)
 
     async def _arousal(self, agent_id: str) -> StoredArousal | None:
         """The agent's stored arousal and its agent type's threshold; None when none is known."""

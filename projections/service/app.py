@@ -51,6 +51,7 @@ from projections.service.http_auth import Guarded, ServiceError
 from projections.service.learned_routes import add_learned_routes
 from projections.service.metrics import ServiceMetrics
 from projections.service.openapi import document_with_topics
+from projections.service.surprise_route import add_surprise_route
 from schemas.envelope import AGENT_ID_RULE, NOT_WHITESPACE, AgentId
 from schemas.memory_events import MemoryRetrieved, RetrievedItem
 
@@ -194,6 +195,7 @@ def create_app(
     _add_retrieval_route(app, engine, recorder, recall, guard, metrics, trace_retrieval)
     _add_history_route(app, history, guard)
     add_learned_routes(app, learned, guard)
+    add_surprise_route(app, engine.surprise, guard)
     _add_probe_routes(app, readiness or engine.readiness, readiness_timeout_s)
     if metrics is not None:
         _add_metrics_route(app, metrics)

@@ -32,6 +32,7 @@ from projections.retrieval.models import (
     RetrievalResponse,
     WaitTimedOut,
 )
+from projections.service.surprise_route import AgentSurprise
 from schemas.envelope import AGENT_ID_RULE, AgentId
 from schemas.errors import EngramError
 
@@ -336,6 +337,12 @@ class EngramClient:
         _raise_for(response)
         return AgentHistory.model_validate_json(response.content)
 
+    def surprise(self, agent_id: str) -> AgentSurprise:
+        """The agent's cognitive system, arousal and surprise trace (seed 003)."""
+        response = self._http.get(_agent_path(agent_id, "surprise"))
+        _raise_for(response)
+        return AgentSurprise.model_validate_json(response.content)
+
     def procedures(self, agent_id: str, context: str | None = None, **params: Any) -> Procedures:
         """The agent's procedures for ``context``; ``params``: ``min_success_rate``,
         ``min_similarity``, ``top_k`` (the route's query parameters)."""
@@ -439,6 +446,12 @@ class AsyncEngramClient:
         )
         _raise_for(response)
         return AgentHistory.model_validate_json(response.content)
+
+    async def surprise(self, agent_id: str) -> AgentSurprise:
+        """As :meth:`EngramClient.surprise`."""
+        response = await self._http.get(_agent_path(agent_id, "surprise"))
+        _raise_for(response)
+        return AgentSurprise.model_validate_json(response.content)
 
     async def procedures(
         self, agent_id: str, context: str | None = None, **params: Any

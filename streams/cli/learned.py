@@ -1,6 +1,6 @@
 """``engram procedures``, ``engram facts``, ``engram plan``, ``engram select-tool`` and
 ``engram feedback``: what an agent learned from feedback, read from the query service, and the
-feedback it learns from, published to the log."""
+feedback it learns from, published to the log; and ``engram surprise``, how surprised it is."""
 
 from __future__ import annotations
 
@@ -61,6 +61,33 @@ def procedures(
         )
     if not answer.procedures:
         console.print(f"no procedures of {agent_id} match")
+
+
+@commands.command(
+    help="Show an agent's cognitive system (System 1 or 2), arousal and latest surprise trace "
+    "(seed 003's get_cognitive_system and get_surprise_trace)."
+)
+def surprise(
+    agent_id: Annotated[str, typer.Argument(help="Whose surprise.")],
+    url: Url = "http://127.0.0.1:8000",
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
+    answer = _ask(url, api_key, lambda c: c.surprise(agent_id))
+    if as_json:
+        typer.echo(answer.model_dump_json(indent=2))
+        return
+    console.print(f"{agent_id}: {answer.system}, arousal {answer.arousal:.3f}")
+    trace = answer.trace
+    if trace is None:
+        console.print("no surprise reading yet (its agent type has no strategy, or it read none)")
+        return
+    expected = "" if trace.expectation is None else f", expected {trace.expectation:g}"
+    likely = "" if trace.probability is None else f", probability {trace.probability:.3f}"
+    console.print(
+        f"{trace.strategy}: observed {trace.observed}{expected}{likely}; surprise "
+        f"{trace.surprise:.3f} against the threshold {trace.threshold:g}"
+    )
 
 
 @commands.command(help="Show an agent's current facts (with --history, superseded ones too).")
