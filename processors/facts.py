@@ -11,7 +11,15 @@ from processors.learning_cause import Cause
 from processors.learning_config import FactRules
 from schemas.agent_events import Observation
 from schemas.learned_events import FactStated
-from schemas.memory_events import encode_vector
+from schemas.memory_events import derived_event_id, encode_vector
+
+FACT_ID = "fact:id"
+"""What a stated fact's id is derived under, from its observation's memory id."""
+
+
+def stated_fact_id(memory_id: str) -> str:
+    """The id of the fact the observation of ``memory_id`` states (:meth:`Cause.event_id`)."""
+    return derived_event_id(memory_id, FACT_ID)
 
 
 def fact_text(subject: str, attribute: str, value: str) -> str:
@@ -27,7 +35,7 @@ def on_observation(
         return None
     return FactStated(
         event_id=cause.event_id("fact"),
-        fact_id=cause.event_id("fact:id"),
+        fact_id=cause.event_id(FACT_ID),
         subject=fact.subject,
         attribute=fact.attribute,
         value=fact.value,

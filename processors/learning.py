@@ -18,7 +18,7 @@ from processors.lifecycle import Deriving
 from processors.recording import AgentMemoryState, agent_type_of
 from schemas.agent_events import AgentEvent, Decision, Feedback, Observation
 from schemas.learned_events import LearnedEvent, MemoryRated
-from schemas.memory_events import SourcePosition, derived_event_id
+from schemas.memory_events import SourcePosition
 
 
 def learn(
@@ -71,7 +71,7 @@ def still_learned_from(event: AgentEvent, memory_id: str, learned: LearnedState)
         case Decision():
             return plan_cache.plan_id_for(event.agent_id, event.event_id) in learned.plans
         case Observation() if event.fact is not None:
-            return derived_event_id(memory_id, "fact:id") in learned.facts.values()
+            return facts.stated_fact_id(memory_id) in learned.facts.values()
         case _:
             return False
 
