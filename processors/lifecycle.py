@@ -22,7 +22,6 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from operator import attrgetter
 from typing import Literal
 
 from processors.config import ProcessingConfig
@@ -30,6 +29,7 @@ from processors.embedding import Embedder
 from processors.fact_patterns import derive_pattern_facts
 from processors.memory_utility import AgeUnit, ages_of, memory_utility
 from processors.recording import (
+    MEMORY_ID,
     AgentMemoryState,
     EpisodicEntry,
     SummaryEntry,
@@ -59,7 +59,6 @@ from schemas.memory_events import (
 )
 
 MAX_SUMMARY_TAGS = 64
-_MEMORY_ID = attrgetter("memory_id")
 
 
 @dataclass(frozen=True)
@@ -292,7 +291,7 @@ def consolidate(
             )
         )
         if rule is None or derived_event_id(entry.memory_id, "promoted") in map(
-            _MEMORY_ID, episodic
+            MEMORY_ID, episodic
         ):
             # Its copy is still there (the working memory was forgotten and its event id
             # recorded again): kept as it is, as the fold keeps it.
@@ -457,7 +456,7 @@ def _made_by(state: AgentMemoryState, trigger: Trigger, level: int, agent_id: st
     again after its memory was forgotten. The fold keeps the summary it holds, so the live
     path makes none (it waits for the next trigger) rather than a second under the same id."""
     made = _summary_id(trigger, level, agent_id)
-    return made in map(_MEMORY_ID, state.summaries) or made in map(_MEMORY_ID, state.pending_l1)
+    return made in map(MEMORY_ID, state.summaries) or made in map(MEMORY_ID, state.pending_l1)
 
 
 def _summary(

@@ -163,8 +163,8 @@ class AgentMemoryState:
         """Whether the memory is in the agent's working or episodic memory. Scanned in C
         (``map``): it runs for every recording, and an agent type may keep a thousand episodic
         memories."""
-        return memory_id in map(_MEMORY_ID, self.working) or memory_id in map(
-            _MEMORY_ID, self.episodic
+        return memory_id in map(MEMORY_ID, self.working) or memory_id in map(
+            MEMORY_ID, self.episodic
         )
 
     @property
@@ -173,7 +173,8 @@ class AgentMemoryState:
         return self.year is None and self.step is None
 
 
-_MEMORY_ID = attrgetter("memory_id")
+MEMORY_ID = attrgetter("memory_id")
+"""An entry's memory id, for the scans that ``map`` runs in C."""
 
 
 def _later(current: int | None, seen: int | None) -> int | None:
