@@ -19,6 +19,7 @@ import typer
 from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from streams.cli import deferred
 from streams.cli.signals import STOPPING_SIGNALS, StopSignal, is_echo, unless_set
@@ -31,6 +32,22 @@ was shown. A styled line says ``markup=True`` and escapes what it interpolates."
 err = Console(stderr=True, markup=False, emoji=False, soft_wrap=True)
 """``soft_wrap``: an error is one line however long, not cut at 80 columns where stderr is no
 terminal (a log collector, a Job's output)."""
+
+
+WIDEST_TABLE = 1_000
+"""Columns a table printed to no terminal may take (a measure needs a bound)."""
+
+
+def print_whole(table: Table) -> None:
+    """A table printed as wide as its rows where the output is no terminal: rich then assumes
+    80 columns and folds cells, such as the names a user copies into the next command."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    unbounded = console.options.update_width(WIDEST_TABLE)
+    wide = console.measure(table, options=unbounded).maximum
+    # Console.print caps a width at the console's own: another console, as wide as the rows.
+    Console(file=console.file, width=wide, markup=False, emoji=False).print(table)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

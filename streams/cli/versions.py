@@ -11,7 +11,7 @@ from rich.table import Column, Table
 
 from streams.cli import deferred
 from streams.cli.configuration import load_settings
-from streams.cli.console import console, fail, run
+from streams.cli.console import console, fail, print_whole, run
 from streams.cli.version_stores import version_stores
 
 if TYPE_CHECKING:
@@ -63,9 +63,7 @@ def versions_list(ctx: typer.Context) -> None:
                 info.derived_log.config_version if info.derived_log else "live",
                 ", ".join(sorted(users)) or "-",
             )
-        # Piped, rich assumes 80 columns and cuts the names a user copies into `activate`.
-        wide = None if console.is_terminal else console.measure(table).maximum
-        console.print(table, width=wide)
+        print_whole(table)
 
     run(main)
 

@@ -4,15 +4,18 @@ opening one; ``[bold]`` and ``:smile:`` changed what was shown), and an error is
 
 from __future__ import annotations
 
+import contextlib
+import io
 from datetime import UTC, datetime
 
 import pytest
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from projections.history import AgentHistory, LogPosition, TimelineEntry
 from schemas.errors import EngramError
-from streams.cli.console import console, err, fail, friendly_errors
+from streams.cli.console import console, err, fail, friendly_errors, print_whole
 from streams.cli.eventlog import history_table
 
 TEXTS = ["Year 1: the [/INST] tag", "closing [/] and [/bold]", "[bold]Year 1[/bold] :smile:"]
@@ -110,3 +113,14 @@ def test_a_reader_that_goes_away_ends_the_output_quietly() -> None:
     _, stderr = child.communicate(timeout=60)
     assert child.returncode == 141  # 128 + SIGPIPE, as a process the signal ended
     assert stderr == b""
+
+
+def test_a_table_printed_to_no_terminal_keeps_each_row_on_one_line() -> None:
+    """``engram versions`` piped: rich assumed 80 columns and folded the names a user copies."""
+    table = Table("version", "redis namespace", "qdrant collection")
+    row = ("v1 *", "engram.v1.a-rather-long-namespace", "episodic_memories_v1_a_long_collection")
+    table.add_row(*row)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        print_whole(table)
+    assert any(all(cell in line for cell in row) for line in out.getvalue().splitlines())
