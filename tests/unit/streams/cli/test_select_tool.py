@@ -4,9 +4,6 @@ and an unreachable service (exit 75)."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -14,7 +11,6 @@ from typer.testing import CliRunner
 
 from processors.tool_selection import TOOL_SIMILARITY_THRESHOLD
 from projections.learned.reads import ToolChoice
-from projections.service.embedded_server import EmbeddedServer
 from streams.cli.console import UNREACHABLE
 from streams.cli.main import app
 from streams.runtime.devstack.ports import free_port
@@ -26,6 +22,7 @@ from tests.unit.projections.learned.learning_agents import (
     seed_tools,
 )
 from tests.unit.projections.test_service_validation import app_over
+from tests.unit.streams.cli.in_process_service import serving
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,20 +33,7 @@ runner = CliRunner()
 def service_url() -> Iterator[str]:
     store = FieldStore()
     seed_tools(store, "P1")
-    port = free_port()
-    server = EmbeddedServer.serving(app_over(learned=store.memory()), host="127.0.0.1", port=port)
-    thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive(), "the service stopped before it started"
-        assert time.monotonic() < deadline, "the service did not start in 10 s"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    yield from serving(app_over(learned=store.memory()))
 
 
 def said(args: list[str], url: str) -> str:

@@ -3,19 +3,15 @@ against the real query service app served in this process."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
 from typer.testing import CliRunner
 
-from projections.service.embedded_server import EmbeddedServer
 from streams.cli.main import app
-from streams.runtime.devstack.ports import free_port
 from tests.unit.projections.service.test_surprise_route import Readings, floods
 from tests.unit.projections.test_service_validation import app_over
+from tests.unit.streams.cli.in_process_service import serving
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,21 +20,7 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def service_url() -> Iterator[str]:
-    port = free_port()
-    store = Readings({"H001": floods(1)})
-    server = EmbeddedServer.serving(app_over(store), host="127.0.0.1", port=port)
-    thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive(), "the service stopped before it started"
-        assert time.monotonic() < deadline, "the service did not start in 10 s"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    yield from serving(app_over(Readings({"H001": floods(1)})))
 
 
 def said(agent_id: str, url: str) -> str:
