@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from processors.config import load_processing_config
+from processors.config import ProcessingConfig, load_processing_config
 from processors.lexical import query_vector
 from processors.recording import AgentMemoryState, record
 from projections.episodic.candidates import CandidateSignals
@@ -65,19 +65,27 @@ def random_log(agent_id: str, n: int, seed: int) -> list[DerivedEvent]:
         )
         for i in range(n)
     ]
+    return recorded_log(observations, ROOMY, partition=seed)
+
+
+def recorded_log(
+    observations: list[Observation], config: ProcessingConfig, *, partition: int
+) -> list[DerivedEvent]:
+    """The derived events of one agent's observations, recorded in order as the processor
+    records them (its capacities applied), each at the next offset of ``partition``."""
     state = AgentMemoryState()
     log: list[DerivedEvent] = []
     for offset, observation in enumerate(observations):
-        recorded = record(
+        out = record(
             observation,
             state,
-            config=ROOMY,
+            config=config,
             embedder=EMBEDDER,
-            config_version=ROOMY.version(EMBEDDER.id),
-            position=SourcePosition(topic=TOPIC, partition=seed, offset=offset),
+            config_version=config.version(EMBEDDER.id),
+            position=SourcePosition(topic=TOPIC, partition=partition, offset=offset),
         )
-        log.extend([recorded.memory, *recorded.forgotten])
-        state = recorded.state
+        log.extend([out.memory, *out.forgotten])
+        state = out.state
     return log
 
 
@@ -172,26 +180,16 @@ async def test_each_signal_brings_its_best_past_the_limit(
 def backdated_log(agent_id: str, n: int) -> list[DerivedEvent]:
     """``n`` memories recorded in one order and dated in the reverse one: the first recorded
     occurred last (a producer's backfill), an hour apart."""
-    state = AgentMemoryState()
-    log: list[DerivedEvent] = []
-    for i in range(n):
-        observation = Observation(
+    observations = [
+        Observation(
             agent_id=agent_id,
             content=f"{agent_id} backfilled entry{i}",
             importance=0.9,
             occurred_at=BACKDATED + timedelta(hours=n - i),
         )
-        out = record(
-            observation,
-            state,
-            config=ROOMY,
-            embedder=EMBEDDER,
-            config_version=ROOMY.version(EMBEDDER.id),
-            position=SourcePosition(topic=TOPIC, partition=7, offset=i),
-        )
-        log.extend([out.memory, *out.forgotten])
-        state = out.state
-    return log
+        for i in range(n)
+    ]
+    return recorded_log(observations, ROOMY, partition=7)
 
 
 BACKDATED = datetime(2026, 3, 1, tzinfo=UTC)
@@ -322,27 +320,17 @@ SMALL = load_processing_config(episodic_capacity=3, working_capacity=2)
 
 def small_log(agent_id: str, n: int) -> list[DerivedEvent]:
     """Memories on both sides of the episodic threshold, many evicted by capacity."""
-    state = AgentMemoryState()
-    log: list[DerivedEvent] = []
-    for i in range(n):
-        observation = Observation(
+    observations = [
+        Observation(
             agent_id=agent_id,
             content=f"{agent_id} saw the river at mark {i}",
             importance=0.9 if i % 2 else 0.3,
             step=i,
             occurred_at=datetime(2026, 3, 1, tzinfo=UTC) + timedelta(hours=i),
         )
-        out = record(
-            observation,
-            state,
-            config=SMALL,
-            embedder=EMBEDDER,
-            config_version=SMALL.version(EMBEDDER.id),
-            position=SourcePosition(topic=TOPIC, partition=0, offset=i),
-        )
-        log.extend([out.memory, *out.forgotten])
-        state = out.state
-    return log
+        for i in range(n)
+    ]
+    return recorded_log(observations, SMALL, partition=0)
 
 
 def written(log: list[DerivedEvent]) -> set[str]:
