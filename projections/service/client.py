@@ -11,13 +11,14 @@ as the memory block of an LLM prompt.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import httpx
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from projections.history import AgentHistory
 from projections.learned.reads import Facts, PlanLookup, Procedures, ToolChoice
@@ -34,7 +35,7 @@ from projections.retrieval.models import (
 )
 from projections.service.surprise_route import AgentSurprise
 from schemas.envelope import AGENT_ID_RULE, AgentId
-from schemas.errors import EngramError
+from schemas.errors import BackendUnavailableError, EngramError
 
 __all__ = [
     "PROMPT_HEADER",
@@ -42,6 +43,9 @@ __all__ = [
     "EngramClient",
     "NotInLogError",
     "QueryError",
+    "ServiceTimeoutError",
+    "ServiceUnreachableError",
+    "UnreadableAnswerError",
     "WaitTimeoutError",
     "format_for_prompt",
 ]
@@ -78,6 +82,66 @@ class NotInLogError(QueryError):
     def __init__(self, status: int, message: str, not_in_log: NotInLog) -> None:
         super().__init__(status, message)
         self.missing: tuple[MissingPosition, ...] = not_in_log.missing
+
+
+class ServiceUnreachableError(BackendUnavailableError):
+    """The query service could not be reached: refused, reset, a name that does not resolve,
+    a URL of a protocol httpx does not speak. httpx's own exception is the ``__cause__``; a
+    caller that retries later catches this one name, whichever way the connection failed."""
+
+    def __init__(self, message: str, *, url: str, reason: str) -> None:
+        super().__init__(message)
+        self.url = url
+        self.reason = reason
+        """What failed, in httpx's words."""
+
+
+class ServiceTimeoutError(ServiceUnreachableError, TimeoutError):
+    """The query service did not answer within the client's timeout (``timeout``, plus the
+    server's own wait for a request that may wait)."""
+
+
+class UnreadableAnswerError(EngramError, ValueError):
+    """What answered is not Engram's query service, or not one of this version: a 2xx whose
+    body is not the answer the route gives (another server on that port, a proxy's page), or
+    redirects in a loop."""
+
+
+T = TypeVar("T", bound=BaseModel)
+
+
+@contextmanager
+def _reaching(base_url: httpx.URL) -> Iterator[None]:
+    """httpx's failures to get an answer, as Engram's errors naming the service's URL: a caller
+    catches :class:`~schemas.errors.EngramError` and never meets httpx's names."""
+    url = str(base_url).rstrip("/")
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        reason = str(exc) or type(exc).__name__
+        message = f"the query service at {url} did not answer in time ({reason})"
+        raise ServiceTimeoutError(message, url=url, reason=reason) from exc
+    except httpx.TransportError as exc:
+        reason = str(exc) or type(exc).__name__
+        message = f"cannot reach the query service at {url}: {reason}"
+        raise ServiceUnreachableError(message, url=url, reason=reason) from exc
+    except httpx.HTTPError as exc:
+        message = f"the query service at {url} answered unreadably: {exc}"
+        raise UnreadableAnswerError(message) from exc
+
+
+def _answer(response: httpx.Response, model: type[T]) -> T:
+    """The route's answer as ``model``, after its refusals (:func:`_raise_for`)."""
+    _raise_for(response)
+    try:
+        return model.model_validate_json(response.content)
+    except ValidationError as exc:
+        preview = response.text[:80].replace("\n", " ")
+        raise UnreadableAnswerError(
+            f"{response.url} answered {response.status_code} with something other than "
+            f"Engram's {model.__name__} ({exc.error_count()} problems; it begins {preview!r}): "
+            "is the URL that of Engram's query service?"
+        ) from exc
 
 
 class HasPosition(Protocol):
@@ -296,12 +360,22 @@ class EngramClient:
         api_key: str | None = None,
     ) -> None:
         """``api_key``: presented as ``Authorization: Bearer`` on every request (a service
-        with ``ENGRAM_API_KEYS_FILE`` answers 401 without it)."""
+        with ``ENGRAM_API_KEYS_FILE`` answers 401 without it).
+
+        Every call raises :class:`~schemas.errors.EngramError`s only: :class:`QueryError` for
+        a refusal (with :class:`WaitTimeoutError` and :class:`NotInLogError`),
+        :class:`ServiceUnreachableError` (:class:`ServiceTimeoutError`) when no answer came,
+        :class:`UnreadableAnswerError` when what answered is not the service."""
         self._http = httpx.Client(
             base_url=base_url, timeout=timeout, transport=transport, headers=_auth(api_key)
         )
 
     format_for_prompt = staticmethod(format_for_prompt)
+
+    def _call(self, model: type[T], method: str, path: str, **kwargs: Any) -> T:
+        with _reaching(self._http.base_url):
+            response = self._http.request(method, path, **kwargs)
+        return _answer(response, model)
 
     def retrieve(
         self,
@@ -318,13 +392,13 @@ class EngramClient:
         :class:`NotInLogError` if the log does not hold them.
         """
         req = _request(request, after, params)
-        response = self._http.post(
+        return self._call(
+            RetrievalResponse,
+            "POST",
             _agent_path(agent_id, "retrieve"),
             json=_body(req),
             timeout=_timeout(self._http, req),
         )
-        _raise_for(response)
-        return RetrievalResponse.model_validate_json(response.content)
 
     @property
     def base_url(self) -> str:
@@ -333,39 +407,31 @@ class EngramClient:
 
     def history(self, agent_id: str, *, limit: int | None = None) -> AgentHistory:
         """The agent's latest ``limit`` history entries (the service's default if None)."""
-        response = self._http.get(_agent_path(agent_id, "history"), params=_history_params(limit))
-        _raise_for(response)
-        return AgentHistory.model_validate_json(response.content)
+        path = _agent_path(agent_id, "history")
+        return self._call(AgentHistory, "GET", path, params=_history_params(limit))
 
     def surprise(self, agent_id: str) -> AgentSurprise:
         """The agent's cognitive system, arousal and surprise trace (seed 003)."""
-        response = self._http.get(_agent_path(agent_id, "surprise"))
-        _raise_for(response)
-        return AgentSurprise.model_validate_json(response.content)
+        return self._call(AgentSurprise, "GET", _agent_path(agent_id, "surprise"))
 
     def procedures(self, agent_id: str, context: str | None = None, **params: Any) -> Procedures:
         """The agent's procedures for ``context``; ``params``: ``min_success_rate``,
         ``min_similarity``, ``top_k`` (the route's query parameters)."""
-        response = self._http.get(
-            _agent_path(agent_id, "procedures"), params=_learned_params(context=context, **params)
+        path = _agent_path(agent_id, "procedures")
+        return self._call(
+            Procedures, "GET", path, params=_learned_params(context=context, **params)
         )
-        _raise_for(response)
-        return Procedures.model_validate_json(response.content)
 
     def facts(self, agent_id: str, query: str | None = None, **params: Any) -> Facts:
         """The agent's facts for ``query``; ``params``: ``top_k``, ``history``,
         ``min_confidence``."""
-        response = self._http.get(
-            _agent_path(agent_id, "facts"), params=_learned_params(query=query, **params)
-        )
-        _raise_for(response)
-        return Facts.model_validate_json(response.content)
+        path = _agent_path(agent_id, "facts")
+        return self._call(Facts, "GET", path, params=_learned_params(query=query, **params))
 
     def lookup_plan(self, agent_id: str, prompt: str) -> PlanLookup:
         """A cached plan for ``prompt`` (a hit), or a miss."""
-        response = self._http.post(_agent_path(agent_id, "plans/lookup"), json={"prompt": prompt})
-        _raise_for(response)
-        return PlanLookup.model_validate_json(response.content)
+        path = _agent_path(agent_id, "plans/lookup")
+        return self._call(PlanLookup, "POST", path, json={"prompt": prompt})
 
     def select_tool(
         self,
@@ -377,12 +443,9 @@ class EngramClient:
     ) -> ToolChoice:
         """The procedure to use as the tool for ``prompt`` (seed 002), or a miss; ``exclude``:
         procedures downvoted for it; ``min_similarity``: the service's default (0.4) if None."""
-        response = self._http.post(
-            _agent_path(agent_id, "tools/select"),
-            json=_tool_select_body(prompt, exclude, min_similarity),
-        )
-        _raise_for(response)
-        return ToolChoice.model_validate_json(response.content)
+        path = _agent_path(agent_id, "tools/select")
+        body = _tool_select_body(prompt, exclude, min_similarity)
+        return self._call(ToolChoice, "POST", path, json=body)
 
     def close(self) -> None:
         self._http.close()
@@ -409,7 +472,7 @@ class AsyncEngramClient:
         api_key: str | None = None,
     ) -> None:
         """``transport``: another way to reach the service (an in-process ASGI app, say);
-        ``api_key`` as for :class:`EngramClient`."""
+        ``api_key`` and the errors raised as for :class:`EngramClient`."""
         self._http = httpx.AsyncClient(
             base_url=base_url, timeout=timeout, transport=transport, headers=_auth(api_key)
         )
@@ -421,6 +484,11 @@ class AsyncEngramClient:
         """The query service this client calls."""
         return str(self._http.base_url)
 
+    async def _call(self, model: type[T], method: str, path: str, **kwargs: Any) -> T:
+        with _reaching(self._http.base_url):
+            response = await self._http.request(method, path, **kwargs)
+        return _answer(response, model)
+
     async def retrieve(
         self,
         agent_id: str,
@@ -431,53 +499,41 @@ class AsyncEngramClient:
     ) -> RetrievalResponse:
         """As :meth:`EngramClient.retrieve`."""
         req = _request(request, after, params)
-        response = await self._http.post(
+        return await self._call(
+            RetrievalResponse,
+            "POST",
             _agent_path(agent_id, "retrieve"),
             json=_body(req),
             timeout=_timeout(self._http, req),
         )
-        _raise_for(response)
-        return RetrievalResponse.model_validate_json(response.content)
 
     async def history(self, agent_id: str, *, limit: int | None = None) -> AgentHistory:
         """The agent's latest ``limit`` history entries (the service's default if None)."""
-        response = await self._http.get(
-            _agent_path(agent_id, "history"), params=_history_params(limit)
-        )
-        _raise_for(response)
-        return AgentHistory.model_validate_json(response.content)
+        path = _agent_path(agent_id, "history")
+        return await self._call(AgentHistory, "GET", path, params=_history_params(limit))
 
     async def surprise(self, agent_id: str) -> AgentSurprise:
         """As :meth:`EngramClient.surprise`."""
-        response = await self._http.get(_agent_path(agent_id, "surprise"))
-        _raise_for(response)
-        return AgentSurprise.model_validate_json(response.content)
+        return await self._call(AgentSurprise, "GET", _agent_path(agent_id, "surprise"))
 
     async def procedures(
         self, agent_id: str, context: str | None = None, **params: Any
     ) -> Procedures:
         """As :meth:`EngramClient.procedures`."""
-        response = await self._http.get(
-            _agent_path(agent_id, "procedures"), params=_learned_params(context=context, **params)
+        path = _agent_path(agent_id, "procedures")
+        return await self._call(
+            Procedures, "GET", path, params=_learned_params(context=context, **params)
         )
-        _raise_for(response)
-        return Procedures.model_validate_json(response.content)
 
     async def facts(self, agent_id: str, query: str | None = None, **params: Any) -> Facts:
         """As :meth:`EngramClient.facts`."""
-        response = await self._http.get(
-            _agent_path(agent_id, "facts"), params=_learned_params(query=query, **params)
-        )
-        _raise_for(response)
-        return Facts.model_validate_json(response.content)
+        path = _agent_path(agent_id, "facts")
+        return await self._call(Facts, "GET", path, params=_learned_params(query=query, **params))
 
     async def lookup_plan(self, agent_id: str, prompt: str) -> PlanLookup:
         """As :meth:`EngramClient.lookup_plan`."""
-        response = await self._http.post(
-            _agent_path(agent_id, "plans/lookup"), json={"prompt": prompt}
-        )
-        _raise_for(response)
-        return PlanLookup.model_validate_json(response.content)
+        path = _agent_path(agent_id, "plans/lookup")
+        return await self._call(PlanLookup, "POST", path, json={"prompt": prompt})
 
     async def select_tool(
         self,
@@ -488,12 +544,9 @@ class AsyncEngramClient:
         min_similarity: float | None = None,
     ) -> ToolChoice:
         """As :meth:`EngramClient.select_tool`."""
-        response = await self._http.post(
-            _agent_path(agent_id, "tools/select"),
-            json=_tool_select_body(prompt, exclude, min_similarity),
-        )
-        _raise_for(response)
-        return ToolChoice.model_validate_json(response.content)
+        path = _agent_path(agent_id, "tools/select")
+        body = _tool_select_body(prompt, exclude, min_similarity)
+        return await self._call(ToolChoice, "POST", path, json=body)
 
     async def aclose(self) -> None:
         await self._http.aclose()

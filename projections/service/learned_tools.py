@@ -8,7 +8,6 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import httpx
 from pydantic import BaseModel, Field, ValidationError
 
 from projections.learned.reads import (
@@ -20,7 +19,11 @@ from projections.learned.reads import (
     ToolChoice,
 )
 from projections.retrieval.models import RecordPosition
-from projections.service.client import QueryError
+from projections.service.client import (
+    QueryError,
+    ServiceUnreachableError,
+    UnreadableAnswerError,
+)
 from projections.service.tools import (
     MAX_RETRIEVE,
     MemoryTool,
@@ -45,8 +48,10 @@ async def _asked(context: ToolContext, call: Callable[[], Awaitable[T]]) -> T:
         return await call()
     except QueryError as exc:
         raise ToolError(f"the memory service failed ({exc.status}): {exc.message}") from None
-    except httpx.HTTPError as exc:
-        raise ToolError(f"cannot reach the memory service: {exc}") from None
+    except ServiceUnreachableError as exc:
+        raise ToolError(f"cannot reach the memory service: {exc.reason}") from None
+    except UnreadableAnswerError as exc:
+        raise ToolError(f"the memory service answered unreadably: {exc}") from None
 
 
 class RecallFactInput(_ToolInput):

@@ -35,7 +35,6 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Protocol, TypeVar
 
-import httpx
 from pydantic import (
     AwareDatetime,
     BaseModel,
@@ -66,6 +65,9 @@ from projections.service.client import (
     HasPosition,
     NotInLogError,
     QueryError,
+    ServiceTimeoutError,
+    ServiceUnreachableError,
+    UnreadableAnswerError,
     WaitTimeoutError,
     format_for_prompt,
 )
@@ -401,12 +403,14 @@ async def retrieve(
         if exc.status == 503:
             raise ToolError(f"memory is unavailable right now: {exc.message}") from None
         raise ToolError(f"the memory service failed ({exc.status}): {exc.message}") from None
-    except httpx.TimeoutException:
+    except ServiceTimeoutError:
         raise ToolError(
             f"the memory service{_at(context)} did not answer in time; call again"
         ) from None
-    except httpx.HTTPError as exc:
-        raise ToolError(f"cannot reach the memory service{_at(context)}: {exc}") from None
+    except ServiceUnreachableError as exc:
+        raise ToolError(f"cannot reach the memory service{_at(context)}: {exc.reason}") from None
+    except UnreadableAnswerError as exc:
+        raise ToolError(f"the memory service{_at(context)} answered unreadably: {exc}") from None
 
 
 def _at(context: ToolContext) -> str:

@@ -433,7 +433,7 @@ def query_service_errors(url: str) -> Iterator[None]:
             yield
         except deferred.httpx.InvalidURL as exc:
             fail(f"--url: {url!r} is not a valid URL ({exc})")
-        except deferred.httpx.TransportError as exc:
-            fail(f"cannot reach the query service at {url}: {exc}", UNREACHABLE)
-        except deferred.httpx.HTTPError as exc:  # an answer that is not HTTP, redirects in a loop
-            fail(f"the query service at {url} answered unreadably: {exc}")
+        except deferred.query_client.ServiceUnreachableError as exc:
+            fail(str(exc), UNREACHABLE)
+        except deferred.query_client.UnreadableAnswerError as exc:
+            fail(str(exc))
