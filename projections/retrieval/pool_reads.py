@@ -26,6 +26,14 @@ from projections.retrieval.filters import MemoryFilter
 from projections.retrieval.models import DEFAULT_RECENT_DAYS, MAX_CONTEXT_TAGS, RetrievalRequest
 from projections.retrieval.recent import window_filter
 
+POINTS_PER_SOURCE = 2
+"""How many points of the episodic store one source event may have outside scope active: the
+archived memory and the copy promoted from it, which share their time. The recent mode ranks
+by that time alone, so it reads this many times its bound there: read by the bound alone, a
+pair took two of its places and :func:`one_per_source` kept one, and in scope archive the
+archived copies of memories still in working memory, which it leaves out, took places too;
+fewer than ``top_k`` came back although more were in the window."""
+
 
 def _by_the_query_alone(request: RetrievalRequest, vector: np.ndarray | None) -> bool:
     """Whether the request's mode ranks by the query's signals alone: ``relevance`` with a
@@ -73,7 +81,8 @@ def signals_for(
     if _by_the_query_alone(request, vector):
         return CandidateSignals(limit, vector=vector, lexical=lexical)
     if request.mode == "recent":
-        return CandidateSignals(limit, occurred=True, vector=vector)
+        copies = 1 if request.scope == "active" else POINTS_PER_SOURCE
+        return CandidateSignals(limit * copies, occurred=True, vector=vector)
     tags = context_tags(request) if request.mode == "weighted" else ()
     with_query = request.mode in ("weighted", "generative")
     return CandidateSignals(

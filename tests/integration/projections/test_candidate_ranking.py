@@ -20,6 +20,7 @@ from projections.retrieval.models import RetrievalRequest
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import Observation
 from schemas.memory_events import DerivedEvent, SourcePosition
+from tests.integration.projections.lifecycle_events import promoted
 
 pytestmark = pytest.mark.integration
 
@@ -48,11 +49,14 @@ START = datetime(2026, 1, 1, tzinfo=UTC)
 its own (not the order it was recorded in, as a producer's backfill or a late record is)."""
 
 
-def pool(agent_id: str, seed: int, size: int, *, ties: bool = True) -> list[DerivedEvent]:
+def pool(
+    agent_id: str, seed: int, size: int, *, ties: bool = True, promote: bool = False
+) -> list[DerivedEvent]:
     """A random life: words, importance on both sides of the episodic threshold, tags, a year
     or a step on some memories only (so imputed times are ranked too), and a time of its
     event out of the recording order (with ``ties``, some at the same instant; without, each
-    at a minute of its own)."""
+    at a minute of its own). With ``promote``, every working memory gets an episodic copy, as
+    a consolidation that promotes them all makes."""
     rng = random.Random(seed)
     minutes = rng.sample(range(20 * 24 * 60), size)
     config = load_processing_config(episodic_capacity=size, working_capacity=rng.randint(2, 10))
@@ -78,7 +82,8 @@ def pool(agent_id: str, seed: int, size: int, *, ties: bool = True) -> list[Deri
             config_version=config.version(EMBEDDER.id),
             position=SourcePosition(topic="agent.observations", partition=seed, offset=i),
         )
-        log.extend([out.memory, *out.forgotten])
+        copies = [promoted(out.memory)] if promote and out.memory.destination == "working" else []
+        log.extend([out.memory, *copies, *out.forgotten])
         state = out.state
     return log
 
@@ -167,24 +172,32 @@ async def test_past_the_bound_the_engine_reads_a_bounded_set(
     assert all(m.importance >= 0.9 for m in (await engine.retrieve("big", filtered)).results)
 
 
+@pytest.mark.parametrize("scope", ["active", "all", "archive"])
 @pytest.mark.parametrize("top_k", [1, 10])
 async def test_past_the_bound_the_recent_mode_is_still_exact(
-    working_store: RedisWorkingMemory, edge_store: EdgeEpisodicMemory, top_k: int
+    working_store: RedisWorkingMemory, edge_store: EdgeEpisodicMemory, top_k: int, scope: str
 ) -> None:
     """Its candidates are the newest by the events' time within the window, so as long as
     ``top_k`` is within the bound the newest ``top_k`` are among them, however far the pool
     goes past it and whatever order the events were recorded in (events at the same instant
-    as the last one in the bound may be cut either way: the store orders by time alone)."""
-    log = pool("busy", 7, size=300, ties=False)
+    as the last one in the bound may be cut either way: the store orders by time alone).
+    Outside scope active, an archived memory and the copy promoted from it share their time:
+    read by the bound alone, the two took two of its places, and fewer than ``top_k`` came
+    back."""
+    agent = f"busy-{scope}-{top_k}"
+    log = pool(agent, 7, size=300, ties=False, promote=scope != "active")
     await working_store.apply(log)
     await edge_store.apply(log)
     bounded = RetrievalEngine(working_store, edge_store, EMBEDDER, candidate_limit=10)
     whole = RetrievalEngine(working_store, edge_store, EMBEDDER, candidate_limit=None)
 
-    asked = RetrievalRequest(mode="recent", current_time=RECENT_NOW, days=7, top_k=top_k)
-    mine = await bounded.retrieve("busy", asked)
-    reference = await whole.retrieve("busy", asked)
+    asked = RetrievalRequest(
+        mode="recent", current_time=RECENT_NOW, days=7, top_k=top_k, scope=scope
+    )
+    mine = await bounded.retrieve(agent, asked)
+    reference = await whole.retrieve(agent, asked)
 
     assert len(reference.results) == top_k
     assert shown(mine) == shown(reference)
-    assert mine.episodic_count <= 10, "the newest 10 points in the window, copies left out"
+    # The newest 10 points in the window (20 outside scope active), copies left out.
+    assert mine.episodic_count <= (10 if scope == "active" else 20)
