@@ -15,6 +15,7 @@ from functools import partial
 from typing import Literal, Protocol, assert_never
 
 from processors.batch_embedding import PreparedEmbedder
+from processors.fact_access import is_facts_read, on_facts_read
 from processors.learning import learn, still_learned_from
 from processors.lifecycle import Deriving, on_agent_event, on_retrieval, on_tick
 from processors.recording import AgentMemoryState
@@ -284,7 +285,7 @@ def _derive(
             case ScheduleTick():
                 batch.tick(event, position)
             case MemoryRetrieved():
-                batch.retrieval(event)
+                batch.retrieval(event, position)
             case Observation() | Decision() | Feedback():
                 refusal = batch.agent_event(event, position)
                 if refusal is not None:
@@ -351,10 +352,16 @@ class _Batch:
         result = self.result
         return result.states.get(agent) or self.load_state(agent)
 
-    def retrieval(self, retrieval: MemoryRetrieved) -> None:
+    def retrieval(self, retrieval: MemoryRetrieved, position: SourcePosition) -> None:
+        """A retrieval of memories counts the summaries it returned (MUS); a facts read counts
+        the facts it returned, each count a learned event (:mod:`processors.fact_access`)."""
         agent = retrieval.agent_id
         state = self._state_of(agent)
-        updated = on_retrieval(retrieval, state)
+        if is_facts_read(retrieval):
+            accessed, updated = on_facts_read(retrieval, state, self.ctx.config_version, position)
+            self.result.derived.extend(accessed)
+        else:
+            updated = on_retrieval(retrieval, state)
         if updated is not state:
             self.result.states[agent] = updated
 

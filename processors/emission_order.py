@@ -35,11 +35,12 @@ def causal_order(events: Iterable[DerivedEvent]) -> list[DerivedEvent]:
     source position, and each group is put before the recording of the same position, after
     every group that precedes it in the lifecycle log.
 
-    Groups of records without a recording (ticks) keep their place among the lifecycle groups,
-    but may come out ahead of recordings that derived nothing else and were emitted before
-    them. That reordering is harmless: such a recording touches only its new memory and working
-    memories, a tick's events only summaries, so the two commute in every projection, and the
-    fold does not depend on their order (checked by a property test).
+    Groups of records without a recording (ticks, searches of facts) keep their place among the
+    lifecycle groups, but may come out ahead of recordings that derived nothing else and were
+    emitted before them. That reordering is harmless: such a recording touches only its new
+    memory and working memories, a tick's events only summaries, a search's only the counts of
+    facts, so they commute in every projection, and the fold does not depend on their order
+    (checked by a property test).
 
     Applying all recordings before all lifecycle events instead would move a projection's
     applied position past lifecycle events it then skips, and could delete a promoted copy

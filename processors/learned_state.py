@@ -13,6 +13,10 @@ takeover:
 * ``facts``: the current fact of the latest :data:`MAX_FACT_KEYS` subject/attribute pairs
   stated. A fact on a pair beyond it supersedes nothing in the log; reads still answer the
   latest fact of each pair, so the answer stays right;
+* ``access_counts``: how many searches returned each of those facts (seed 000's
+  ``access_count``), for facts returned at least once. A fact that leaves ``facts``
+  (superseded, or past the bound) leaves this too: a search is counted only on a fact the
+  agent still holds, and its last count stays in the projection;
 * ``ratings``: feedback counts of the latest :data:`MAX_RATED_MEMORIES` memories rated.
 
 The fold (:func:`fold_learned`) is the only way this state changes, live and on takeover
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar, assert_never
 
 from schemas.learned_events import (
+    FactAccessed,
     FactStated,
     LearnedEvent,
     MemoryRated,
@@ -85,6 +90,8 @@ class LearnedState:
     facts: dict[str, str] = field(default_factory=dict)
     """Current fact id by :func:`fact_key` of its subject and attribute."""
     ratings: dict[str, Rating] = field(default_factory=dict)
+    access_counts: dict[str, int] = field(default_factory=dict)
+    """Searches that returned a current fact, by fact id (only facts of ``facts``)."""
 
 
 def fact_key(subject: str, attribute: str) -> str:
@@ -111,10 +118,14 @@ def fold_learned(state: LearnedState, event: LearnedEvent) -> LearnedState:
         case PlanChanged():
             return _plan(state, event)
         case FactStated():
-            facts = _bounded_put(
-                state.facts, fact_key(event.subject, event.attribute), event.fact_id, MAX_FACT_KEYS
-            )
-            return replace(state, facts=facts)
+            key = fact_key(event.subject, event.attribute)
+            facts = _bounded_put(state.facts, key, event.fact_id, MAX_FACT_KEYS)
+            counts = state.access_counts
+            if counts:
+                counts = _counts_still_held(counts, state.facts, facts, key)
+            return replace(state, facts=facts, access_counts=counts)
+        case FactAccessed():
+            return _accessed(state, event)
         case MemoryRated():
             known = state.ratings.get(event.memory_id)
             if known is not None and known.revision >= event.revision:
@@ -126,6 +137,38 @@ def fold_learned(state: LearnedState, event: LearnedEvent) -> LearnedState:
             )
         case _:
             assert_never(event)
+
+
+def _counts_still_held(
+    counts: dict[str, int], before: dict[str, str], after: dict[str, str], key: str
+) -> dict[str, int]:
+    """``counts`` without the facts a statement on ``key`` took out of the state: the one it
+    superseded, and the oldest pairs' beyond the bound. Found without scanning the facts (a
+    statement is an agent event: the hot path), since the bound evicts from the front."""
+    gone: list[str] = []
+    replaced = before.get(key)
+    if replaced is not None and replaced != after[key]:
+        gone.append(replaced)
+    if len(before) >= MAX_FACT_KEYS:
+        for oldest in before:
+            if oldest in after:
+                break
+            gone.append(before[oldest])
+    if not any(fact_id in counts for fact_id in gone):
+        return counts
+    return {fact_id: n for fact_id, n in counts.items() if fact_id not in gone}
+
+
+def _accessed(state: LearnedState, event: FactAccessed) -> LearnedState:
+    """The count a search left on a fact the state still holds as current; an older count
+    (applied again, or met after a newer one) changes nothing, nor does a fact no longer
+    held (superseded since, or past the bound)."""
+    if state.facts.get(fact_key(event.subject, event.attribute)) != event.fact_id:
+        return state
+    if state.access_counts.get(event.fact_id, 0) >= event.access_count:
+        return state
+    counts = {**state.access_counts, event.fact_id: event.access_count}
+    return replace(state, access_counts=counts)
 
 
 def _procedure(state: LearnedState, event: ProcedureChanged) -> LearnedState:

@@ -13,7 +13,8 @@ and the tests all decide the same (streams/README.md, invariant 2). Two clocks t
   chapter, and pruning measures ages in seconds from the tick's own time.
 
 Retrievals (``memory.access``) only update the state: how often and how well each summary was
-retrieved, which MUS reads (seed 001).
+retrieved, which MUS reads (seed 001). A search of facts there counts on facts instead
+(:mod:`processors.fact_access`).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from typing import assert_never
 
 from processors.batch_markers import Logged, logged_batches, recording_rule_applies
 from processors.emission_order import causal_order
+from processors.fact_access import is_facts_read
 from processors.learning import fold_learning
 from processors.lifecycle import on_retrieval
 from processors.recording import (
@@ -29,7 +30,13 @@ from processors.recording import (
     WorkingEntry,
     with_clock,
 )
-from schemas.learned_events import FactStated, MemoryRated, PlanChanged, ProcedureChanged
+from schemas.learned_events import (
+    FactAccessed,
+    FactStated,
+    MemoryRated,
+    PlanChanged,
+    ProcedureChanged,
+)
 from schemas.memory_events import (
     AgentForgotten,
     ConsolidationCompleted,
@@ -108,7 +115,8 @@ class FoldedState:
 
         In a partition number markers rule, only a retrieval a marker names counts here: one
         past them was not derived yet, and is counted where the batches that follow hold it,
-        as a reprocess that cuts the raw log at the markers counts it."""
+        as a reprocess that cuts the raw log at the markers counts it. A facts read counts
+        nothing here: what it counted is in the derived log (``FactAccessed``), folded already."""
         if position is not None:
             key = (position.topic, position.partition)
             if position.partition in self.marked and position.offset > self.logged_upto.get(
@@ -117,7 +125,7 @@ class FoldedState:
                 return
             self._mark(position)
         state = self.states.get(event.agent_id)
-        if state is not None:
+        if state is not None and not is_facts_read(event):
             self.states[event.agent_id] = on_retrieval(event, state)
 
     def apply_all(self, events: Iterable[DerivedEvent]) -> FoldedState:
@@ -151,7 +159,7 @@ def fold(state: AgentMemoryState, event: DerivedEvent) -> AgentMemoryState:
             # next_seq is past every seq the agent used).
             below = state.next_seq if event.next_seq is None else event.next_seq
             return AgentMemoryState(next_seq=below)
-        case ProcedureChanged() | PlanChanged() | FactStated() | MemoryRated():
+        case ProcedureChanged() | PlanChanged() | FactStated() | MemoryRated() | FactAccessed():
             return fold_learning(state, event)
         case _:
             assert_never(event)

@@ -10,7 +10,8 @@ therefore ordered by ``(occurred_at, topic, offset)`` with the topics ranked ``m
 < ``memory.lifecycle`` < ``memory.access``. Derived events carry the time of the agent event
 that caused them, so a forgetting sorts right after the recording that pushed its memory out
 (same time, items before lifecycle), and a retrieval (stamped by the query service's clock)
-after what was recorded at that moment. The order is stable: reading the log again gives the
+after what was recorded at that moment; the counts a facts search left on its facts share its
+time and come after it. The order is stable: reading the log again gives the
 same timeline. A simulation that stamps its events with simulated times places them on that
 clock, while retrievals stay on the service's clock.
 """
@@ -30,6 +31,7 @@ from schemas.envelope import AgentId
 from schemas.errors import BackendUnavailableError
 from schemas.learned_events import LearnedChange
 from schemas.memory_events import (
+    FACTS_READ_MODE,
     AgentForgotten,
     ConsolidationCompleted,
     DerivedEvent,
@@ -52,6 +54,7 @@ EntryKind = Literal[
     "plan",
     "fact",
     "rated",
+    "fact_accessed",
 ]
 ENTRY_KINDS: tuple[EntryKind, ...] = get_args(EntryKind)
 
@@ -76,8 +79,10 @@ _TOPIC_RANK: dict[EntryKind, int] = {
     "plan": 1,
     "fact": 1,
     "rated": 1,
+    "fact_accessed": 3,
 }
-"""Rank of the topic each kind is written to (items, lifecycle, access), by the topic contract."""
+"""Rank of the topic each kind is written to (items, lifecycle, access), by the topic contract;
+a count a facts search left (on lifecycle, at the search's time) comes after the search."""
 
 
 class LogUnavailableError(BackendUnavailableError):
@@ -113,7 +118,8 @@ class TimelineEntry(BaseModel):
     related_ids: tuple[str, ...] = Field(
         default=(),
         description="Promoted: the working original. Summarised: the memories summarised. "
-        "Consolidated: the episodic copies made. Retrieved: the results, best first.",
+        "Consolidated: the episodic copies made. Retrieved: the results, best first (of a "
+        "facts read, the facts). Fact accessed: the fact and the facts read.",
     )
     text: str = Field(description="What happened, in a line.")
     step: int | None = None
@@ -257,6 +263,12 @@ def _retrieved_text(event: MemoryRetrieved, ids: tuple[str, ...]) -> str:
     listed = ", ".join(short(i) for i in ids[:LISTED_IDS])
     more = f" +{len(ids) - LISTED_IDS} more" if len(ids) > LISTED_IDS else ""
     returned = f"{len(ids)} returned: {listed}{more}" if ids else "nothing returned"
+    if event.mode == FACTS_READ_MODE:
+        query = event.parameters.get("query")
+        searched = f' for "{preview(query)}"' if isinstance(query, str) else ""
+        noun = "fact" if len(ids) == 1 else "facts"
+        returned = f"{len(ids)} {noun} returned: {listed}{more}" if ids else "no fact returned"
+        return f"facts search{searched}, {returned} ({event.took_ms:.1f} ms)"
     return f"{event.mode} retrieval, {returned} ({event.took_ms:.1f} ms)"
 
 

@@ -17,7 +17,13 @@ from pydantic import BaseModel, ValidationError
 
 from schemas.agent_events import AGENT_EVENT_TYPES, AgentEvent
 from schemas.errors import EngramError
-from schemas.learned_events import FactStated, MemoryRated, PlanChanged, ProcedureChanged
+from schemas.learned_events import (
+    FactAccessed,
+    FactStated,
+    MemoryRated,
+    PlanChanged,
+    ProcedureChanged,
+)
 from schemas.memory_events import (
     AgentForgotten,
     ConsolidationCompleted,
@@ -46,7 +52,7 @@ CURRENT_VERSIONS: dict[str, int] = {
     "memory.summarised": 1,
     "memory.forgotten": 2,
     "memory.consolidated": 1,
-    "memory.retrieved": 1,
+    "memory.retrieved": 2,
     "schedule.tick": 1,
     "agent.forget": 1,
     "memory.agent_forgotten": 2,
@@ -55,6 +61,7 @@ CURRENT_VERSIONS: dict[str, int] = {
     "plan.changed": 1,
     "fact.stated": 2,
     "memory.rated": 1,
+    "fact.accessed": 1,
 }
 
 
@@ -76,6 +83,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("feedback", 1): _unchanged,
     ("fact.stated", 1): _unchanged,
     ("memory.forgotten", 1): _unchanged,
+    ("memory.retrieved", 1): _unchanged,
 }
 """``(event_type, version) -> step to version + 1``. Register one for every bump of a version."""
 
@@ -91,6 +99,7 @@ _DERIVED_TYPES: dict[str, type[DerivedRecord]] = {
     "plan.changed": PlanChanged,
     "fact.stated": FactStated,
     "memory.rated": MemoryRated,
+    "fact.accessed": FactAccessed,
 }
 """``event_type`` -> model of every :data:`DerivedRecord`; a type missing here is refused as
 ``unknown_event_type``, never decoded as another (a unit test holds it to the union)."""

@@ -10,7 +10,13 @@ from pydantic import BaseModel
 
 from schemas.agent_events import Decision, Feedback, Observation
 from schemas.deadletter import DeadLetter
-from schemas.learned_events import FactStated, MemoryRated, PlanChanged, ProcedureChanged
+from schemas.learned_events import (
+    FactAccessed,
+    FactStated,
+    MemoryRated,
+    PlanChanged,
+    ProcedureChanged,
+)
 from schemas.memory_events import (
     AgentForgotten,
     ConsolidationCompleted,
@@ -42,6 +48,7 @@ EXPORTED: dict[str, type[BaseModel]] = {  # every event type, as README.md says
     "plan.changed": PlanChanged,
     "fact.stated": FactStated,
     "memory.rated": MemoryRated,
+    "fact.accessed": FactAccessed,
     "deadletter": DeadLetter,
 }
 

@@ -1,6 +1,7 @@
-"""What the processors learn from decisions, feedback and stated facts (schema version 1 each):
-procedures with a success rate (seed 000), cached plans with a score (seed 002), facts with
-their validity (seed 000), and feedback counted on a memory.
+"""What the processors learn from decisions, feedback, stated facts and searches of facts
+(schema version 1 each, ``fact.stated`` 2): procedures with a success rate (seed 000), cached
+plans with a score (seed 002), facts with their validity and how often a search returned
+them (seed 000), and feedback counted on a memory.
 
 Each event carries the learned item's whole new state (rates, counts, scores) and a
 ``revision`` that grows with every change of that item, so a projection applies any of them on
@@ -25,7 +26,10 @@ Rate = Annotated[float, Field(ge=0.0, le=1.0)]
 class LearnedChange(Event):
     """Base of the learned events: every one names the agent event that caused it."""
 
-    caused_by: EventId = Field(description="The decision, feedback or observation learned from.")
+    caused_by: EventId = Field(
+        description="The decision, feedback or observation learned from, or the facts read "
+        "(a record on ``memory.access``)."
+    )
     source_position: SourcePosition | None = None
     config_version: str
 
@@ -146,10 +150,27 @@ class MemoryRated(LearnedChange):
     revision: int = Field(ge=0)
 
 
-LearnedEvent = ProcedureChanged | PlanChanged | FactStated | MemoryRated
+class FactAccessed(LearnedChange):
+    """A search of the agent's facts returned this fact while the agent held it as current:
+    seed 000's ``access_count`` ("Track fact usage for importance scoring"). Derived from a
+    facts read with a query on ``memory.access`` (``caused_by`` its event id, the position
+    its record's), one per fact it returned. ``access_count`` is the fact's total after it."""
+
+    event_type: Literal["fact.accessed"] = "fact.accessed"
+    fact_id: str
+    subject: str
+    attribute: str
+    access_count: int = Field(ge=1)
+    revision: int = Field(ge=0, description="access_count - 1: one more with every search.")
+    rank: int = Field(ge=1, description="Where the search ranked the fact.")
+    score: float | None = Field(default=None, description="Its similarity to the query.")
+
+
+LearnedEvent = ProcedureChanged | PlanChanged | FactStated | MemoryRated | FactAccessed
 
 __all__ = [
     "AttachedText",
+    "FactAccessed",
     "FactStated",
     "LearnedChange",
     "LearnedEvent",

@@ -1,6 +1,6 @@
 """What the processors derive (memories recorded, promoted, summarised and forgotten, and the
 year-end consolidation record), plus the schedule ticks and retrieval records they read
-(schema version 1 each).
+(schema version 1 each, unless a class says otherwise).
 
 Projections are functions of these events alone (streams/README.md, invariant 7), so they carry
 everything a projection needs, the embedding included: a replay never re-embeds.
@@ -18,6 +18,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from schemas.derived_fields import Embedding, SourcePosition, decode_vector, encode_vector
 from schemas.envelope import AgentId, Event, EventId, Tag
 from schemas.learned_events import (
+    FactAccessed,
     FactStated,
     LearnedChange,
     MemoryRated,
@@ -354,6 +355,7 @@ DerivedEvent = (
     | PlanChanged
     | FactStated
     | MemoryRated
+    | FactAccessed
 )
 
 DerivedTopic = Literal["items", "lifecycle"]
@@ -488,13 +490,22 @@ class ForgetAgent(BaseModel):
     reason: str | None = Field(default=None, max_length=500)
 
 
+RetrievedStore = Literal["working", "episodic", "facts"]
+"""Where a retrieved item was: a memory's store, or the agent's facts (a facts read)."""
+
+FACTS_READ_MODE = "facts"
+"""The ``mode`` of a :class:`MemoryRetrieved` that records a facts read with a query (seed
+000's ``search``): one item per fact returned, its ``memory_id`` the fact id, its store
+``facts``."""
+
+
 class RetrievedItem(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    memory_id: str
+    memory_id: str = Field(description="The memory's id; in a facts read, the fact's.")
     rank: int = Field(ge=1)
     score: float
-    store: Destination
+    store: RetrievedStore
     level: Level = 0
     breakdown: dict[str, Any] | None = None
     """The score's parts as the answer gave them (the mode's breakdown): why this memory ranked
@@ -503,8 +514,13 @@ class RetrievedItem(BaseModel):
 
 class MemoryRetrieved(Event):
     """One retrieval, as the query service answered it: the audit trail of seed 004 section 8.3,
-    and the retrieval frequency and relevance that MUS pruning reads (seed 001)."""
+    the retrieval frequency and relevance that MUS pruning reads (seed 001), and (mode
+    :data:`FACTS_READ_MODE`) a search of the agent's facts, which counts their use (seed 000).
 
+    Version 2: an item's ``store`` may be ``facts``, which a reader of version 1 would refuse;
+    a version-1 payload reads as it is."""
+
+    schema_version: int = 2
     event_type: Literal["memory.retrieved"] = "memory.retrieved"
     mode: str
     parameters: dict[str, Any]
@@ -513,6 +529,7 @@ class MemoryRetrieved(Event):
 
 
 __all__ = [
+    "FACTS_READ_MODE",
     "AgentForgotten",
     "AwareDatetime",
     "CognitiveSystem",
@@ -540,6 +557,7 @@ __all__ = [
     "MusBreakdown",
     "PromotionDecision",
     "RetrievedItem",
+    "RetrievedStore",
     "ScheduleTick",
     "SourcePosition",
     "SurpriseReading",

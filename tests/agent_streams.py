@@ -5,9 +5,10 @@ properties (``tests/unit/processors/test_replay_properties.py`` and
 A stream is the raw records one worker consumes, in the order they were made (and stamped, so
 that a batch's canonical order is that order): observations and decisions of simulation agents
 (``S*``: steps and years, so sessions, years and chapters end) and wall-clock agents (``W*``:
-ticks end their sessions), ticks on ``memory.schedule``, retrievals on ``memory.access``, the
-odd undecodable record and the odd event id used again. Importance is mixed on purpose: explicit
-values around every threshold, event-table entries, and emotion x source scores.
+ticks end their sessions), ticks on ``memory.schedule``, retrievals and searches of facts on
+``memory.access``, the odd undecodable record and the odd event id used again. Importance is
+mixed on purpose: explicit values around every threshold, event-table entries, and emotion x
+source scores.
 
 :class:`Worker` drives the worker's own pure step (:mod:`processors.worker_step`, which
 :meth:`streams.worker.pipeline.IngestPipeline.handle` runs between its I/O) with a derived log
@@ -46,8 +47,9 @@ from processors.worker_step import DerivedBatch, carry, derive_batch
 from projections.learned.redis_fields import learned_writes
 from schemas.agent_events import Decision, FactStatement, Feedback, Observation
 from schemas.codec import decode_retrieval, encode_event
-from schemas.learned_events import LearnedChange
+from schemas.learned_events import FactStated, LearnedChange
 from schemas.memory_events import (
+    FACTS_READ_MODE,
     AgentForgotten,
     DerivedEvent,
     DerivedRecord,
@@ -113,6 +115,7 @@ action: st.SearchStrategy[Action] = st.one_of(
     _advance,
     _advance,
     st.tuples(_agent, st.just("retrieve"), st.integers(0, len(SCORES) - 1)),
+    st.tuples(_agent, st.just("search_facts"), st.integers(0, 3)),
     st.tuples(st.sampled_from(["0", "1"]), st.just("tick"), st.integers(1, 200)),
     st.tuples(_agent, st.just("garbage"), st.just(0)),
     st.tuples(_agent, st.just("forget"), st.just(0)),
@@ -274,6 +277,8 @@ class StreamBuilder:
     now: datetime = START
     published: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     """Per agent and event type, the ids of the events published, for feedback to target."""
+    stated: dict[str, list[str]] = field(default_factory=dict)
+    """Per agent, the ids of the facts it stated (current or not), for searches to return."""
     this_life: dict[str, list[str]] = field(default_factory=dict)
     """Per agent, the ids of its observations and decisions since it was last forgotten: those
     an event may use again. Not one of an ended life: a retrieval of that life's summary,
@@ -290,7 +295,9 @@ class StreamBuilder:
         key = agent_key_of(value) if kind == "agent" else b"key"
         raw = RawRecord(topic, partition, offset, key, value, expected, kind, stamp)
         self.records.append(raw)
-        self.worker.handle([raw])
+        for event in self.worker.handle([raw]):
+            if isinstance(event, FactStated):
+                self.stated.setdefault(event.agent_id, []).append(event.fact_id)
 
     def act(self, n: int, who: str, what: str, value: int) -> None:
         self.now += timedelta(seconds=7)
@@ -354,6 +361,8 @@ class StreamBuilder:
             self.add(TOPICS.observations, partition, encode_event(observation), "agent")
         elif what == "reuse":
             self.reuse(n, when, value)
+        elif what == "search_facts":
+            self.search_facts(n, who, value)
         elif what == "garbage":
             self.add(TOPICS.observations, partition, b'{"event_type": "observation"', "agent")
         else:
@@ -440,6 +449,31 @@ class StreamBuilder:
             took_ms=1.0,
         )
         self.add(TOPICS.access, PARTITION_OF[agent], encode_event(retrieval), "retrieval")
+
+    def search_facts(self, n: int, agent: str, value: int) -> None:
+        """A facts read with a query, as the query service records it: some of the facts the
+        agent holds (the projection's current ones), best first; ``value`` 3 adds one it
+        stated earlier and no longer holds (a search with ``history``: counts nothing), and a
+        fact returned twice (counted once)."""
+        state = self.worker.folded.states.get(agent)
+        held = [] if state is None else list(state.learned.facts.values())
+        returned = held[n % len(held) :][: 1 + value % 3] if held else []
+        if value == 3:
+            gone = [f for f in self.stated.get(agent, []) if f not in held]
+            returned = [*gone[-1:], *returned, *returned[:1]]
+        search = MemoryRetrieved(
+            agent_id=agent,
+            event_id=f"facts-{n}",
+            occurred_at=self.now,
+            mode=FACTS_READ_MODE,
+            parameters={"query": f"the house {n}", "top_k": 5},
+            results=tuple(
+                RetrievedItem(memory_id=f, rank=rank, score=0.5, store="facts")
+                for rank, f in enumerate(returned, start=1)
+            ),
+            took_ms=1.0,
+        )
+        self.add(TOPICS.access, PARTITION_OF[agent], encode_event(search), "retrieval")
 
 
 def build_stream(actions: Iterable[Action]) -> tuple[list[RawRecord], Worker]:

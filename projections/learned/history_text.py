@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal, assert_never
 
 from schemas.learned_events import (
+    FactAccessed,
     FactStated,
     LearnedEvent,
     MemoryRated,
@@ -12,7 +13,7 @@ from schemas.learned_events import (
     ProcedureChanged,
 )
 
-LearnedKind = Literal["procedure", "plan", "fact", "rated"]
+LearnedKind = Literal["procedure", "plan", "fact", "rated", "fact_accessed"]
 
 
 def describe_learned(event: LearnedEvent) -> tuple[LearnedKind, str | None, tuple[str, ...], str]:
@@ -38,6 +39,13 @@ def describe_learned(event: LearnedEvent) -> tuple[LearnedKind, str | None, tupl
                 f"{event.upvotes} up, {event.downvotes} down"
             )
             return ("rated", event.memory_id, (event.target_event_id,), text)
+        case FactAccessed():
+            times = "once" if event.access_count == 1 else f"{event.access_count} times"
+            text = (
+                f"fact {event.subject} {event.attribute} returned by a search (rank "
+                f"{event.rank}): returned {times} in all"
+            )
+            return ("fact_accessed", None, (event.fact_id, event.caused_by), text)
         case _:
             assert_never(event)
 

@@ -112,6 +112,13 @@ class Fact(BaseModel):
         "observation kind the agent kept seeing (its sources are those observations).",
     )
     score: float | None = Field(description="Cosine similarity to the query (None without).")
+    access_count: int = Field(
+        default=0,
+        ge=0,
+        description="How many searches (reads with a query) returned the fact while it was "
+        "current, as the processors had counted when this was read (seed 000's "
+        "access_count); 0 for a fact no search returned.",
+    )
 
 
 class Facts(BaseModel):
@@ -317,6 +324,7 @@ class LearnedMemory:
                     source_event_ids=tuple(fact["source_event_ids"]),
                     origin=fact.get("origin", "stated"),
                     score=score,
+                    access_count=values.get(f"f:{fact_id}:n", {}).get("access_count", 0),
                 )
             )
         found.sort(key=lambda f: (-(f.score or 0.0), -f.valid_from.timestamp(), f.fact_id))

@@ -11,6 +11,7 @@ clears them. Fields (``#l:`` values, ``#v:`` the revision each value was written
 * ``#l:c:{plan_id}`` a cached plan (prompt, actions, embedding); ``#l:s:{plan_id}`` its score
   and thresholds; both deleted when it is evicted;
 * ``#l:f:{fact_id}`` a fact; ``#l:f:{fact_id}:to`` when and by which fact it was superseded;
+  ``#l:f:{fact_id}:n`` how many searches returned it (absent: none), at its revision;
 * ``#l:m:{memory_id}`` the feedback counted on a memory.
 
 A write happens only at a revision at least the one stored (:data:`LEARN_SCRIPT`), so
@@ -27,6 +28,7 @@ from typing import Any, assert_never
 import orjson
 
 from schemas.learned_events import (
+    FactAccessed,
     FactStated,
     LearnedEvent,
     MemoryRated,
@@ -35,6 +37,8 @@ from schemas.learned_events import (
 )
 
 VALUE_PREFIX = b"#l:"
+ACCESS_SUFFIX = b":n"
+"""Of a fact's field: the count of the searches that returned it."""
 
 LEARN_SCRIPT = b"""
 local position = KEYS[2]
@@ -89,6 +93,10 @@ def learned_writes(event: LearnedEvent) -> list[Write]:
                 mode="json", include={"memory_id", "level", "upvotes", "downvotes", "revision"}
             )
             return [(b"#l:m:" + event.memory_id.encode(), event.revision, _json(rating))]
+        case FactAccessed():
+            count = {"access_count": event.access_count, "revision": event.revision}
+            field = b"#l:f:" + event.fact_id.encode() + ACCESS_SUFFIX
+            return [(field, event.revision, _json(count))]
         case _:
             assert_never(event)
 

@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -23,7 +22,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic_core import to_jsonable_python
 
 from projections.history import MAX_HISTORY_LIMIT, AgentHistory, LogUnavailableError
 from projections.interfaces import ProjectionError
@@ -46,6 +44,15 @@ from projections.retrieval.models import (
     RetrievalResponse,
     WaitTimedOut,
 )
+from projections.service.access_records import (
+    Recorder,
+    RetrievalAudit,
+    recorder,
+    retrieval_record,
+)
+from projections.service.access_records import (
+    RetrievalHook as RetrievalHook,  # the node's type of the hook it passes: re-exported
+)
 from projections.service.auth import ApiKeys
 from projections.service.http_auth import Guarded, ServiceError
 from projections.service.learned_routes import add_learned_routes
@@ -53,16 +60,11 @@ from projections.service.metrics import ServiceMetrics
 from projections.service.openapi import document_with_topics
 from projections.service.surprise_route import add_surprise_route
 from schemas.envelope import AGENT_ID_RULE, NOT_WHITESPACE, AgentId
-from schemas.memory_events import MemoryRetrieved, RetrievedItem
 
 log = logging.getLogger(__name__)
 
 Readiness = Callable[[], Awaitable[dict[str, str]]]
 """Returns ``{backend: "ok" | reason}``; the service is ready when every value is ``"ok"``."""
-
-RetrievalHook = Callable[[MemoryRetrieved], Awaitable[None]]
-"""Called with the record of every answered retrieval (the audit trail of seed 004 section 8.3,
-and the retrieval frequency MUS pruning reads). It should only enqueue: the request waits."""
 
 HistoryReader = Callable[[str, int], Awaitable[AgentHistory]]
 """``(agent_id, limit) -> history``; raises :class:`LogUnavailableError` or ``TimeoutError``
@@ -138,18 +140,6 @@ class ReadinessReport(BaseModel):
     checks: dict[str, str] = Field(description='Per backend: "ok" or why it is not ready.')
 
 
-@dataclass
-class RetrievalAudit:
-    """How many retrievals the hook took and refused; on ``app.state.retrieval_audit``.
-
-    A refused record never fails the retrieval (the agent needs its memories more than the
-    audit needs the record), so these counters are where a lost record shows.
-    """
-
-    recorded: int = 0
-    failed: int = 0
-
-
 def create_app(
     engine: RetrievalEngine,
     *,
@@ -170,9 +160,10 @@ def create_app(
     stores; a check that fails, or does not answer within ``readiness_timeout_s``, makes
     ``/readyz`` answer 503, so an orchestrator stops routing traffic here.
 
-    ``on_retrieval`` gets a :class:`MemoryRetrieved` for each answered retrieval; one that
+    ``on_retrieval`` gets a :class:`~schemas.memory_events.MemoryRetrieved` for each
+    answered retrieval and each facts read with a query (:mod:`.access_records`); one that
     fails or takes longer than ``on_retrieval_timeout_s`` is counted and logged, and the
-    retrieval is answered anyway. ``history`` reads an agent's history from the log; without
+    read is answered anyway. ``history`` reads an agent's history from the log; without
     it the history route answers 503. ``recall`` answers retrievals with ``as_of``; without
     it they answer 503. ``learned`` answers the procedures, facts and plans routes; without it
     they answer 503.
@@ -191,10 +182,10 @@ def create_app(
     app.state.retrieval_audit = audit
     _add_error_handlers(app, metrics)
     guard = Guarded(api_keys)
-    recorder = _recorder(on_retrieval, on_retrieval_timeout_s, audit)
-    _add_retrieval_route(app, engine, recorder, recall, guard, metrics, trace_retrieval)
+    record = recorder(on_retrieval, on_retrieval_timeout_s, audit)
+    _add_retrieval_route(app, engine, record, recall, guard, metrics, trace_retrieval)
     _add_history_route(app, history, guard)
-    add_learned_routes(app, learned, guard)
+    add_learned_routes(app, learned, guard, record)
     add_surprise_route(app, engine.surprise, guard)
     _add_probe_routes(app, readiness or engine.readiness, readiness_timeout_s)
     if metrics is not None:
@@ -206,31 +197,6 @@ def _add_metrics_route(app: FastAPI, metrics: ServiceMetrics) -> None:
     @app.get("/metrics", include_in_schema=False)
     async def prometheus_metrics() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-
-RetrievalRecorder = Callable[[str, RetrievalRequest, RetrievalResponse], Awaitable[None]]
-"""Hands an answered retrieval to the hook; never raises, so the agent gets its memories."""
-
-
-def _recorder(
-    hook: RetrievalHook | None, timeout_s: float, audit: RetrievalAudit
-) -> RetrievalRecorder:
-    async def record(agent_id: str, request: RetrievalRequest, response: RetrievalResponse) -> None:
-        if hook is None:
-            return
-        try:
-            async with asyncio.timeout(timeout_s):
-                await hook(retrieval_record(agent_id, request, response))
-        except Exception as error:  # the audit must never cost the agent its memories
-            audit.failed += 1
-            reason = str(error) or type(error).__name__
-            if isinstance(error, TimeoutError):
-                reason = f"no answer within {timeout_s} s"
-            log.warning("retrieval of %s not recorded: %s", agent_id, reason)
-        else:
-            audit.recorded += 1
-
-    return record
 
 
 def _add_error_handlers(app: FastAPI, metrics: ServiceMetrics | None) -> None:
@@ -294,7 +260,7 @@ def _add_error_handlers(app: FastAPI, metrics: ServiceMetrics | None) -> None:
 def _add_retrieval_route(
     app: FastAPI,
     engine: RetrievalEngine,
-    record: RetrievalRecorder,
+    record: Recorder,
     recall: LogRecall | None,
     guard: Guarded,
     metrics: ServiceMetrics | None,
@@ -361,7 +327,7 @@ def _add_retrieval_route(
         if request.as_of is not None:
             return await _recalled(recall, agent_id, request)
         response = await engine.retrieve(agent_id, request)
-        await record(agent_id, request, response)
+        await record(agent_id, lambda: retrieval_record(agent_id, request, response))
         return response
 
 
@@ -435,34 +401,6 @@ def _add_probe_routes(app: FastAPI, check: Readiness, readiness_timeout_s: float
         ready = all(status == "ok" for status in checks.values())
         report = ReadinessReport(status="ready" if ready else "not_ready", checks=checks)
         return JSONResponse(status_code=200 if ready else 503, content=report.model_dump())
-
-
-def retrieval_record(
-    agent_id: str, request: RetrievalRequest, response: RetrievalResponse
-) -> MemoryRetrieved:
-    """The log's record of one answered retrieval: what was asked and what came back."""
-    return MemoryRetrieved(
-        agent_id=agent_id,
-        step=request.current_step,
-        year=request.current_year,
-        mode=response.mode,
-        # How long it waited for which writes is not part of what was retrieved.
-        parameters=request.model_dump(
-            mode="json", exclude_none=True, exclude={"after", "wait_timeout_ms"}
-        ),
-        results=tuple(
-            RetrievedItem(
-                memory_id=memory.memory_id,
-                rank=memory.rank,
-                score=memory.score,
-                store=memory.store,
-                level=getattr(memory, "level", 0),
-                breakdown=to_jsonable_python(memory.breakdown),
-            )
-            for memory in response.results
-        ),
-        took_ms=response.took_ms,
-    )
 
 
 def _readable(error: Mapping[str, Any]) -> dict[str, Any]:

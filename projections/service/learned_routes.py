@@ -2,11 +2,14 @@
 of a procedure as the tool for a prompt.
 
 Mounted by :func:`projections.service.app.create_app` when given a
-:class:`~projections.learned.reads.LearnedMemory`; without one they answer 503.
+:class:`~projections.learned.reads.LearnedMemory`; without one they answer 503. A facts read
+with a query is seed 000's ``search``: it is recorded on ``memory.access`` by the recorder the
+retrieval route uses, and the worker counts it on every fact it returned (``access_count``).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException, Path, Query
@@ -22,6 +25,7 @@ from projections.learned.reads import (
     Procedures,
     ToolChoice,
 )
+from projections.service.access_records import Recorder, facts_read_record
 from projections.service.http_auth import Guarded
 from schemas.agent_events import Skill
 from schemas.envelope import AGENT_ID_RULE, MAX_CONTENT_CHARS, NOT_WHITESPACE, AgentId
@@ -67,10 +71,12 @@ def _learned(learned: LearnedMemory | None) -> LearnedMemory:
     return learned
 
 
-def add_learned_routes(app: FastAPI, learned: LearnedMemory | None, guard: Guarded) -> None:
+def add_learned_routes(
+    app: FastAPI, learned: LearnedMemory | None, guard: Guarded, record: Recorder
+) -> None:
     """The learned-memory routes, each needing the ``read`` scope for its agent when keys are
     configured (the plan lookup and the tool selection are POSTs for their bodies, but only
-    read)."""
+    read). ``record`` takes the facts reads with a query."""
     reading: dict[str, Any] = {
         "dependencies": guard.dependencies("read"),
         "responses": guard.responses(),
@@ -108,7 +114,9 @@ def add_learned_routes(app: FastAPI, learned: LearnedMemory | None, guard: Guard
         summary="The agent's facts (seed 000's recall_fact)",
         description="Current facts, most relevant to `query` first (latest first without "
         "one); with `history`, superseded facts too, each with its validity; with "
-        "`min_confidence`, only facts at least that certain.",
+        "`min_confidence`, only facts at least that certain. A read with a `query` is a "
+        "search: it is recorded on `memory.access`, and each current fact it returned counts "
+        "it in its `access_count` once the processors have read the record.",
     )
     async def facts(
         agent_id: AgentPath,
@@ -119,9 +127,20 @@ def add_learned_routes(app: FastAPI, learned: LearnedMemory | None, guard: Guard
             float, Query(ge=0.0, le=1.0, description="Leave out facts less certain than this.")
         ] = 0.0,
     ) -> Facts:
-        return await _learned(learned).facts(
+        started = time.perf_counter()
+        answer = await _learned(learned).facts(
             agent_id, query, top_k=top_k, history=history, min_confidence=min_confidence
         )
+        if query is not None:
+            took_ms = (time.perf_counter() - started) * 1000.0
+            parameters = {
+                "query": query,
+                "top_k": top_k,
+                "history": history,
+                "min_confidence": min_confidence,
+            }
+            await record(agent_id, lambda: facts_read_record(agent_id, parameters, answer, took_ms))
+        return answer
 
     _add_seed_002_routes(app, learned, reading)
 

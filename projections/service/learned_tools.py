@@ -72,9 +72,17 @@ async def _recall_fact(context: ToolContext, args: RecallFactInput) -> ToolResul
         f"- {f.subject} {f.attribute}: {f.value}"
         + ("" if f.confidence == 1.0 else f" (confidence {f.confidence:g})")
         + ("" if f.current else f" (until {f.valid_to:%Y-%m-%d}, superseded)")
+        + _searched(f.access_count)
         for f in answer.facts
     ]
     return ToolResult(answer, "\n".join(lines) if answer.facts else "No facts known.")
+
+
+def _searched(count: int) -> str:
+    """How often earlier searches returned a fact (its access count), for the model."""
+    if count == 0:
+        return " (no earlier search returned it)"
+    return f" (returned by {count} earlier search{'' if count == 1 else 'es'})"
 
 
 class RecallProcedureInput(_ToolInput):
@@ -211,8 +219,8 @@ LEARNED_TOOLS: tuple[MemoryTool[BaseModel], ...] = (
         name="recall_fact",
         title="Recall fact",
         description="Search your semantic memory: facts about the world as you last learned "
-        "them (a later fact on the same subject and attribute replaces the earlier one). "
-        "Read-only.",
+        "them (a later fact on the same subject and attribute replaces the earlier one), each "
+        "with how many earlier searches returned it. Read-only.",
         input_model=RecallFactInput,
         output_model=Facts,
         run=_recall_fact,  # type: ignore[arg-type]

@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from pydantic import BaseModel
+from rich import box
+from rich.markup import escape
+from rich.table import Table
 
 from streams.cli import deferred
 from streams.cli.configuration import bootstrap_of, load_settings
@@ -16,7 +19,7 @@ from streams.cli.console import console, fail, friendly_errors, run
 from streams.cli.memory import ApiKey, Url, _publish, query_service_errors
 
 if TYPE_CHECKING:
-    from projections.learned.reads import ToolChoice
+    from projections.learned.reads import Facts, ToolChoice
     from projections.service.client import EngramClient
 
 commands = typer.Typer()
@@ -90,10 +93,16 @@ def surprise(
     )
 
 
-@commands.command(help="Show an agent's current facts (with --history, superseded ones too).")
+@commands.command(
+    help="Show an agent's current facts (with --history, superseded ones too), each with how "
+    "many searches returned it."
+)
 def facts(
     agent_id: Annotated[str, typer.Argument(help="Whose facts.")],
-    query: Annotated[str | None, typer.Option(help="What to recall.")] = None,
+    query: Annotated[
+        str | None,
+        typer.Option(help="What to recall: a search, counted on the facts it returns."),
+    ] = None,
     history: Annotated[bool, typer.Option(help="Include superseded facts.")] = False,
     min_confidence: Annotated[
         float,
@@ -114,12 +123,25 @@ def facts(
     if as_json:
         typer.echo(answer.model_dump_json(indent=2))
         return
+    if not answer.facts:
+        console.print(f"no facts of {agent_id} match")
+        return
+    console.print(facts_table(answer))
+
+
+def facts_table(answer: Facts) -> Table:
+    """One row per fact: what it says, and how many searches returned it (seed 000's
+    access_count; a read with --query is one, counted once the worker has read it)."""
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("fact", ratio=1, overflow="fold")
+    table.add_column("searched", justify="right", no_wrap=True)
     for f in answer.facts:
         until = "" if f.current else f" (until {f.valid_to:%Y-%m-%d %H:%M})"
         sure = "" if f.confidence == 1.0 else f" (confidence {f.confidence:g})"
-        console.print(f"{f.subject} {f.attribute}: {f.value}{sure}{until}")
-    if not answer.facts:
-        console.print(f"no facts of {agent_id} match")
+        table.add_row(
+            escape(f"{f.subject} {f.attribute}: {f.value}{sure}{until}"), str(f.access_count)
+        )
+    return table
 
 
 @commands.command(help="Look up a cached plan for a request: a hit, or a miss.")

@@ -58,7 +58,12 @@ from projections.working.redis_store import RedisWorkingMemory
 from schemas.codec import decode_derived_record, decode_retrieval
 from schemas.envelope import AgentId
 from schemas.errors import EngramError
-from schemas.memory_events import DerivedEvent, MemoryRetrieved, SourcePosition
+from schemas.memory_events import (
+    FACTS_READ_MODE,
+    DerivedEvent,
+    MemoryRetrieved,
+    SourcePosition,
+)
 from schemas.topics import Topics
 from streams.eventlog.agent_partition import AgentPartition, read_agent_partition
 from streams.eventlog.derived_log import decode_opened
@@ -197,6 +202,11 @@ class LogRecaller:
         """The recorded retrieval ``event_id`` of ``agent_id``, run again on the memory rebuilt
         as it stood when it was served, beside its record."""
         record, where = await self.find(agent_id, event_id, total=total, advance=advance)
+        if record.mode == FACTS_READ_MODE:
+            raise ValueError(
+                f"{record.event_id} is a search of {agent_id}'s facts, not a retrieval of "
+                "memories: there is no memory to rebuild for it"
+            )
         try:
             request = RetrievalRequest.model_validate(record.parameters)
         except ValidationError as exc:
@@ -227,8 +237,8 @@ class LogRecaller:
         total: Count | None = None,
         advance: Count | None = None,
     ) -> tuple[MemoryRetrieved, SourcePosition]:
-        """The record of retrieval ``event_id`` (:data:`LAST`: the agent's latest) and where it
-        is on ``memory.access``."""
+        """The record of retrieval ``event_id`` (:data:`LAST`: the agent's latest retrieval of
+        memories, a facts search passed over) and where it is on ``memory.access``."""
         topics = self.topics()
         partition = partition_for(_AGENT_ID.validate_python(agent_id), self.partitions)
         async with self._bounded(f"finding retrieval {event_id} of {agent_id}"):
@@ -238,8 +248,9 @@ class LogRecaller:
             for where, record, _ in _decoded(read, decode_retrieval)
             if record.agent_id == agent_id
         ]
-        if event_id == LAST and retrievals:
-            return retrievals[-1][1], retrievals[-1][0]
+        of_memories = [(w, r) for w, r in retrievals if r.mode != FACTS_READ_MODE]
+        if event_id == LAST and of_memories:
+            return of_memories[-1][1], of_memories[-1][0]
         for where, record in retrievals:
             if record.event_id == event_id:
                 return record, where

@@ -23,7 +23,13 @@ from processors.batch import RawRecord
 from processors.batch_markers import logged_batches
 from processors.state_fold import FoldedState
 from schemas.codec import decode_retrieval
-from schemas.learned_events import FactStated, MemoryRated, PlanChanged, ProcedureChanged
+from schemas.learned_events import (
+    FactAccessed,
+    FactStated,
+    MemoryRated,
+    PlanChanged,
+    ProcedureChanged,
+)
 from schemas.memory_events import (
     ConsolidationCompleted,
     DerivedEvent,
@@ -199,6 +205,8 @@ def test_the_generated_streams_exercise_every_rule() -> None:
         ("Y1", "feedback", 1),  # on an observation
         ("W1", "feedback", 7),  # on a summary
         ("Y1", "fact", 0),
+        ("Y1", "search_facts", 1),  # two of its current facts
+        ("Y1", "search_facts", 3),  # one, twice, and one superseded
         ("W2", "reuse", 1),  # its latest id, still held: refused
         ("W2", "reuse", 0),  # its first id, forgotten after the first day: recorded again
     ]
@@ -217,6 +225,7 @@ def test_the_generated_streams_exercise_every_rule() -> None:
         PlanChanged,
         FactStated,
         MemoryRated,
+        FactAccessed,
     }
     assert {e.change for e in derived if isinstance(e, ProcedureChanged)} == {
         "created",
@@ -251,6 +260,12 @@ def test_the_generated_streams_exercise_every_rule() -> None:
     assert {r.kind for r in records} == {"agent", "tick", "retrieval"}
     summaries = [s for state in worker.folded.states.values() for s in state.summaries]
     assert any(s.retrievals for s in summaries), "retrievals reach the state"
+    counted = [e for e in derived if isinstance(e, FactAccessed)]
+    assert max(e.access_count for e in counted) > 1, "a fact searched again counts on"
+    assert any(
+        isinstance(e, FactStated) and e.supersedes in {c.fact_id for c in counted} for e in derived
+    ), "a counted fact is superseded"
+    assert worker.folded.states["Y1"].learned.access_counts, "searches reach the state"
 
 
 # --- The smallest crashes found before the markers: a partial batch must count for nothing. ---

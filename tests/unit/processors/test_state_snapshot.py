@@ -37,6 +37,7 @@ from processors.state_snapshot import (
     with_states,
 )
 from schemas.codec import decode_retrieval
+from schemas.learned_events import FactAccessed
 from schemas.memory_events import DerivedEvent, DerivedUpTo, SourcePosition
 from schemas.sealed import new_agent_key, seal, unseal
 from tests.agent_streams import TOPICS, Action, Worker, action, build_stream, partition_of, split
@@ -256,6 +257,40 @@ def test_a_retrieval_redelivered_after_a_snapshot_takeover_is_counted() -> None:
     for event in events:
         second.partition_of[event.agent_id] = partition_of(event)
     continue_and_check(records, batches, second, 1, 0)
+
+
+def test_counts_of_facts_searched_before_and_after_a_snapshot_resume_as_the_whole_log() -> None:
+    """Searches of facts on both sides of the snapshot (one record a batch), one of them
+    returning a fact superseded after it: the counts the snapshot holds and those the tail's
+    ``FactAccessed`` events add give the state of the whole fold and of the live worker."""
+    actions: list[Action] = [
+        ("Y1", "fact", 0),  # the house's elevation
+        ("Y1", "fact", 1),  # whether it is insured
+        ("Y1", "search_facts", 1),  # both
+        ("Y1", "search_facts", 0),  # one
+        ("Y1", "fact", 0),  # a new elevation supersedes the first
+        ("Y1", "search_facts", 3),  # one current (twice) and the superseded one
+        ("Y1", "search_facts", 1),
+    ]
+    records, _ = build_stream(actions)
+    batches = split(records, range(len(records)))
+    worker, covered = Worker(), CoveredLog()
+    snapshots: dict[int, PartitionSnapshot] = {}
+    for i, batch in enumerate(batches):
+        log_batch(worker, covered, batch)
+        if i == 3:
+            snapshot = partition_snapshot(worker.folded, worker.partition_of, covered, 1)
+            assert snapshot is not None
+            snapshots[1] = through_records(snapshot)
+    before = snapshots[1].states["Y1"].learned.access_counts
+    assert sorted(before.values()) == [1, 2]
+
+    whole, _, _ = resumed(worker, {}, records, 0)
+    folded, events, _ = resumed(worker, snapshots, records, 0)
+    assert folded.states == whole.states == worker.folded.states
+    after = folded.states["Y1"].learned.access_counts
+    assert sorted(after.values()) == [2, 3], "the superseded fact's count left with it"
+    assert any(isinstance(e, FactAccessed) for e in events), "counted in the tail"
 
 
 def large_snapshot() -> PartitionSnapshot:

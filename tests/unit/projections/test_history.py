@@ -14,7 +14,9 @@ from projections.history import (
     PositionedEvent,
     build_timeline,
 )
+from schemas.learned_events import FactAccessed
 from schemas.memory_events import (
+    FACTS_READ_MODE,
     AgentForgotten,
     ConsolidationCompleted,
     ConsolidationOutcome,
@@ -240,6 +242,7 @@ def test_every_kind_is_rendered_with_what_matters() -> None:
         "plan": 0,
         "fact": 0,
         "rated": 0,
+        "fact_accessed": 0,
     }
     assert entries[4].position == LogPosition(topic="memory.lifecycle", partition=1, offset=3)
 
@@ -285,6 +288,56 @@ def test_retrieval_results_are_listed_by_rank() -> None:
     )
     (entry,) = build_timeline(AGENT, [on("access", 0, event)]).entries
     assert entry.related_ids == ("first", "second")
+
+
+def test_a_facts_search_and_the_counts_it_left_are_told_as_such() -> None:
+    """A facts read with a query is on memory.access like a retrieval, told as a search of
+    facts with its query; each count it left on a fact is an entry of its own."""
+    search = retrieved([], at(0)).model_copy(
+        update={
+            "mode": FACTS_READ_MODE,
+            "parameters": {"query": "flood  insurance\npremium", "top_k": 5},
+            "results": (
+                RetrievedItem(memory_id="fact-premium-id", rank=1, score=0.8, store="facts"),
+                RetrievedItem(memory_id="fact-levee-id", rank=2, score=0.4, store="facts"),
+            ),
+        }
+    )
+    counted = FactAccessed(
+        agent_id=AGENT,
+        occurred_at=at(0),
+        caused_by=search.event_id,
+        config_version="cfg1",
+        fact_id="fact-premium-id",
+        subject="insurance",
+        attribute="premium",
+        access_count=3,
+        revision=2,
+        rank=1,
+        score=0.8,
+    )
+    first = counted.model_copy(update={"access_count": 1, "revision": 0, "event_id": "e-1"})
+    events = [on("access", 4, search), on("lifecycle", 9, counted), on("lifecycle", 2, first)]
+    timeline = build_timeline(AGENT, events)
+    # The counts share the search's time, and follow it.
+    assert [e.kind for e in timeline.entries] == ["retrieved", "fact_accessed", "fact_accessed"]
+    found, counted_once, told = timeline.entries
+    assert found.text == (
+        'facts search for "flood insurance premium", 2 facts returned: fact-pre, fact-lev (1.2 ms)'
+    )
+    assert found.related_ids == ("fact-premium-id", "fact-levee-id")
+    assert counted_once.text == (
+        "fact insurance premium returned by a search (rank 1): returned once in all"
+    )
+    assert told.text == (
+        "fact insurance premium returned by a search (rank 1): returned 3 times in all"
+    )
+    assert told.related_ids == ("fact-premium-id", search.event_id)
+    assert timeline.counts["fact_accessed"] == 2
+    assert timeline.counts["retrieved"] == 1
+    nothing = search.model_copy(update={"results": ()})
+    (empty,) = build_timeline(AGENT, [on("access", 0, nothing)]).entries
+    assert empty.text == 'facts search for "flood insurance premium", no fact returned (1.2 ms)'
 
 
 def test_other_agents_are_left_out() -> None:

@@ -47,6 +47,7 @@ DECODERS: dict[str, Callable[[bytes], BaseModel]] = {
     "plan.changed": decode_derived_event,
     "fact.stated": decode_derived_event,
     "memory.rated": decode_derived_event,
+    "fact.accessed": decode_derived_event,
     "schedule.tick": decode_tick,
     "agent.forget": decode_schedule,
     "memory.retrieved": decode_retrieval,

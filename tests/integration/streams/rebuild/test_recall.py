@@ -6,8 +6,8 @@ new year consolidates and summarises the first, and capacity evicts its working 
 Rebuilt from the log as of the point between the phases, the memory gives the first phase's
 answer again, over HTTP (``as_of``) and on the command line (``engram recall --as-of``); the
 recorded retrieval run again (``engram recall --again``) is identical to its record, a
-tampered record is reported different, and an unknown id or a point the log does not hold is
-refused with a clear message.
+tampered record is reported different, and an unknown id, a point the log does not hold or a
+search of facts is refused with a clear message.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from aiokafka import AIOKafkaProducer
 from projections.retrieval.models import RetrievalResponse
 from schemas.agent_events import Observation
 from schemas.codec import encode_event
-from schemas.memory_events import MemoryRetrieved
+from schemas.memory_events import FACTS_READ_MODE, MemoryRetrieved
 from schemas.topics import Topics
 from streams.eventlog.history import read_agent_history
 from streams.eventlog.publisher import AsyncPublisher, Position
-from streams.rebuild.as_of import LogRecaller
+from streams.rebuild.as_of import LAST, LogRecaller
 from streams.runtime.node import Endpoints, Node
 from streams.settings import EngramSettings
 from tests.integration.streams.isolated import cli_env, invoke, isolated_settings, log_sealer
@@ -325,6 +325,46 @@ async def test_a_point_the_log_does_not_hold_is_refused(node: Node, phases: Phas
     result = await invoke(["recall", AGENT, "--as-of", "yesterday"], phases.env)
     assert result.exit_code == 2, result.output
     assert "neither topic:partition:offset" in " ".join(result.output.split())
+
+
+async def test_a_search_of_facts_is_no_retrieval_to_run_again(
+    node: Node, phases: Phases, kafka_bootstrap: str, redis_server_url: str
+) -> None:
+    """A facts read with a query is recorded on memory.access too (mode facts): the agent's
+    latest retrieval to run again passes it over, and its own id is refused, there being no
+    memory to rebuild for it."""
+    topics = Topics(node.settings.topic_prefix)
+    async with log_sealer(redis_server_url, node.settings.redis_namespace) as sealer:
+        recaller = LogRecaller(
+            kafka_bootstrap,
+            lambda: topics,
+            node.settings.partitions,
+            redis_server_url,
+            node.settings.redis_namespace,
+            node.embedder,
+            sealer=sealer,
+        )
+        before, _ = await recaller.find(AGENT, LAST)
+        async with httpx.AsyncClient(base_url=node.http_url or "", timeout=60) as http:
+            searched = await http.get(f"/v1/agents/{AGENT}/facts", params={"query": "boiler"})
+        assert searched.status_code == 200, searched.text
+        for _ in range(100):
+            history = await read_agent_history(
+                kafka_bootstrap, topics, AGENT, node.settings.partitions, sealer=sealer
+            )
+            found = [e for e in history.entries if e.text.startswith('facts search for "boiler"')]
+            if found:
+                break
+            await asyncio.sleep(0.05)
+        (search,) = found
+        latest, _ = await recaller.find(AGENT, LAST)
+        record, _ = await recaller.find(AGENT, search.event_id)
+    assert latest == before
+    assert record.mode == FACTS_READ_MODE
+    result = await invoke(["recall", AGENT, "--again", search.event_id], phases.env)
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert f"{search.event_id} is a search of {AGENT}'s facts, not a retrieval" in said
 
 
 def test_scratch_stores_leave_nothing_behind(phases: Phases, redis_server_url: str) -> None:

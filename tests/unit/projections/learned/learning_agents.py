@@ -1,6 +1,7 @@
-"""Agents that learn through the processors' own rules (:func:`processors.learning.learn`),
-their learned events applied to a :class:`FieldStore`: the fields the Redis store keeps, read
-by :class:`~projections.learned.reads.LearnedMemory` as it reads Redis, without a server.
+"""Agents that learn through the processors' own rules (:func:`processors.learning.learn`,
+and :func:`processors.fact_access.on_facts_read` for the searches of their facts), their
+learned events applied to a :class:`FieldStore`: the fields the Redis store keeps, read by
+:class:`~projections.learned.reads.LearnedMemory` as it reads Redis, without a server.
 
 Seed 002's tool-selection example lives here, shared by the tests of the read, the route, the
 client, the MCP tool and the command."""
@@ -11,14 +12,16 @@ from datetime import UTC, datetime, timedelta
 
 from processors.config import load_processing_config
 from processors.embedding import HashingEmbedder
+from processors.fact_access import on_facts_read
 from processors.learning import learn
 from processors.lifecycle import Deriving
 from processors.recording import AgentMemoryState
 from processors.summarising import ExtractiveSummariser
 from projections.learned.reads import LearnedMemory
 from projections.learned.redis_fields import learned_writes
-from schemas.agent_events import Decision, Feedback
-from schemas.learned_events import LearnedEvent
+from schemas.agent_events import Decision, FactStatement, Feedback, Observation
+from schemas.learned_events import FactStated, LearnedEvent
+from schemas.memory_events import MemoryRetrieved
 
 EMBEDDER = HashingEmbedder()
 CTX = Deriving(load_processing_config(), EMBEDDER, ExtractiveSummariser(), "cfg")
@@ -68,9 +71,30 @@ class LearningAgent:
             "occurred_at": T0 + timedelta(days=self.n),
         }
 
-    def _learn(self, event: Decision | Feedback) -> None:
+    def _learn(self, event: Decision | Feedback | Observation) -> None:
         learned, self.state = learn(event, self.state, CTX)
         self.store.apply(learned)
+
+    def state_fact(self, subject: str, attribute: str, value: str) -> str:
+        """The id of the fact an observation states (superseding any on the same pair)."""
+        observation = Observation.model_validate(
+            {
+                **self._envelope(),
+                "content": f"{subject} {attribute} is {value}",
+                "fact": FactStatement(subject=subject, attribute=attribute, value=value),
+            }
+        )
+        learned, self.state = learn(observation, self.state, CTX)
+        self.store.apply(learned)
+        (stated,) = learned
+        assert isinstance(stated, FactStated)
+        return stated.fact_id
+
+    def searched(self, *records: MemoryRetrieved) -> None:
+        """What the worker does with facts reads recorded on ``memory.access``: counts them."""
+        for record in records:
+            counted, self.state = on_facts_read(record, self.state, CTX.config_version)
+            self.store.apply(list(counted))
 
     def decide(self, skill: str, content: str, prompt: str | None = None) -> str:
         """The decision's id. The first decision with a skill creates its procedure, described

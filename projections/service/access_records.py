@@ -1,0 +1,115 @@
+"""What the query service records on ``memory.access``: each answered retrieval, and each facts
+read with a query (seed 000's ``search``), as a :class:`MemoryRetrieved` handed to a hook.
+
+The record is the audit trail of seed 004 section 8.3 and what the worker counts: the
+retrievals of summaries for MUS pruning (seed 001), the facts a search returned for their
+``access_count`` (seed 000). A facts read without a query is a listing, and is not recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from projections.learned.reads import Facts
+from projections.retrieval.models import RetrievalRequest, RetrievalResponse
+from schemas.memory_events import FACTS_READ_MODE, MemoryRetrieved, RetrievedItem
+
+log = logging.getLogger("projections.service.app")  # where these warnings were always logged
+
+RetrievalHook = Callable[[MemoryRetrieved], Awaitable[None]]
+"""Called with the record of every answered retrieval and facts search (the audit trail of
+seed 004 section 8.3, and the uses the worker counts). It should only enqueue: the request
+waits."""
+
+Recorder = Callable[[str, Callable[[], MemoryRetrieved]], Awaitable[None]]
+"""``(agent_id, make the record)``: hands the record to the hook; never raises, so the agent
+gets its answer."""
+
+
+@dataclass
+class RetrievalAudit:
+    """How many records the hook took and refused; on ``app.state.retrieval_audit``.
+
+    A refused record never fails the read (the agent needs its memories more than the audit
+    needs the record), so these counters are where a lost record shows.
+    """
+
+    recorded: int = 0
+    failed: int = 0
+
+
+def recorder(hook: RetrievalHook | None, timeout_s: float, audit: RetrievalAudit) -> Recorder:
+    """The one recorder of a service, shared by the retrieval and the facts routes."""
+
+    async def record(agent_id: str, make: Callable[[], MemoryRetrieved]) -> None:
+        if hook is None:
+            return
+        try:
+            async with asyncio.timeout(timeout_s):
+                await hook(make())
+        except Exception as error:  # the audit must never cost the agent its memories
+            audit.failed += 1
+            reason = str(error) or type(error).__name__
+            if isinstance(error, TimeoutError):
+                reason = f"no answer within {timeout_s} s"
+            log.warning("retrieval of %s not recorded: %s", agent_id, reason)
+        else:
+            audit.recorded += 1
+
+    return record
+
+
+def retrieval_record(
+    agent_id: str, request: RetrievalRequest, response: RetrievalResponse
+) -> MemoryRetrieved:
+    """The log's record of one answered retrieval: what was asked and what came back."""
+    return MemoryRetrieved(
+        agent_id=agent_id,
+        step=request.current_step,
+        year=request.current_year,
+        mode=response.mode,
+        # How long it waited for which writes is not part of what was retrieved.
+        parameters=request.model_dump(
+            mode="json", exclude_none=True, exclude={"after", "wait_timeout_ms"}
+        ),
+        results=tuple(
+            RetrievedItem(
+                memory_id=memory.memory_id,
+                rank=memory.rank,
+                score=memory.score,
+                store=memory.store,
+                level=getattr(memory, "level", 0),
+                breakdown=to_jsonable_python(memory.breakdown),
+            )
+            for memory in response.results
+        ),
+        took_ms=response.took_ms,
+    )
+
+
+def facts_read_record(
+    agent_id: str, parameters: dict[str, Any], answer: Facts, took_ms: float
+) -> MemoryRetrieved:
+    """The log's record of a facts read with a query: its parameters (the query among them)
+    and the facts returned, best first, each scored by its similarity to the query."""
+    return MemoryRetrieved(
+        agent_id=agent_id,
+        mode=FACTS_READ_MODE,
+        parameters=parameters,
+        results=tuple(
+            RetrievedItem(
+                memory_id=fact.fact_id,
+                rank=rank,
+                score=0.0 if fact.score is None else fact.score,
+                store="facts",
+            )
+            for rank, fact in enumerate(answer.facts, start=1)
+        ),
+        took_ms=took_ms,
+    )
