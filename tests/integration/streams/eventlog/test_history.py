@@ -236,6 +236,7 @@ async def test_the_history_is_the_agents_records_from_its_partition_in_order(
         "plan": 0,
         "fact": 0,
         "rated": 0,
+        "fact_accessed": 0,
     }
 
     theirs = await read_agent_history(kafka_bootstrap, topics, neighbour, PARTITIONS, timeout=30)
