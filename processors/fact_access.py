@@ -28,6 +28,16 @@ from schemas.memory_events import (
 )
 
 
+def _read_key(read: MemoryRetrieved, position: SourcePosition | None) -> str:
+    """What names one search's counts: the read, and where its record is in the log, so that a
+    record the recorder delivered twice (its producer is not idempotent), which counts twice,
+    derives counts of ids of their own rather than two events under one id."""
+    key = f"{read.agent_id}/{read.event_id}"
+    if position is not None:
+        key += f"@{position.topic}:{position.partition}:{position.offset}"
+    return key
+
+
 def is_facts_read(retrieval: MemoryRetrieved) -> bool:
     return retrieval.mode == FACTS_READ_MODE
 
@@ -54,9 +64,7 @@ def on_facts_read(
         subject, attribute = json.loads(key)
         count = learned.access_counts.get(item.memory_id, 0) + 1
         accessed = FactAccessed(
-            event_id=derived_event_id(
-                f"{read.agent_id}/{read.event_id}", f"fact.accessed:{item.memory_id}"
-            ),
+            event_id=derived_event_id(_read_key(read, position), f"fact.accessed:{item.memory_id}"),
             agent_id=read.agent_id,
             occurred_at=read.occurred_at,
             step=read.step,

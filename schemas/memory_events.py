@@ -13,7 +13,7 @@ import uuid
 from typing import Annotated, Any, Literal, assert_never
 
 import numpy as np
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from schemas.derived_fields import Embedding, SourcePosition, decode_vector, encode_vector
 from schemas.envelope import AgentId, Event, EventId, Tag
@@ -518,7 +518,8 @@ class MemoryRetrieved(Event):
     :data:`FACTS_READ_MODE`) a search of the agent's facts, which counts their use (seed 000).
 
     Version 2: an item's ``store`` may be ``facts``, which a reader of version 1 would refuse;
-    a version-1 payload reads as it is."""
+    a version-1 payload reads as it is. A record is written at the lowest version that holds
+    it (:meth:`_lowest_version`)."""
 
     schema_version: int = 2
     event_type: Literal["memory.retrieved"] = "memory.retrieved"
@@ -526,6 +527,22 @@ class MemoryRetrieved(Event):
     parameters: dict[str, Any]
     results: tuple[RetrievedItem, ...]
     took_ms: float = Field(ge=0.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lowest_version(cls, data: Any) -> Any:
+        """Version 1 unless an item is a fact: a worker of version 1 then still reads every
+        retrieval of memories, and only searches of facts wait for workers that know them
+        (a rolling upgrade that reaches the query services first loses no summary's use)."""
+        if isinstance(data, dict) and "schema_version" not in data:
+            items = data.get("results") or ()
+            facts = any(
+                (item.get("store") if isinstance(item, dict) else getattr(item, "store", None))
+                == "facts"
+                for item in items
+            )
+            data = {**data, "schema_version": 2 if facts else 1}
+        return data
 
 
 __all__ = [

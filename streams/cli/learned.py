@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import typer
 from pydantic import BaseModel
 from rich import box
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from streams.cli import deferred
 from streams.cli.configuration import bootstrap_of, load_settings
-from streams.cli.console import console, fail, friendly_errors, run
+from streams.cli.console import console, fail, friendly_errors, print_whole, run
 from streams.cli.memory import ApiKey, Url, _publish, query_service_errors
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ def facts(
     if not answer.facts:
         console.print(f"no facts of {agent_id} match")
         return
-    console.print(facts_table(answer))
+    print_whole(facts_table(answer))
 
 
 def facts_table(answer: Facts) -> Table:
@@ -139,7 +139,7 @@ def facts_table(answer: Facts) -> Table:
         until = "" if f.current else f" (until {f.valid_to:%Y-%m-%d %H:%M})"
         sure = "" if f.confidence == 1.0 else f" (confidence {f.confidence:g})"
         table.add_row(
-            escape(f"{f.subject} {f.attribute}: {f.value}{sure}{until}"), str(f.access_count)
+            Text(f"{f.subject} {f.attribute}: {f.value}{sure}{until}"), str(f.access_count)
         )
     return table
 

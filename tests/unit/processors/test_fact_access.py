@@ -13,7 +13,7 @@ from processors.learning import learn
 from processors.recording import AgentMemoryState
 from processors.state_fold import FoldedState
 from schemas.agent_events import FactStatement, Observation
-from schemas.codec import encode_event
+from schemas.codec import decode_retrieval, encode_event
 from schemas.learned_events import FactAccessed, FactStated
 from schemas.memory_events import (
     FACTS_READ_MODE,
@@ -214,3 +214,30 @@ def test_a_batch_derives_the_counts_and_a_fold_of_its_log_holds_them() -> None:
         where = SourcePosition(topic=record.topic, partition=0, offset=record.offset)
         folded.apply_retrieval(read, where)
     assert folded.states == batch.states
+
+
+def test_one_read_delivered_twice_derives_counts_of_ids_of_their_own() -> None:
+    """The recorder's producer is not idempotent: a read it delivered twice counts twice, and
+    each delivery's counts are events of their own, never two events under one id."""
+    state = house()
+    roof = current(state, "roof")
+    twice = search(roof)
+    first, state = on_facts_read(twice, state, "cfg", AT)
+    later = SourcePosition(topic=AT.topic, partition=AT.partition, offset=AT.offset + 1)
+    second, state = on_facts_read(twice, state, "cfg", later)
+    assert [e.access_count for e in (*first, *second)] == [1, 2]
+    assert first[0].event_id != second[0].event_id
+
+
+def test_a_retrieval_of_memories_is_written_at_version_1() -> None:
+    """Only a search of facts needs version 2 (a fact's store): a retrieval of memories stays
+    at version 1, which a worker not yet upgraded reads, so the summaries keep their uses."""
+    of_facts = search("f-1")
+    of_memories = search("m-1", store="episodic").model_copy(update={"mode": "two_phase"})
+    of_memories = MemoryRetrieved.model_validate(of_memories.model_dump(exclude={"schema_version"}))
+    assert (of_facts.schema_version, of_memories.schema_version) == (2, 1)
+    assert b'"schema_version":1' in encode_event(of_memories)
+    decoded = decode_retrieval(encode_event(of_memories))
+    assert decoded.model_dump(exclude={"schema_version"}) == of_memories.model_dump(
+        exclude={"schema_version"}
+    )

@@ -525,8 +525,10 @@ async def test_a_retrieval_is_recorded_with_what_was_asked_and_returned() -> Non
     assert event.results[0].breakdown["mode"] == "two_phase"
     assert [item.memory_id for item in event.results] == ["memory-2", "memory-1"]
     assert event.took_ms == answer["took_ms"]
-    # What goes on the log decodes back to the same record.
-    assert decode_retrieval(encode_event(event)) == event
+    # What goes on the log decodes back to the same record: written at version 1 (a retrieval
+    # of memories, which a worker of version 1 reads), read back at the current version.
+    assert event.schema_version == 1
+    assert decode_retrieval(encode_event(event)) == event.model_copy(update={"schema_version": 2})
     assert app.state.retrieval_audit.recorded == 1
 
 

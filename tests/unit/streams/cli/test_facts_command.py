@@ -20,14 +20,17 @@ pytestmark = pytest.mark.timeout(60)
 
 runner = CliRunner()
 
+LONG = "flooded in 1998, 2004 and 2011; raised by two metres in 2013 after the third claim was paid"
+
 
 @pytest.fixture(scope="module")
 def service_url() -> Iterator[str]:
-    """P1's premium was returned by three searches, its roof by none."""
+    """P1's premium was returned by three searches, its roof and its long history by none."""
     store, hook = FieldStore(), RecordingHook()
     agent = LearningAgent(store, "P1")
     agent.state_fact("house", "roof", "clay tiles")
     agent.state_fact("flood insurance", "premium", "$1,200 a year")
+    agent.state_fact("house", "history", LONG)
     served = serving(app_over(learned=store.memory(), on_retrieval=hook))
     url = next(served)
     with EngramClient(url) as client:
@@ -41,7 +44,11 @@ def service_url() -> Iterator[str]:
 def test_the_sync_client_reads_the_counts(service_url: str) -> None:
     with EngramClient(service_url) as client:
         facts = client.facts("P1")
-    assert {f.attribute: f.access_count for f in facts.facts} == {"premium": 3, "roof": 0}
+    assert {f.attribute: f.access_count for f in facts.facts} == {
+        "premium": 3,
+        "roof": 0,
+        "history": 0,
+    }
 
 
 def test_the_command_shows_a_column_of_searches(service_url: str) -> None:
@@ -57,4 +64,16 @@ def test_the_json_carries_the_counts(service_url: str) -> None:
     result = runner.invoke(app, ["facts", "P1", "--url", service_url, "--json"])
     assert result.exit_code == 0, result.output
     answer = Facts.model_validate_json(result.stdout)
-    assert {f.attribute: f.access_count for f in answer.facts} == {"premium": 3, "roof": 0}
+    assert {f.attribute: f.access_count for f in answer.facts} == {
+        "premium": 3,
+        "roof": 0,
+        "history": 0,
+    }
+
+
+def test_piped_a_long_fact_stays_on_its_line(service_url: str) -> None:
+    """Piped, rich assumes 80 columns: the fact folded onto a second line, cut where a user
+    copies it from (``print_whole``)."""
+    result = runner.invoke(app, ["facts", "P1", "--url", service_url])
+    assert result.exit_code == 0, result.output
+    assert any(f"house history: {LONG}" in line for line in result.stdout.splitlines())
