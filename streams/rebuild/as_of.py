@@ -254,10 +254,12 @@ class LogRecaller:
         for where, record in retrievals:
             if record.event_id == event_id:
                 return record, where
+        searches = len(retrievals) - len(of_memories)
         raise RetrievalNotFoundError(
             f"no retrieval {event_id!r} of {agent_id} on {topics.access} (partition "
-            f"{partition}, {len(retrievals)} retrievals of the agent read): `engram history "
-            f"{agent_id}` lists its retrievals with their event ids"
+            f"{partition}, {len(of_memories)} retrievals of memories of the agent read"
+            + (f", and {searches} searches of facts, which are not recalled" if searches else "")
+            + f"): `engram history {agent_id}` lists its retrievals with their event ids"
         )
 
     @asynccontextmanager
