@@ -1,8 +1,9 @@
 """Assembling a running Engram: backends, processors and the query service.
 
-``Node`` runs any of the roles in one process: the embedded dev stack runs them all (plus local
-servers from :mod:`streams.runtime.devstack.stack`); in a cluster ``engram worker`` runs the
-processors and ``engram serve`` the query service, each scaled on its own."""
+``Node`` runs any of the roles in one process: the embedded dev stack runs them all (plus
+local servers from :mod:`streams.runtime.devstack.stack`); in a cluster ``engram worker`` runs the
+processors and ``engram serve`` the query service, each scaled on its own.
+"""
 
 from __future__ import annotations
 
@@ -56,7 +57,6 @@ from streams.runtime.tracing import Tracing, start_tracing
 from streams.runtime.worker_health import AssignmentProgress, ProbeServer, probe_app
 from streams.settings import EngramSettings
 from streams.worker.app import ProcessorApp, create_processor_app
-from streams.worker.faust_tuning import stop_app
 from streams.worker.pipeline import IngestPipeline
 
 log = logging.getLogger("engram.runtime")
@@ -573,7 +573,7 @@ class Node:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.log_ends.stop(), 10)
         if self.processor is not None:
-            await stop_app(self.processor.app)
+            await self.processor.app.stop()
         if self.projector is not None:
             await self.projector.stop()
         if self.follower is not None:

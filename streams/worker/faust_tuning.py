@@ -8,9 +8,6 @@ most of that wait (measured: median 445 ms from produce to consume at 1500 ms, 4
 which would put half a second into every publish-to-queryable latency. A shorter wait is
 harmless on Kafka (a few more empty fetches when idle), so Engram sets it everywhere.
 
-Its consumer thread can be stopped from outside when Faust's own stop hangs
-(:mod:`streams.worker.faust_stop`).
-
 Faust creates its internal topics (the assignor's leader topic) and any missing topic an agent
 reads with ``topic_replication_factor`` replicas but no way to ask for ``min.insync.replicas``;
 :class:`TunedFaustApp` adds ``topic_configs`` to every topic it describes.
@@ -27,13 +24,9 @@ from faust.types import TopicT
 from mode.services import WaitResults
 
 from streams.worker.faust_handoff import wait_first_started
-from streams.worker.faust_stop import ForcedStop, stop_within
 
 
-class _ConsumerThread(ForcedStop, driver.AIOKafkaConsumerThread):
-    """Faust's consumer thread, with the fetch wait Engram sets and a stop that can be forced
-    (:mod:`streams.worker.faust_stop`)."""
-
+class _ConsumerThread(driver.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
         wait_ms = getattr(self.app, "fetch_max_wait_ms", None)
@@ -57,18 +50,6 @@ class _Consumer(driver.Consumer):
 
 class _Transport(driver.Transport):
     Consumer = _Consumer
-
-
-def consumer_thread(app: faust.App) -> ForcedStop | None:
-    """The thread of ``app``'s Kafka consumer, if it has one of Engram's."""
-    thread = getattr(app.consumer, "_thread", None)
-    return thread if isinstance(thread, ForcedStop) else None
-
-
-async def stop_app(app: faust.App) -> bool:
-    """``app.stop()``, bounded (:func:`~streams.worker.faust_stop.stop_within`); whether Faust
-    stopped by itself."""
-    return await stop_within(app.stop, consumer_thread(app))
 
 
 class TunedFaustApp(faust.App):
