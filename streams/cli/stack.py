@@ -33,6 +33,7 @@ from streams.cli.signals import (
     until_signalled_or_left,
 )
 from streams.runtime.devstack.ports import port_taken
+from streams.runtime.stall_report import reported_if_slow
 from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
@@ -54,6 +55,11 @@ BROKERLESS_STOP = 5.0
 
 EXIT_RESTART = 3
 """A process's exit code when the active projection version needs another configuration."""
+
+STOP_REPORTED_AFTER_S = 30.0
+"""A node still stopping this long after it was asked logs its threads and asyncio tasks
+(:mod:`streams.runtime.stall_report`): a stop takes seconds, so it is waiting on something
+outside the process, which a kill would leave unnamed."""
 
 
 @commands.command(
@@ -464,9 +470,10 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
                 "signalled" if reason is None else "the active projection version moved",
             )
         finally:
-            if metrics is not None:
-                await metrics.stop()
-            await node.stop()
+            with reported_if_slow("stopping", STOP_REPORTED_AFTER_S, log):
+                if metrics is not None:
+                    await metrics.stop()
+                await node.stop()
         if reason is not None:
             log.warning("stopped: %s", reason)
             raise typer.Exit(EXIT_RESTART)

@@ -1,0 +1,86 @@
+"""What a process that is slow to stop is waiting in.
+
+A worker's stop finishes its batch, commits and leaves its group: seconds. When it takes far
+longer, the cause is a wait on something outside the process (a broker that does not answer, a
+thread that does not end), and the only place that names it is the process's own stacks, gone
+once it is killed. :func:`reported_if_slow` writes them to the log first. It runs in a thread of
+its own, so a blocked event loop is reported as well as an idle one; asyncio tasks are listed
+down their chain of awaits, since a suspended task's own stack holds its outermost frame only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import io
+import logging
+import sys
+import threading
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["reported_if_slow", "stall_report", "unfinished_tasks_report"]
+
+_MAX_AWAITS = 40
+
+
+def stall_report() -> str:
+    """Every thread's stack, then the unfinished tasks of every event loop not yet closed."""
+    out = io.StringIO()
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        out.write(f"thread {names.get(ident, ident)}:\n")
+        for line in traceback.format_stack(frame, limit=15):
+            out.write(line)
+    out.write(unfinished_tasks_report())
+    return out.getvalue()
+
+
+def unfinished_tasks_report() -> str:
+    """The unfinished tasks of every event loop not yet closed, each down its awaits."""
+    out = io.StringIO()
+    loops = [obj for obj in gc.get_objects() if isinstance(obj, asyncio.AbstractEventLoop)]
+    for loop in loops:
+        if loop.is_closed():
+            continue
+        try:
+            tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        except RuntimeError as exc:  # the set changed while read from this thread
+            out.write(f"loop {id(loop):#x}: tasks unreadable ({exc})\n")
+            continue
+        out.write(f"loop {id(loop):#x} (running: {loop.is_running()}): {len(tasks)} tasks\n")
+        for task in tasks:
+            out.write(f"  {task.get_name()}:\n")
+            for line in _awaiting(task.get_coro()):
+                out.write(f"    {line}\n")
+    return out.getvalue()
+
+
+def _awaiting(coro: object) -> list[str]:
+    lines: list[str] = []
+    while coro is not None and len(lines) < _MAX_AWAITS:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            code = frame.f_code
+            lines.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
+        else:
+            lines.append(repr(coro))
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return lines
+
+
+@contextmanager
+def reported_if_slow(what: str, after: float, logger: logging.Logger) -> Iterator[None]:
+    """Log :func:`stall_report` once if the block is still running ``after`` seconds in."""
+
+    def report() -> None:
+        logger.warning("%s is taking over %.0f s; waiting in:\n%s", what, after, stall_report())
+
+    timer = threading.Timer(after, report)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
