@@ -107,6 +107,17 @@ class WorkerProcess:
             if self.process.poll() is not None:
                 self._close()
 
+    def exit_code(self, timeout: float) -> int:
+        """The code the process exits with by itself within ``timeout`` seconds; fails with
+        the output (a stop still running after 30 s has logged where it waits) otherwise."""
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"the {self.role} had not exited {timeout:.0f} s on:\n{self.tail()}"
+            ) from None
+
     def stop(self) -> None:
         """Whatever state it is in, no process is left behind."""
         if self.process is not None and self.process.poll() is None:

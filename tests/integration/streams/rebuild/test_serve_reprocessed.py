@@ -317,8 +317,7 @@ async def test_a_running_worker_process_exits_asking_for_the_versions_configurat
         embedder = embedder_from_name(settings.embedder).id
         log = DerivedLog(f"{prefix}v1.", f"{prefix}engram.v1", "0123456789ab", embedder)
         await registered(settings, redis_server_url, log)
-        assert worker.process is not None
-        code = await asyncio.to_thread(worker.process.wait, WAIT_S)
+        code = await asyncio.to_thread(worker.exit_code, WAIT_S)
         output = worker.tail()
         assert code == 3, output
         messages = [str(r.get("msg", "")) for r in worker.log_records()]
