@@ -49,6 +49,7 @@ import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from projections.cancellation import LOOP_END_WITHIN_S, cancel_and_wait
 from projections.interfaces import EpisodicMemoryStore, ProjectionError, WorkingMemoryStore
 from projections.owned_keys import IF_MINE
 from schemas.errors import EngramError
@@ -523,8 +524,7 @@ async def building(
     try:
         yield
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task, within=LOOP_END_WITHIN_S)
         try:
             await versions.leave(member_id)
         except ProjectionError as exc:  # the heartbeat expires by itself

@@ -22,6 +22,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from projections.cancellation import LOOP_END_WITHIN_S, cancel_and_wait
 from projections.interfaces import ProjectionError
 from projections.owned_keys import IF_MINE
 from schemas.errors import EngramError
@@ -122,8 +123,7 @@ class EdgeHolderLease:
 
     async def release(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait(self._task, within=LOOP_END_WITHIN_S)
         try:
             await self._client.eval(IF_MINE, 1, self._key, self._value, 0)
         except (RedisError, OSError) as exc:  # it runs out by itself

@@ -39,6 +39,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from projections.cancellation import LOOP_END_WITHIN_S, cancel_and_wait
 from projections.interfaces import ProjectionError
 from projections.versions import (
     DerivedLog,
@@ -161,9 +162,7 @@ class ProjectionFollower:
     async def stop(self) -> None:
         self._stopping = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await cancel_and_wait(self._task, within=LOOP_END_WITHIN_S)
         for task in self._retiring:
             with contextlib.suppress(Exception):
                 await task

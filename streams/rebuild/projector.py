@@ -47,6 +47,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from processors.batch_markers import MarkerIndex, marker_upto
 from processors.emission_order import causal_order
+from projections.cancellation import cancel_and_wait
 from projections.interfaces import EpisodicMemoryStore, latest_positions
 from projections.versions import WriteLock
 from schemas.codec import decode_derived_record
@@ -66,6 +67,9 @@ log = logging.getLogger("engram.episodic_projector")
 
 REPORT_EVERY = 10.0
 """Seconds between two reports of what holds the commit back (only while something does)."""
+STOP_WITHIN_S = 30.0
+"""What a stop gives the projection loop to end: a batch being applied when the stop came is
+cancelled (its records are read again after the committed offsets), which takes well under."""
 
 
 @dataclass(frozen=True)
@@ -142,9 +146,7 @@ class EpisodicProjector:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await cancel_and_wait(self._task, within=STOP_WITHIN_S)
         if self._consumer is not None:
             await self._consumer.stop()
 
