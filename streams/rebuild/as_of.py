@@ -255,11 +255,13 @@ class LogRecaller:
             if record.event_id == event_id:
                 return record, where
         searches = len(retrievals) - len(of_memories)
+        counts = _counted(len(of_memories), "retrieval", "retrievals") + " of memories"
+        if searches:
+            counts += f" and {_counted(searches, 'search', 'searches')} of facts (not recalled)"
         raise RetrievalNotFoundError(
             f"no retrieval {event_id!r} of {agent_id} on {topics.access} (partition "
-            f"{partition}, {len(of_memories)} retrievals of memories of the agent read"
-            + (f", and {searches} searches of facts, which are not recalled" if searches else "")
-            + f"): `engram history {agent_id}` lists its retrievals with their event ids"
+            f"{partition}, {counts} of the agent read): `engram history {agent_id}` lists its "
+            "retrievals with their event ids"
         )
 
     @asynccontextmanager
@@ -374,6 +376,10 @@ async def scratch_stores(
             if episodic is not None:
                 await episodic.close()
             await asyncio.to_thread(shutil.rmtree, directory, True)
+
+
+def _counted(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
 
 
 def _decoded(

@@ -376,3 +376,25 @@ def test_scratch_stores_leave_nothing_behind(phases: Phases, redis_server_url: s
     finally:
         client.close()
     assert left == []
+
+
+async def test_the_latest_retrieval_of_an_agent_that_only_searched_facts_is_refused_clearly(
+    node: Node, phases: Phases
+) -> None:
+    """`recall --again last` runs the agent's latest retrieval of memories again; an
+    agent whose records are searches of facts only has none, and is told what was read."""
+    searcher = "F-ONLY-1"
+    async with httpx.AsyncClient(base_url=node.http_url or "", timeout=60) as http:
+        for _ in range(2):
+            searched = await http.get(f"/v1/agents/{searcher}/facts", params={"query": "boiler"})
+            assert searched.status_code == 200, searched.text
+    said = ""
+    for _ in range(100):  # until both records are on the log
+        result = await invoke(["recall", searcher, "--again", "last"], phases.env)
+        assert result.exit_code == 2, result.output
+        said = " ".join(result.output.split())
+        if "2 searches of facts" in said:
+            break
+        await asyncio.sleep(0.05)
+    assert f"no retrieval 'last' of {searcher}" in said
+    assert "0 retrievals of memories and 2 searches of facts (not recalled) of the agent" in said
