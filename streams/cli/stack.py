@@ -58,8 +58,8 @@ EXIT_RESTART = 3
 
 STOP_REPORTED_AFTER_S = 30.0
 """A node still stopping this long after it was asked logs its threads and asyncio tasks
-(:mod:`streams.runtime.stall_report`): a stop takes seconds, so it is waiting on something
-outside the process, which a kill would leave unnamed."""
+(:mod:`streams.runtime.stall_report`): a stop takes seconds, so it waits on something that
+will not come, which the kill at the end of a grace period would leave unnamed."""
 
 
 @commands.command(

@@ -1,11 +1,12 @@
 """What a process that is slow to stop is waiting in.
 
 A worker's stop finishes its batch, commits and leaves its group: seconds. When it takes far
-longer, the cause is a wait on something outside the process (a broker that does not answer, a
-thread that does not end), and the only place that names it is the process's own stacks, gone
-once it is killed. :func:`reported_if_slow` writes them to the log first. It runs in a thread of
-its own, so a blocked event loop is reported as well as an idle one; asyncio tasks are listed
-down their chain of awaits, since a suspended task's own stack holds its outermost frame only.
+longer, something is waited on that will not come (a broker that does not answer, a thread or a
+task that does not end: a renewal loop whose cancellation was lost, once), and the only place
+that names it is the process's own stacks, gone once it is killed. :func:`reported_if_slow`
+writes them to the log first. It runs in a thread of its own, so a blocked event loop is
+reported as well as an idle one; asyncio tasks are listed down their chain of awaits, since a
+suspended task's own stack holds its outermost frame only.
 """
 
 from __future__ import annotations

@@ -98,10 +98,10 @@ class TansuBroker:
             return "(no log)"
 
     def _discard_log(self) -> None:
-        log, self._log = self._log, None
-        if log is not None:
-            log.close()
-            Path(log.name).unlink(missing_ok=True)
+        output, self._log = self._log, None
+        if output is not None:
+            output.close()
+            Path(output.name).unlink(missing_ok=True)
 
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
