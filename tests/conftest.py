@@ -10,5 +10,5 @@ for name in ("COLUMNS", "LINES"):
     os.environ.pop(name, None)
 
 # Registered here, where pytest finds hooks by name: see its module.
-from tests.hang_report import pytest_runtest_call  # noqa: E402, F401
+from tests.hang_report import pytest_runtest_protocol  # noqa: E402, F401
 from tests.traceback_lines import pytest_runtest_makereport  # noqa: E402, F401

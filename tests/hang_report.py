@@ -18,7 +18,7 @@ import pytest
 
 from streams.runtime.stall_report import stall_report
 
-__all__ = ["pytest_runtest_call"]
+__all__ = ["pytest_runtest_protocol"]
 
 _AHEAD = 8.0
 """Seconds before the timeout at which the report is printed."""
@@ -36,7 +36,11 @@ def _timeout_of(item: pytest.Item) -> float | None:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, None, None]:
+    """Timed as pytest-timeout times a test: setup, call and teardown together (a node
+    stopped by a module's fixture hangs in a teardown)."""
     timeout = _timeout_of(item)
     timer = None
     if timeout is not None and timeout > 2 * _AHEAD:
