@@ -25,7 +25,7 @@ cleans up when cancelled gets this long before that cleanup is interrupted."""
 
 LOOP_END_WITHIN_S = 5.0
 """What a stop gives a background loop of Redis calls (a lease's renewal, a heartbeat) to end:
-a few re-cancellations, and no longer than a command's socket timeout would hold it."""
+a few re-cancellations, and half the 10 s socket timeout that could hold a command."""
 
 
 async def cancel_and_wait(task: asyncio.Task[Any], *, within: float) -> bool:

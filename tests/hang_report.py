@@ -10,13 +10,13 @@ is still alive) to the test's captured stderr, which a failed test's report show
 
 from __future__ import annotations
 
+import os
 import sys
-import threading
 from collections.abc import Generator
 
 import pytest
 
-from streams.runtime.stall_report import stall_report
+from streams.runtime.stall_report import reported_if_slow
 
 __all__ = ["pytest_runtest_protocol"]
 
@@ -25,14 +25,19 @@ _AHEAD = 8.0
 
 
 def _timeout_of(item: pytest.Item) -> float | None:
+    """The timeout pytest-timeout gives ``item``: its marker, else ``--timeout``, else
+    ``PYTEST_TIMEOUT``, else the ini setting."""
     marker = item.get_closest_marker("timeout")
-    if marker is not None and marker.args:
-        return float(marker.args[0])
-    try:
-        value = item.config.getini("timeout")
-    except ValueError:
-        return None
-    return float(value) if value else None
+    if marker is not None and (marker.args or "timeout" in marker.kwargs):
+        return float(marker.args[0] if marker.args else marker.kwargs["timeout"])
+    for value in (
+        item.config.getoption("timeout", None),
+        os.environ.get("PYTEST_TIMEOUT"),
+        item.config.getini("timeout"),
+    ):
+        if value not in (None, ""):
+            return float(value)
+    return None
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -42,21 +47,16 @@ def pytest_runtest_protocol(
     """Timed as pytest-timeout times a test: setup, call and teardown together (a node
     stopped by a module's fixture hangs in a teardown)."""
     timeout = _timeout_of(item)
-    timer = None
-    if timeout is not None and timeout > 2 * _AHEAD:
-
-        def report() -> None:
-            sys.stderr.write(
-                f"\n--- {item.nodeid} is still running {timeout - _AHEAD:.0f} s in; its "
-                f"threads and unfinished asyncio tasks:\n{stall_report()}---\n"
-            )
-            sys.stderr.flush()
-
-        timer = threading.Timer(timeout - _AHEAD, report)
-        timer.daemon = True
-        timer.start()
-    try:
+    if timeout is None or timeout <= 2 * _AHEAD:
         yield
-    finally:
-        if timer is not None:
-            timer.cancel()
+        return
+
+    def write(report: str) -> None:
+        sys.stderr.write(
+            f"\n--- {item.nodeid} is still running {timeout - _AHEAD:.0f} s in; its threads "
+            f"and unfinished asyncio tasks:\n{report}---\n"
+        )
+        sys.stderr.flush()
+
+    with reported_if_slow(timeout - _AHEAD, write):
+        yield

@@ -470,7 +470,7 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
                 "signalled" if reason is None else "the active projection version moved",
             )
         finally:
-            with reported_if_slow("stopping", STOP_REPORTED_AFTER_S, log):
+            with reported_if_slow(STOP_REPORTED_AFTER_S, _still_stopping):
                 if metrics is not None:
                     await metrics.stop()
                 await node.stop()
@@ -480,6 +480,10 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
         log.info("stopped")
 
     run(main)
+
+
+def _still_stopping(report: str) -> None:
+    log.warning("stopping is taking over %.0f s; waiting in:\n%s", STOP_REPORTED_AFTER_S, report)
 
 
 @commands.command(

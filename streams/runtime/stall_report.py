@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import io
-import logging
 import sys
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 __all__ = ["reported_if_slow", "stall_report", "unfinished_tasks_report"]
 
 _MAX_AWAITS = 40
+_FRAMES = ("cr_frame", "gi_frame", "ag_frame")
+_AWAITS = ("cr_await", "gi_yieldfrom", "ag_await")
 
 
 def stall_report() -> str:
@@ -61,24 +63,27 @@ def unfinished_tasks_report() -> str:
 def _awaiting(coro: object) -> list[str]:
     lines: list[str] = []
     while coro is not None and len(lines) < _MAX_AWAITS:
-        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
-        if frame is not None:
-            code = frame.f_code
-            lines.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
-        else:
+        frame = next((f for name in _FRAMES if (f := getattr(coro, name, None)) is not None), None)
+        if frame is None:
+            # An async generator's step (``asend``, as for a fixture's teardown) names its
+            # generator only to the collector; follow it there.
+            generators = [r for r in gc.get_referents(coro) if inspect.isasyncgen(r)]
+            if generators:
+                coro = generators[0]
+                continue
             lines.append(repr(coro))
-        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+            break
+        code = frame.f_code
+        lines.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
+        coro = next((a for name in _AWAITS if (a := getattr(coro, name, None)) is not None), None)
     return lines
 
 
 @contextmanager
-def reported_if_slow(what: str, after: float, logger: logging.Logger) -> Iterator[None]:
-    """Log :func:`stall_report` once if the block is still running ``after`` seconds in."""
-
-    def report() -> None:
-        logger.warning("%s is taking over %.0f s; waiting in:\n%s", what, after, stall_report())
-
-    timer = threading.Timer(after, report)
+def reported_if_slow(after: float, say: Callable[[str], None]) -> Iterator[None]:
+    """Hand :func:`stall_report` to ``say`` once if the block is still running ``after``
+    seconds in (a worker logs it; the test suite writes it to a test's captured output)."""
+    timer = threading.Timer(after, lambda: say(stall_report()))
     timer.daemon = True
     timer.start()
     try:

@@ -2,40 +2,60 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 import pytest
 
+from streams.cli.stack import STOP_REPORTED_AFTER_S, _still_stopping
 from streams.runtime.stall_report import reported_if_slow, stall_report, unfinished_tasks_report
 
 
-def _loop_waiting_in_another_thread() -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
+@contextmanager
+def _loop_waiting_in_another_thread(*, in_a_generator: bool = False) -> Iterator[None]:
+    """A loop in a thread of its own whose task waits for an event nobody sets; with
+    ``in_a_generator``, inside an async generator's step (as a fixture's teardown does)."""
     loop = asyncio.new_event_loop()
     started = threading.Event()
+    never = asyncio.Event()  # set by the test once it has read the report, never by the task
 
     async def waits_for_a_shutdown_nobody_sets(never: asyncio.Event) -> None:
         started.set()
         await never.wait()
 
+    async def tears_down(never: asyncio.Event) -> AsyncIterator[None]:
+        yield
+        await waits_for_a_shutdown_nobody_sets(never)
+
     async def main() -> None:
-        task = asyncio.ensure_future(waits_for_a_shutdown_nobody_sets(asyncio.Event()))
-        await asyncio.sleep(0.5)
-        task.cancel()
+        if in_a_generator:
+            steps = tears_down(never)
+            await anext(steps)
+            await asyncio.gather(anext(steps), return_exceptions=True)  # StopAsyncIteration
+        else:
+            await asyncio.ensure_future(waits_for_a_shutdown_nobody_sets(never))
 
     thread = threading.Thread(target=loop.run_until_complete, args=(main(),), name="stuck")
     thread.start()
-    assert started.wait(5)
-    return loop, thread
-
-
-def test_the_report_follows_a_task_down_its_awaits_in_a_loop_of_another_thread() -> None:
-    loop, thread = _loop_waiting_in_another_thread()
     try:
-        report = unfinished_tasks_report()
+        assert started.wait(5)
+        yield
     finally:
+        loop.call_soon_threadsafe(never.set)
         thread.join(5)
         loop.close()
+
+
+@pytest.mark.parametrize("in_a_generator", [False, True], ids=["task", "async-generator"])
+def test_the_report_follows_a_task_down_its_awaits_in_a_loop_of_another_thread(
+    in_a_generator: bool,
+) -> None:
+    with _loop_waiting_in_another_thread(in_a_generator=in_a_generator):
+        report = unfinished_tasks_report()
     assert "in waits_for_a_shutdown_nobody_sets" in report
     assert "locks.py" in report  # down the chain: asyncio.Event.wait
+    if in_a_generator:
+        assert "in tears_down" in report
 
 
 def test_a_closed_loop_is_left_out() -> None:
@@ -45,28 +65,31 @@ def test_a_closed_loop_is_left_out() -> None:
 
 
 def test_the_report_names_every_thread_with_its_stack() -> None:
-    loop, thread = _loop_waiting_in_another_thread()
-    try:
+    with _loop_waiting_in_another_thread():
         report = stall_report()
-    finally:
-        thread.join(5)
-        loop.close()
     assert "thread stuck:" in report
     assert "thread MainThread:" in report
     assert "in test_the_report_names_every_thread_with_its_stack" in report
 
 
-def test_a_slow_block_is_reported_once_and_a_quick_one_never(
+def test_a_slow_block_is_reported_once_and_a_quick_one_never() -> None:
+    said: list[str] = []
+    with reported_if_slow(0.3, said.append):
+        pass
+    time.sleep(0.5)
+    with reported_if_slow(0.1, said.append):
+        time.sleep(0.6)
+    assert len(said) == 1
+    assert said[0].startswith("thread ")
+    assert "in test_a_slow_block_is_reported_once_and_a_quick_one_never" in said[0]
+
+
+def test_a_worker_still_stopping_logs_one_warning_with_the_report(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    logger = logging.getLogger("test.stall")
-    with caplog.at_level(logging.WARNING, logger="test.stall"):
-        with reported_if_slow("quick", 0.3, logger):
-            pass
-        time.sleep(0.5)
-        with reported_if_slow("stopping", 0.1, logger):
-            time.sleep(0.6)
-    messages = [r.getMessage() for r in caplog.records]
-    assert len(messages) == 1
-    assert messages[0].startswith("stopping is taking over 0 s; waiting in:\nthread ")
-    assert "in test_a_slow_block_is_reported_once_and_a_quick_one_never" in messages[0]
+    with caplog.at_level(logging.WARNING, logger="engram.cli"):
+        _still_stopping("thread MainThread:\n  ...")
+    assert caplog.messages == [
+        f"stopping is taking over {STOP_REPORTED_AFTER_S:.0f} s; waiting in:\n"
+        "thread MainThread:\n  ..."
+    ]
