@@ -73,23 +73,6 @@ def validation_lines(exc: ValidationError) -> str:
     )
 
 
-def known_errors() -> tuple[type[Exception], ...]:
-    """The failures whose message alone tells a person what to do."""
-    return (
-        deferred.projection_switch.WrongConfigurationError,
-        deferred.projection_versions.SwitchError,
-        deferred.publisher.PublishError,
-        deferred.query_client.QueryError,
-        deferred.store_interfaces.ProjectionError,
-        deferred.broker.BrokerStartError,
-        deferred.redis_server.RedisServerError,
-        deferred.archive.ArchiveError,
-        deferred.keyring.KeyringError,
-        deferred.service_auth.ApiKeysFileError,
-        deferred.edge_location.EdgeLocationError,
-    )
-
-
 UNREACHABLE = 75
 """The exit code of a failure to reach the broker or Redis (sysexits' ``EX_TEMPFAIL``): the same
 command may well succeed later, so a retry is worth it (the Kubernetes Jobs retry it). Exit code
@@ -148,8 +131,13 @@ def unreachable(exc: BaseException) -> bool:
 @contextlib.contextmanager
 def friendly_errors() -> Iterator[None]:
     """Known failures become one readable line and exit code 2 (a refusal), or
-    :data:`UNREACHABLE` where a server could not be reached, never a traceback."""
-    known = known_errors()
+    :data:`UNREACHABLE` where a server could not be reached, never a traceback.
+
+    Every failure of Engram's own is an :class:`~schemas.errors.EngramError` whose message says
+    what to do, whatever module raised it. The clause names it through :mod:`deferred`, which
+    loads the module only when a failure reaches it: naming each module's error class up front
+    loaded them all (the query client with FastAPI, the replay's modules), ~1 s of every
+    command's start."""
     try:
         yield
     except typer.Exit:
@@ -160,8 +148,6 @@ def friendly_errors() -> Iterator[None]:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         raise typer.Exit(128 + signal.SIGPIPE) from None
-    except known as exc:
-        fail(str(exc), _code(exc))
     except ValidationError as exc:
         fail(f"invalid input:\n{validation_lines(exc)}")
     except deferred.errors.EngramError as exc:  # ours: the message says it all

@@ -12,13 +12,14 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka.helpers import create_ssl_context
-from faust.auth import SASLCredentials, SSLCredentials
-from faust.types.auth import CredentialsT
 
 from streams.settings import EngramSettings
+
+if TYPE_CHECKING:
+    from faust.types.auth import CredentialsT
 
 __all__ = ["KafkaSecurity", "aiokafka_security", "faust_credentials"]
 
@@ -96,7 +97,13 @@ def faust_credentials(
 ) -> CredentialsT | None:
     """Faust's ``broker_credentials`` for the same connection; None for PLAINTEXT. Faust
     turns them back into the options :func:`aiokafka_security` gives (its
-    ``credentials_to_aiokafka_auth``), for its consumer, producer and admin client alike."""
+    ``credentials_to_aiokafka_auth``), for its consumer, producer and admin client alike.
+
+    Faust is imported here, not with the module: every command that publishes or reads the log
+    goes through this module, and only a worker runs Faust (importing it costs such a command
+    ~0.2 s of its start)."""
+    from faust.auth import SASLCredentials, SSLCredentials
+
     if not (security.sasl or security.tls):
         return None
     if security.tls:
