@@ -521,7 +521,8 @@ def prune(
     agent_id: str | None = None,
 ) -> AgentMemoryState:
     """Forget the summaries older than their level's minimum age whose MUS is below their
-    level's threshold (seed 001: L1 0.2, L2 0.3)."""
+    level's threshold (seed 001: L1 0.2, L2 0.3); an L1 forgotten before its chapter was made
+    is left out of the chapter."""
     if not state.summaries:
         return state
     rules = ctx.config.lifecycle.pruning
@@ -578,4 +579,11 @@ def prune(
         )
     if len(keep) == len(state.summaries):
         return state
-    return replace(state, summaries=tuple(keep))
+    # An L1 forgotten while it waits for its chapter leaves the chapter too: seed 001's L2 reads
+    # the L1 summaries still in the store, and a pruned one is not.
+    kept = {entry.memory_id for entry in keep}
+    return replace(
+        state,
+        summaries=tuple(keep),
+        pending_l1=tuple(p for p in state.pending_l1 if p.memory_id in kept),
+    )

@@ -237,4 +237,8 @@ def _forgotten(state: AgentMemoryState, event: MemoryForgotten) -> AgentMemorySt
         return replace(state, working=tuple(w for w in state.working if w.memory_id != gone))
     if event.level == 0:
         return replace(state, episodic=tuple(e for e in state.episodic if e.memory_id != gone))
-    return replace(state, summaries=tuple(s for s in state.summaries if s.memory_id != gone))
+    return replace(
+        state,
+        summaries=tuple(s for s in state.summaries if s.memory_id != gone),
+        pending_l1=tuple(p for p in state.pending_l1 if p.memory_id != gone),
+    )

@@ -33,6 +33,7 @@ from processors.lifecycle import (
 from processors.memory_feedback import rated_summaries
 from processors.memory_utility import memory_utility
 from processors.recording import AgentMemoryState
+from processors.state_fold import fold
 from processors.summarising import ExtractiveSummariser
 from schemas.agent_events import Observation
 from schemas.learned_events import MemoryRated
@@ -381,6 +382,32 @@ def test_a_single_pending_l1_waits_for_the_next_chapter() -> None:
     (l2,) = [s for s in only(out, MemorySummarised) if s.level == 2]
     assert l2.summarises == (l1a.memory_id, l1b.memory_id)
     assert state.pending_l1 == ()
+
+
+def test_an_l1_pruned_while_it_waits_for_its_chapter_is_left_out_of_it() -> None:
+    """Seed 001's L2 reads the L1 summaries still in the store: one pruned while it waited
+    (alone at its chapter's end, then older than ten steps with a low MUS) is not among them,
+    and the state a takeover folds from the log agrees."""
+    derived, state = feed([*session(1, "a", [0.3, 0.5, 0.4]), obs("b", 0.3, step=2)])
+    (l1a,) = only(derived, MemorySummarised)
+    out, state = feed([obs("c", 0.3, step=10)], CTX, state)  # the chapter's only L1 waits
+    derived += out
+    assert [p.memory_id for p in state.pending_l1] == [l1a.memory_id]
+    out, state = feed([obs("d", 0.3, step=12)], CTX, state)
+    derived += out
+    assert [f.memory_id for f in only(out, MemoryForgotten)] == [l1a.memory_id]
+    assert state.pending_l1 == ()
+    events = [*session(13, "e", [0.2] * 3), obs("f", 0.3, step=14), *session(15, "g", [0.2] * 3)]
+    out, state = feed([*events, obs("h", 0.3, step=21)], CTX, state)  # crosses step 20
+    derived += out
+    l1s = [s.memory_id for s in only(out, MemorySummarised) if s.level == 1]
+    (l2,) = [s for s in only(out, MemorySummarised) if s.level == 2]
+    assert l2.summarises == tuple(l1s)
+    assert l1a.memory_id not in l2.summarises
+    folded = AgentMemoryState()
+    for event in derived:
+        folded = fold(folded, event)
+    assert (folded.pending_l1, folded.summaries) == (state.pending_l1, state.summaries)
 
 
 # --- MUS and pruning (seed 001: 0.4 F + 0.4 Rel + 0.2 Rec; L1 0.2, L2 0.3) ---------------
