@@ -95,6 +95,28 @@ def test_emotion_categories_are_tried_in_profile_order() -> None:
     assert classify_source("I", DEFAULT) == "personal"
 
 
+@pytest.mark.parametrize(
+    ("content", "profile", "source"),
+    [
+        ("The county reported flood damage to some homes", "household", "community"),
+        ("Damage to some homes was reported", "default", "abstract"),
+        ("Hawaii and the region were flooded", "default", "community"),
+        ("The economy of the area suffered", "default", "community"),
+        ("Flood waters reached the town hall for an hour", "household", "abstract"),
+        ("Four feet of water in the county", "household", "community"),
+        ("My basement flooded, and I lost my furniture.", "household", "personal"),
+        ("Our street flooded again; me too", "household", "personal"),
+        ("I've seen this before", "default", "personal"),
+    ],
+)
+def test_a_personal_pattern_matches_a_word_not_the_end_of_one(
+    content: str, profile: str, source: str
+) -> None:
+    """ "me " in "some homes", "our " in "hour " or "four ", "i " in "Hawaii ": each made a report
+    about others a personal experience, weighing 1.0 instead of 0.5 (community) or 0.3."""
+    assert classify_source(content, CONFIG.profile_for(profile)) == source
+
+
 def test_unknown_agent_types_use_the_default_profile() -> None:
     assert CONFIG.profile_for("martian") is DEFAULT
 
