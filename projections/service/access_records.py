@@ -68,11 +68,13 @@ def recorder(hook: RetrievalHook | None, timeout_s: float, audit: RetrievalAudit
 def retrieval_record(
     agent_id: str, request: RetrievalRequest, response: RetrievalResponse
 ) -> MemoryRetrieved:
-    """The log's record of one answered retrieval: what was asked and what came back."""
+    """The log's record of one answered retrieval: what was asked and what came back, at the
+    agent's time the ranking measured ages from (:func:`retrieval_time`)."""
+    step, year = retrieval_time(request, response)
     return MemoryRetrieved(
         agent_id=agent_id,
-        step=request.current_step,
-        year=request.current_year,
+        step=step,
+        year=year,
         mode=response.mode,
         # How long it waited for which writes is not part of what was retrieved.
         parameters=request.model_dump(
@@ -91,6 +93,26 @@ def retrieval_record(
         ),
         took_ms=response.took_ms,
     )
+
+
+def retrieval_time(
+    request: RetrievalRequest, response: RetrievalResponse
+) -> tuple[int | None, int | None]:
+    """(step, year) of a retrieval: the caller's, else the clock the service resolved (one past
+    the newest memory's step or year, :func:`projections.retrieval.scoring.resolve_clock`).
+
+    The worker takes it as the summaries' latest access, from which seed 001's recency counts;
+    a record without it left that at the summary's making, and a summary retrieved one step
+    before its pruning was pruned as if never touched (the usual call gives no time). A clock
+    in seqs or wall-clock hours is no step or year: nothing is recorded then."""
+    if request.current_step is not None or request.current_year is not None:
+        return request.current_step, request.current_year
+    clock = response.clock
+    if clock.axis == "step":
+        return clock.now, None
+    if clock.axis == "year":
+        return None, clock.now
+    return None, None
 
 
 def facts_read_record(
