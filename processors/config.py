@@ -185,8 +185,8 @@ class SummaryRules(BaseModel):
 
     A session ends when a simulation agent's step (or, without steps, its year) moves on, or at
     a wall-clock tick for agents whose events carry neither. An L2 chapter closes every
-    ``chapter_length`` steps (seed 001: 10) or, for wall-clock agents, every
-    ``sessions_per_chapter`` sessions.
+    ``chapter_length`` steps (seed 001: 10) or, for wall-clock agents, at the tick
+    ``sessions_per_chapter`` sessions (of the ticks' interval) from its first L1.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -9,8 +9,9 @@ and the tests all decide the same (streams/README.md, invariant 2). Two clocks t
   and seed 003's gate and burn); crossing a multiple of ``chapter_length`` steps (seed 001: 10)
   closes a chapter (an L2 summary of the pending L1s); then summaries are pruned by MUS;
 * **wall-clock time**, read from ticks on ``memory.schedule``: for agents whose events carry no
-  simulation time, a tick closes the session, every ``sessions_per_chapter`` sessions close a
-  chapter, and pruning measures ages in seconds from the tick's own time.
+  simulation time, a tick closes the session, the first tick ``sessions_per_chapter`` sessions
+  after a chapter's first L1 closes the chapter, and pruning measures ages in seconds from the
+  tick's own time.
 
 Retrievals (``memory.access``) only update the state: how often and how well each summary was
 retrieved, which MUS reads (seed 001). A search of facts there counts on facts instead
@@ -25,7 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
-from processors.config import ProcessingConfig
+from processors.config import ProcessingConfig, SummaryRules
 from processors.embedding import Embedder
 from processors.fact_patterns import derive_pattern_facts
 from processors.memory_utility import AgeUnit, ages_of, memory_utility
@@ -176,7 +177,7 @@ def on_tick(
         before = len(out)
         if rules.summaries.enabled:
             state = session_summary(state, trigger, "tick", ctx, out, agent_id=agent_id)
-            if len(state.pending_l1) >= rules.summaries.sessions_per_chapter:
+            if chapter_ended(state, tick, rules.summaries):
                 state = chapter_summary(state, trigger, ctx, out, agent_id=agent_id)
         if rules.pruning.enabled:
             state = prune(
@@ -191,6 +192,24 @@ def on_tick(
         if len(out) > before:
             changed[agent_id] = state
     return out, changed
+
+
+def chapter_ended(state: AgentMemoryState, tick: ScheduleTick, rules: SummaryRules) -> bool:
+    """Whether ``tick`` ends a wall-clock agent's chapter: ``sessions_per_chapter`` sessions (of
+    the ticks' interval) have passed since its first pending L1 was made, counting the one this
+    tick ended. Seed 001 closes a chapter every 10 steps, not every 10 L1s: a session with
+    fewer than 3 memories makes no L1, and counting L1s left an agent with an L1 every few
+    sessions without a chapter for dozens of sessions, while pruning took its L1s away. Only
+    times in the log decide (the L1s' and the tick's), so a takeover's fold and a replay agree
+    on it. Fewer than ``l2_min_summaries`` pending wait for the next tick
+    (:func:`chapter_summary`)."""
+    if not state.pending_l1:
+        return False
+    first = min(entry.occurred_at for entry in state.pending_l1)
+    # The first L1 was made by the chapter's first tick, so n sessions end n - 1 intervals
+    # after it; half an interval of slack, as the leader writes ticks about an interval apart.
+    span = (rules.sessions_per_chapter - 1.5) * tick.interval_seconds
+    return (tick.occurred_at - first).total_seconds() >= span
 
 
 def on_retrieval(retrieval: MemoryRetrieved, state: AgentMemoryState) -> AgentMemoryState:

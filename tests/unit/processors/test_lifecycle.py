@@ -132,8 +132,8 @@ def retrieval(
     )
 
 
-def tick(event_id: str, at: datetime) -> ScheduleTick:
-    return ScheduleTick(event_id=event_id, occurred_at=at, partition=0, interval_seconds=60.0)
+def tick(event_id: str, at: datetime, interval: float = 60.0) -> ScheduleTick:
+    return ScheduleTick(event_id=event_id, occurred_at=at, partition=0, interval_seconds=interval)
 
 
 def gate_band_id(*, promoted: bool) -> str:
@@ -479,7 +479,8 @@ def test_wall_clock_ticks_close_sessions_and_chapters() -> None:
     for i in range(10):
         start = T0 + timedelta(minutes=5 * i)
         _, state = feed(wall_session(i, start), CTX, state)
-        last, changed = on_tick(tick(f"t{i}", start + timedelta(minutes=4)), {"W1": state}, CTX)
+        at = start + timedelta(minutes=4)
+        last, changed = on_tick(tick(f"t{i}", at, interval=300), {"W1": state}, CTX)
         state = changed["W1"]
         l1 = last[0]
         assert isinstance(l1, MemorySummarised)
@@ -493,6 +494,28 @@ def test_wall_clock_ticks_close_sessions_and_chapters() -> None:
     assert (l2.level, l2.trigger) == (2, "chapter")
     assert l2.summarises == tuple(s.memory_id for s in l1s)
     assert state.pending_l1 == ()
+
+
+def test_a_wall_clock_chapter_spans_ten_sessions_not_ten_l1s() -> None:
+    """An L1 every third session (the others too quiet to make one): the chapter still closes
+    at the tenth session from its first L1, as seed 001's closes every 10 steps; counting
+    L1s made it wait for thirty sessions."""
+    state, l1s, chapters = AgentMemoryState(), list[str](), list[MemorySummarised]()
+    for i in range(30):
+        start = T0 + timedelta(minutes=i)
+        if i % 3 == 0:
+            _, state = feed(wall_session(i, start), CTX, state)
+        out, changed = on_tick(tick(f"t{i}", start + timedelta(seconds=50)), {"W1": state}, CTX)
+        state = changed.get("W1", state)
+        l1s += [s.memory_id for s in only(out, MemorySummarised) if s.level == 1]
+        chapters += [s for s in only(out, MemorySummarised) if s.level == 2]
+        if i == 8:
+            assert chapters == [], "nine sessions are not a chapter"
+    # L1s at sessions 0, 3, 6, 9 close at 9; the next chapter begins with the L1 of 12.
+    assert [c.source_event_id for c in chapters] == ["t9", "t21"]
+    assert [c.summarises for c in chapters] == [tuple(l1s[0:4]), tuple(l1s[4:8])]
+    assert len(l1s) == 10
+    assert [s.memory_id for s in state.pending_l1] == l1s[8:]
 
 
 def test_wall_clock_pruning_measures_ages_in_seconds_from_the_tick() -> None:
