@@ -82,6 +82,7 @@ from projections.episodic.edge_filters import (
     forgetting_updates,
     selection_filter,
 )
+from projections.episodic.edge_lock import ShardLock
 from projections.episodic.edge_points import edge_points
 from projections.episodic.edge_positions import Positions, read_positions, write_positions
 from projections.episodic.edge_segments import (
@@ -142,6 +143,27 @@ def _edge_errors(doing: str) -> Iterator[None]:
         raise ProjectionError(f"Qdrant Edge: {doing} failed{cause}: {exc}") from exc
 
 
+def _open_shard(shard_path: Path, dim: int, vectors: str) -> tuple[qe.EdgeShard, bool, str]:
+    """The shard, loaded with its own layout or created; (shard, lexical, vectors)."""
+    with _edge_errors(f"opening the shard at {shard_path}"):
+        lexical = True
+        if (shard_path / "edge_config.json").exists():
+            layout = stored_layout(shard_path)
+            lexical, vectors = layout.lexical, layout.vectors
+            config = shard_config(dim, vectors, lexical=lexical, new=False)
+            shard = qe.EdgeShard.load(str(shard_path), config)
+        else:
+            config = shard_config(dim, vectors, lexical=True, new=True)
+            shard = qe.EdgeShard.create(str(shard_path), config)
+        try:
+            ensure_indexes(shard)
+            shard.flush()
+        except Exception:
+            shard.close()
+            raise
+    return shard, lexical, vectors
+
+
 class EdgeEpisodicMemory:
     """One Edge shard of episodic memories, one point per memory (point id = memory id)."""
 
@@ -158,7 +180,9 @@ class EdgeEpisodicMemory:
         decoded_memories: int = DECODED_MEMORIES,
         vectors: str,
         sync_every: float = 0.0,
+        lock: ShardLock | None = None,
     ) -> None:
+        self._lock = lock
         self._sync_every = sync_every
         self._unsynced = False
         self._sync_task: asyncio.Task[None] | None = None
@@ -205,23 +229,13 @@ class EdgeEpisodicMemory:
         if sync_every < 0:
             raise ValueError(f"sync_every must be 0 or more seconds, got {sync_every}")
         shard_path = path / SHARD_DIR
-        lexical = True
-        with _edge_errors(f"opening the shard at {shard_path}"):
-            if (shard_path / "edge_config.json").exists():
-                layout = stored_layout(shard_path)
-                lexical, vectors = layout.lexical, layout.vectors
-                config = shard_config(dim, vectors, lexical=lexical, new=False)
-                shard = qe.EdgeShard.load(str(shard_path), config)
-            else:
-                config = shard_config(dim, vectors, lexical=True, new=True)
-                shard = qe.EdgeShard.create(str(shard_path), config)
-            try:
-                ensure_indexes(shard)
-                shard.flush()
-            except Exception:
-                shard.close()
-                raise
-        positions = read_positions(path / POSITIONS_FILE)
+        lock = ShardLock.take(path)  # before Edge reads a byte: edge_lock's docstring says why
+        try:
+            shard, lexical, vectors = _open_shard(shard_path, dim, vectors)
+            positions = read_positions(path / POSITIONS_FILE)
+        except BaseException:
+            lock.release()
+            raise
         store = cls(
             shard,
             path,
@@ -233,6 +247,7 @@ class EdgeEpisodicMemory:
             decoded_memories=decoded_memories,
             vectors=vectors,
             sync_every=sync_every,
+            lock=lock,
         )
         if not lexical:
             store._warn_dense_only()
@@ -588,12 +603,16 @@ class EdgeEpisodicMemory:
             if self._closed:
                 return
             self._closed = True
-            with _edge_errors(f"closing {self._path}"):
-                self._shard.flush()
-                if self._unsynced:
-                    write_positions(self._path / POSITIONS_FILE, self._positions)
-                    self._unsynced = False
-                self._shard.close()
+            try:
+                with _edge_errors(f"closing {self._path}"):
+                    self._shard.flush()
+                    if self._unsynced:
+                        write_positions(self._path / POSITIONS_FILE, self._positions)
+                        self._unsynced = False
+                    self._shard.close()
+            finally:
+                if self._lock is not None:
+                    self._lock.release()
 
     def _check_open(self) -> None:
         if self._closed:

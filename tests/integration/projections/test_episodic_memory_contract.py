@@ -657,10 +657,12 @@ async def test_edge_store_survives_close_and_reopen(tmp_path: Path) -> None:
         assert await state_of(reopened, "alice") == before
         assert before[2] == 45
         assert await reopened.search("alice", query, limit=3) == found
+    finally:
+        await reopened.close()
+    try:
         with pytest.raises(ProjectionError, match="vector size"):
             EdgeEpisodicMemory.open(path, 16)
     finally:
-        await reopened.close()
         shutil.rmtree(path, ignore_errors=True)
 
 
