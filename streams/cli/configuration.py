@@ -3,10 +3,12 @@ and the servers it names (broker, Redis, keyring) checked before any work starts
 
 from __future__ import annotations
 
+import re
 import tempfile
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from streams.cli import deferred
 from streams.cli.console import fail, validation_lines
@@ -26,6 +28,18 @@ def load_settings(**overrides: Any) -> EngramSettings:
         return EngramSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         fail(f"invalid configuration:\n{validation_lines(exc)}")
+    except SettingsError as exc:
+        fail(unparsable(exc))
+
+
+def unparsable(exc: SettingsError) -> str:
+    """The line for a setting whose value could not even be parsed (``ENGRAM_LIFECYCLE='{bad'``:
+    JSON that is not), which pydantic-settings raises before any validation, naming the field
+    and not the variable, with the parser's message only as its cause."""
+    found = re.search(r'field "(\w+)"', str(exc))
+    name = f"ENGRAM_{found.group(1).upper()}" if found else "a setting"
+    cause = f": {exc.__cause__}" if exc.__cause__ is not None else ""
+    return f"invalid configuration: {name} could not be parsed (JSON is expected){cause}"
 
 
 def configure(settings: EngramSettings) -> None:

@@ -25,11 +25,22 @@ from streams.cli import deferred
 from streams.cli.signals import STOPPING_SIGNALS, StopSignal, is_echo, unless_set
 from streams.runtime.collector import tune_collector
 
-console = Console(markup=False, emoji=False)
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """Rich's own raises ``SystemExit(1)`` where it printed: inside a command's event loop,
+        a traceback and exit 1 ("not done") for `engram publish H1 x | true`, whose event was
+        published, so a script that retried published it twice. A ``BrokenPipeError`` reaches
+        :func:`friendly_errors`, which ends the command quietly with 141, as a shell expects."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
+console = _Console(markup=False, emoji=False)
 """No markup by default: what is printed is mostly stored text and user input, where ``[/INST]``
 was a crash (a closing tag without an opening one) and ``[bold]`` or ``:smile:`` changed what
 was shown. A styled line says ``markup=True`` and escapes what it interpolates."""
-err = Console(stderr=True, markup=False, emoji=False, soft_wrap=True)
+err = _Console(stderr=True, markup=False, emoji=False, soft_wrap=True)
 """``soft_wrap``: an error is one line however long, not cut at 80 columns where stderr is no
 terminal (a log collector, a Job's output)."""
 
@@ -47,7 +58,7 @@ def print_whole(table: Table) -> None:
     unbounded = console.options.update_width(WIDEST_TABLE)
     wide = console.measure(table, options=unbounded).maximum
     # Console.print caps a width at the console's own: another console, as wide as the rows.
-    Console(file=console.file, width=wide, markup=False, emoji=False).print(table)
+    _Console(file=console.file, width=wide, markup=False, emoji=False).print(table)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

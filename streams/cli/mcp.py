@@ -8,9 +8,10 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from streams.cli import deferred
-from streams.cli.configuration import configure
+from streams.cli.configuration import configure, unparsable
 from streams.cli.console import fail, run, validation_lines
 from streams.cli.signals import stop_on_signal
 
@@ -56,6 +57,8 @@ def mcp_command(
         )
     except ValidationError as exc:
         fail(f"invalid configuration:\n{validation_lines(exc)}")
+    except SettingsError as exc:
+        fail(unparsable(exc))
     configure(settings)
 
     def announce(url: str) -> None:

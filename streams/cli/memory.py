@@ -385,9 +385,14 @@ def _position(text: str) -> dict[str, Any]:
     """``topic:partition:offset`` (as ``engram publish`` prints it) as the service takes it."""
     topic, _, rest = text.rpartition(":")
     topic, _, partition = topic.rpartition(":")
-    if not (topic and partition.isdigit() and rest.isdigit()):
+    # isdecimal and ASCII: "²".isdigit() is true, and int() refuses it.
+    if not (topic and _ascii_number(partition) and _ascii_number(rest)):
         fail(f"--after: {text!r} is not topic:partition:offset")
     return {"topic": topic, "partition": int(partition), "offset": int(rest)}
+
+
+def _ascii_number(text: str) -> bool:
+    return text.isascii() and text.isdecimal()
 
 
 def _weights(texts: list[str]) -> dict[str, float]:

@@ -51,6 +51,8 @@ from schemas.memory_events import (
 from schemas.topics import Topics
 
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+OFFSETS = re.compile(r"[0-9]+:[0-9]+")
+"""A partition and an offset in ASCII digits."""
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MILLISECOND = timedelta(milliseconds=1)
 
@@ -107,7 +109,8 @@ def parse_point(text: str) -> LogPoint:
         return LogPoint(time=moment if moment.tzinfo else moment.replace(tzinfo=UTC))
     topic, _, offset = text.rpartition(":")
     topic, _, partition = topic.rpartition(":")
-    if TOPIC_NAME.fullmatch(topic) and partition.isdigit() and offset.isdigit():
+    numbers = f"{partition}:{offset}"  # ASCII: "²".isdigit() is true, and int() refuses it
+    if TOPIC_NAME.fullmatch(topic) and OFFSETS.fullmatch(numbers):
         return LogPoint(
             position=SourcePosition(topic=topic, partition=int(partition), offset=int(offset))
         )

@@ -84,6 +84,9 @@ def closed_port() -> int:
         (["feedback", "H1", "", "0.5"], {"ENGRAM_KAFKA_BOOTSTRAP": "x:1"}, "target_event_id"),
         (["worker"], {}, "cluster mode needs"),
         (["worker"], {"ENGRAM_PARTITIONS": "zero"}, "partitions: Input should be a valid integer"),
+        (["worker"], {"ENGRAM_LIFECYCLE": "{bad"}, "ENGRAM_LIFECYCLE could not be parsed"),
+        (["retrieve", "H1", "--after", "agent.observations:2:¹"], {}, "is not topic:partition"),
+        (["schemas", "export", "/proc/engram-schemas"], {}, "cannot write the schemas to"),
     ],
 )
 def test_bad_input_is_one_readable_error(

@@ -115,6 +115,39 @@ def test_a_reader_that_goes_away_ends_the_output_quietly() -> None:
     assert stderr == b""
 
 
+PRINTS_MUCH_IN_A_COMMAND = """
+import sys
+import typer
+from streams.cli.console import console, run
+async def main() -> None:
+    for i in range(200_000):
+        console.print("line", i)
+try:
+    run(main)
+except typer.Exit as exit:
+    sys.exit(exit.exit_code)
+"""
+
+
+def test_a_reader_that_goes_away_ends_a_command_s_rich_output_quietly() -> None:
+    """`engram publish H1 x | true`: rich's own handler ended the command with a traceback and
+    exit 1 ("not done") inside its event loop, though the event was published, so a script
+    that retried published it twice."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", PRINTS_MUCH_IN_A_COMMAND],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdout is not None
+    child.stdout.readline()
+    child.stdout.close()
+    _, stderr = child.communicate(timeout=60)
+    assert (child.returncode, stderr) == (141, b"")
+
+
 def test_a_table_printed_to_no_terminal_keeps_each_row_on_one_line() -> None:
     """``engram versions`` piped: rich assumed 80 columns and folded the names a user copies."""
     table = Table("version", "redis namespace", "qdrant collection")

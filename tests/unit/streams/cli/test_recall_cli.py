@@ -33,6 +33,7 @@ CONFIGURED = {"ENGRAM_KAFKA_BOOTSTRAP": "127.0.0.1:1", "ENGRAM_REDIS_URL": "redi
         ),
         (["recall", "H1", "--again", "last", "--prompt"], CONFIGURED, "give no retrieval options"),
         (["recall", "H1", "--as-of", "yesterday"], CONFIGURED, "--as-of: 'yesterday' is neither"),
+        (["recall", "H1", "--as-of", "agent.observations:²:0"], CONFIGURED, "is neither"),
         (
             ["recall", "H1", "--as-of", "2026-01-01T00:00:00Z", "--mode", "relevance"],
             CONFIGURED,
