@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -24,12 +26,33 @@ Content = Annotated[
 
 
 def _encodable(value: dict[str, JsonValue]) -> dict[str, JsonValue]:
-    """Refuse at the door what the wire codec could not write (integers beyond 64 bits)."""
+    """Refuse at the door what the wire codec could not write (integers beyond 64 bits) or
+    would write as something else: orjson writes Infinity and NaN as null, so a metadata value
+    of 1e400 was recorded as null without a word."""
     try:
         orjson.dumps(value)
     except TypeError as exc:
         raise ValueError(f"not encodable as JSON: {exc}") from None
+    where = _non_finite(value, "")
+    if where is not None:
+        key = where or "''"
+        raise ValueError(f"{key}: not a finite number (JSON has no Infinity or NaN)")
     return value
+
+
+def _non_finite(value: JsonValue, path: str) -> str | None:
+    """The path of the first float that is infinite or NaN, or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, dict):
+        items: Iterable[tuple[str, JsonValue]] = (
+            (f"{path}.{k}" if path else k, v) for k, v in value.items()
+        )
+    elif isinstance(value, list):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    return next((found for p, v in items if (found := _non_finite(v, p)) is not None), None)
 
 
 JsonObject = Annotated[dict[str, JsonValue], AfterValidator(_encodable)]

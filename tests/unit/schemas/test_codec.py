@@ -12,6 +12,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import JsonValue
 
 from schemas.agent_events import AGENT_EVENT_TYPES, Decision, Feedback, Observation
 from schemas.codec import (
@@ -84,7 +85,11 @@ def test_decision_round_trip_is_lossless(
     skill=st.from_regex(r"[a-z_]{1,20}", fullmatch=True),
     content=texts,
     at=times,
-    params=st.dictionaries(st.text(max_size=5), st.floats() | st.text(max_size=5), max_size=3),
+    params=st.dictionaries(
+        st.text(max_size=5),
+        st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=5),
+        max_size=3,
+    ),
 )
 def test_encoding_is_orjson_of_the_json_dump(
     skill: str, content: str, at: datetime, params: dict[str, object]
@@ -188,6 +193,25 @@ def test_bad_records_are_classified(raw: bytes, kind: str) -> None:
 def test_integers_the_wire_cannot_carry_are_refused_at_validation() -> None:
     with pytest.raises(ValueError, match="not encodable"):
         Decision(agent_id="A", skill="s", content="x", parameters={"n": 2**70})
+
+
+@pytest.mark.parametrize(
+    ("metadata", "where"),
+    [
+        ({"a": float("inf")}, "a"),
+        ({"depth": [1.0, {"max": float("nan")}]}, "depth[1].max"),
+        ({"low": -float("inf")}, "low"),
+    ],
+)
+def test_numbers_json_cannot_carry_are_refused_not_written_as_null(
+    metadata: dict[str, JsonValue], where: str
+) -> None:
+    """orjson writes Infinity and NaN as null: 1e400 over MCP was recorded as null."""
+    with pytest.raises(ValueError, match=re.escape(f"{where}: not a finite number")):
+        Observation(agent_id="A", content="x", metadata=metadata)
+    assert orjson.loads(encode_event(Observation(agent_id="A", content="x", metadata={"a": 1.5})))[
+        "metadata"
+    ] == {"a": 1.5}
 
 
 def test_huge_content_is_refused() -> None:
