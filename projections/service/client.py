@@ -41,6 +41,7 @@ __all__ = [
     "PROMPT_HEADER",
     "AsyncEngramClient",
     "EngramClient",
+    "InvalidServiceURLError",
     "NotInLogError",
     "QueryError",
     "ServiceTimeoutError",
@@ -107,6 +108,11 @@ class UnreadableAnswerError(EngramError, ValueError):
     redirects in a loop."""
 
 
+class InvalidServiceURLError(EngramError, ValueError):
+    """The query service's URL is not http:// or https://: no retry reaches it (``notaurl``,
+    ``ftp://...``)."""
+
+
 T = TypeVar("T", bound=BaseModel)
 
 
@@ -121,6 +127,10 @@ def _reaching(base_url: httpx.URL) -> Iterator[None]:
         reason = str(exc) or type(exc).__name__
         message = f"the query service at {url} did not answer in time ({reason})"
         raise ServiceTimeoutError(message, url=url, reason=reason) from exc
+    except httpx.UnsupportedProtocol as exc:
+        # A TransportError to httpx, which a retry would meet again: not an outage.
+        message = f"the query service URL {url!r} is not http:// or https:// ({exc})"
+        raise InvalidServiceURLError(message) from None
     except httpx.TransportError as exc:
         reason = str(exc) or type(exc).__name__
         message = f"cannot reach the query service at {url}: {reason}"

@@ -77,6 +77,8 @@ def closed_port() -> int:
             "invalid retrieval: generative.recency",
         ),
         (["retrieve", "H1", "--url", "http://127.0.0.1:abc"], {}, "is not a valid URL"),
+        (["retrieve", "H1", "--url", "notaurl"], {}, "is not http:// or https://"),
+        (["facts", "H1", "--url", "ftp://127.0.0.1"], {}, "is not http:// or https://"),
         (["plan", "H1", "x", "--url", "http://[::1"], {}, "is not a valid URL"),
         (["facts", "a/b"], {}, "'a/b' is not an agent id"),
         (["procedures", "a?b"], {}, "'a?b' is not an agent id"),
