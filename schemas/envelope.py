@@ -8,9 +8,8 @@ from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
-AgentId = Annotated[
-    str, StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:@\-]+$")
-]
+AGENT_ID_PATTERN = r"^[A-Za-z0-9_.:@\-]+$"
+AgentId = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=AGENT_ID_PATTERN)]
 """Agent ids become Redis keys and Qdrant payload values, so whitespace and slashes are refused."""
 
 AGENT_ID_RULE = "1-200 characters: letters, digits and _ . : @ - (no spaces or slashes)"

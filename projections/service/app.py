@@ -59,7 +59,8 @@ from projections.service.learned_routes import add_learned_routes
 from projections.service.metrics import ServiceMetrics
 from projections.service.openapi import document_with_topics
 from projections.service.surprise_route import add_surprise_route
-from schemas.envelope import AGENT_ID_RULE, NOT_WHITESPACE, AgentId
+from schemas.envelope import AGENT_ID_RULE, AgentId
+from schemas.readable_errors import readable_reason
 
 log = logging.getLogger(__name__)
 
@@ -413,14 +414,7 @@ def _readable(error: Mapping[str, Any]) -> dict[str, Any]:
         cause = error.get("ctx", {}).get("error", "")
         message = f"body: not valid JSON ({cause})" if cause else "body: not valid JSON"
     else:
-        if loc == ("path", "agent_id") and kind == "string_pattern_mismatch":
-            reason = f"must be {AGENT_ID_RULE}"
-        elif kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == (
-            NOT_WHITESPACE
-        ):
-            reason = "must not be blank (whitespace alone)"
-        elif kind == "value_error":
-            reason = reason.removeprefix("Value error, ")
+        reason = readable_reason(error)
         field = ".".join(str(part) for part in loc[1:]) or (str(loc[0]) if loc else "request")
         message = f"{field}: {reason}"
     return {"loc": list(loc), "msg": message, "type": kind}

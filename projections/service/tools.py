@@ -72,8 +72,9 @@ from projections.service.client import (
     format_for_prompt,
 )
 from schemas.agent_events import AgentEvent, Content, JsonObject, Observation
-from schemas.envelope import AGENT_ID_RULE, MAX_CONTENT_CHARS, AgentId, SimulationTime, Tag
+from schemas.envelope import MAX_CONTENT_CHARS, AgentId, SimulationTime, Tag
 from schemas.errors import EngramError
+from schemas.readable_errors import readable_reason
 
 __all__ = [
     "MAX_RETRIEVE",
@@ -542,8 +543,5 @@ def _problems(exc: ValidationError) -> str:
     lines = []
     for error in exc.errors(include_url=False, include_input=False):
         field = ".".join(str(part) for part in error["loc"]) or "(arguments)"
-        reason = error["msg"].removeprefix("Value error, ")
-        if field == "agent_id" and error["type"] == "string_pattern_mismatch":
-            reason = f"must be {AGENT_ID_RULE}"
-        lines.append(f"  {field}: {reason}")
+        lines.append(f"  {field}: {readable_reason(error)}")
     return "\n".join(lines)

@@ -78,8 +78,10 @@ def checked_agent_id(agent_id: str) -> str:
 
 def validation_lines(exc: ValidationError) -> str:
     """One line per problem, naming the field: what a person needs, without pydantic's URLs."""
+    from schemas.readable_errors import readable_reason  # schemas loads when a command runs
+
     return "\n".join(
-        f"  {'.'.join(str(p) for p in problem['loc']) or '(input)'}: {problem['msg']}"
+        f"  {'.'.join(str(p) for p in problem['loc']) or '(input)'}: {readable_reason(problem)}"
         for problem in exc.errors(include_url=False)
     )
 

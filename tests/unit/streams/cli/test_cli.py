@@ -82,7 +82,12 @@ def closed_port() -> int:
         (["plan", "H1", "x", "--url", "http://[::1"], {}, "is not a valid URL"),
         (["facts", "a/b"], {}, "'a/b' is not an agent id"),
         (["procedures", "a?b"], {}, "'a?b' is not an agent id"),
-        (["feedback", "a b", "x", "0.5"], {"ENGRAM_KAFKA_BOOTSTRAP": "x:1"}, "agent_id: String"),
+        (["feedback", "a b", "x", "0.5"], {"ENGRAM_KAFKA_BOOTSTRAP": "x:1"}, "agent_id: must be"),
+        (
+            ["publish", "H1", "   "],
+            {"ENGRAM_KAFKA_BOOTSTRAP": "x:1"},
+            "content: must not be blank (whitespace alone)",
+        ),
         (["feedback", "H1", "", "0.5"], {"ENGRAM_KAFKA_BOOTSTRAP": "x:1"}, "target_event_id"),
         (["worker"], {}, "cluster mode needs"),
         (["worker"], {"ENGRAM_PARTITIONS": "zero"}, "partitions: Input should be a valid integer"),
