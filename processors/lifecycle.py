@@ -196,18 +196,13 @@ def on_tick(
 
 def chapter_ended(state: AgentMemoryState, tick: ScheduleTick, rules: SummaryRules) -> bool:
     """Whether ``tick`` ends a wall-clock agent's chapter: ``sessions_per_chapter`` sessions (of
-    the ticks' interval) have passed since its first pending L1 was made, counting the one this
-    tick ended. Seed 001 closes a chapter every 10 steps, not every 10 L1s: a session with
-    fewer than 3 memories makes no L1, and counting L1s left an agent with an L1 every few
-    sessions without a chapter for dozens of sessions, while pruning took its L1s away. Only
-    times in the log decide (the L1s' and the tick's), so a takeover's fold and a replay agree
-    on it. Fewer than ``l2_min_summaries`` pending wait for the next tick
-    (:func:`chapter_summary`)."""
+    the ticks' interval) since its first pending L1, as seed 001 closes one every 10 steps, not
+    every 10 L1s (a quiet session makes none). Times in the log decide, so a fold agrees."""
     if not state.pending_l1:
         return False
     first = min(entry.occurred_at for entry in state.pending_l1)
-    # The first L1 was made by the chapter's first tick, so n sessions end n - 1 intervals
-    # after it; half an interval of slack, as the leader writes ticks about an interval apart.
+    # n sessions end n - 1 intervals after the tick that made the first L1; half an interval
+    # of slack, as the leader writes ticks about an interval apart.
     span = (rules.sessions_per_chapter - 1.5) * tick.interval_seconds
     return (tick.occurred_at - first).total_seconds() >= span
 
@@ -598,11 +593,6 @@ def prune(
         )
     if len(keep) == len(state.summaries):
         return state
-    # An L1 forgotten while it waits for its chapter leaves the chapter too: seed 001's L2 reads
-    # the L1 summaries still in the store, and a pruned one is not.
-    kept = {entry.memory_id for entry in keep}
-    return replace(
-        state,
-        summaries=tuple(keep),
-        pending_l1=tuple(p for p in state.pending_l1 if p.memory_id in kept),
-    )
+    kept = {entry.memory_id for entry in keep}  # a pruned L1 leaves its pending chapter too
+    pending = tuple(p for p in state.pending_l1 if p.memory_id in kept)
+    return replace(state, summaries=tuple(keep), pending_l1=pending)

@@ -57,8 +57,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -74,7 +73,6 @@ from projections.episodic.changes import (
 )
 from projections.episodic.decoded_memories import DecodedMemories, Kept, point_key
 from projections.episodic.edge_candidates import candidate_request, with_payloads
-from projections.episodic.edge_config import ensure_indexes, shard_config, stored_layout
 from projections.episodic.edge_filters import (
     ACTIVE,
     agent_filter,
@@ -82,7 +80,7 @@ from projections.episodic.edge_filters import (
     forgetting_updates,
     selection_filter,
 )
-from projections.episodic.edge_lock import ShardLock
+from projections.episodic.edge_open import ShardLock, edge_errors, open_shard
 from projections.episodic.edge_points import edge_points
 from projections.episodic.edge_positions import Positions, read_positions, write_positions
 from projections.episodic.edge_segments import (
@@ -126,42 +124,6 @@ logger = logging.getLogger(__name__)
 
 SHARD_DIR = "shard"
 POSITIONS_FILE = "applied_positions.json"
-
-
-@contextmanager
-def _edge_errors(doing: str) -> Iterator[None]:
-    """Translate Edge failures at the boundary: it raises bare ``Exception`` (and ``ValueError``)
-    for everything, from a closed shard to a bad dimension, so nothing narrower would do. Its
-    "WouldBlock" on a locked write-ahead log alone would not say that a shard is open already."""
-    try:
-        yield
-    except ProjectionError:
-        raise
-    except Exception as exc:
-        held = "WouldBlock" in str(exc)
-        cause = " (the shard is held by another process or store)" if held else ""
-        raise ProjectionError(f"Qdrant Edge: {doing} failed{cause}: {exc}") from exc
-
-
-def _open_shard(shard_path: Path, dim: int, vectors: str) -> tuple[qe.EdgeShard, bool, str]:
-    """The shard, loaded with its own layout or created; (shard, lexical, vectors)."""
-    with _edge_errors(f"opening the shard at {shard_path}"):
-        lexical = True
-        if (shard_path / "edge_config.json").exists():
-            layout = stored_layout(shard_path)
-            lexical, vectors = layout.lexical, layout.vectors
-            config = shard_config(dim, vectors, lexical=lexical, new=False)
-            shard = qe.EdgeShard.load(str(shard_path), config)
-        else:
-            config = shard_config(dim, vectors, lexical=True, new=True)
-            shard = qe.EdgeShard.create(str(shard_path), config)
-        try:
-            ensure_indexes(shard)
-            shard.flush()
-        except Exception:
-            shard.close()
-            raise
-    return shard, lexical, vectors
 
 
 class EdgeEpisodicMemory:
@@ -229,9 +191,9 @@ class EdgeEpisodicMemory:
         if sync_every < 0:
             raise ValueError(f"sync_every must be 0 or more seconds, got {sync_every}")
         shard_path = path / SHARD_DIR
-        lock = ShardLock.take(path)  # before Edge reads a byte: edge_lock's docstring says why
+        lock = ShardLock.take(path)  # before Edge reads a byte: edge_open's docstring says why
         try:
-            shard, lexical, vectors = _open_shard(shard_path, dim, vectors)
+            shard, lexical, vectors = open_shard(shard_path, dim, vectors)
             positions = read_positions(path / POSITIONS_FILE)
         except BaseException:
             lock.release()
@@ -334,7 +296,7 @@ class EdgeEpisodicMemory:
             logger.warning("could not sync the episodic shard", extra={"error": str(exc)})
 
     def _sync_now(self) -> None:
-        with _edge_errors(f"flushing {self._path}"):
+        with edge_errors(f"flushing {self._path}"):
             self._shard.flush()
         write_positions(self._path / POSITIONS_FILE, self._positions)
 
@@ -342,7 +304,7 @@ class EdgeEpisodicMemory:
         """Step 1 of the checkpoint order in the module docstring, and steps 2-3 when ``sync``
         or an optimization is due (else :meth:`sync` takes them later, for this write and those
         after it); whether it took them."""
-        with _edge_errors(f"applying a batch to {self._path}"):
+        with edge_errors(f"applying a batch to {self._path}"):
             if changes.erased:
                 self._shard.update(
                     qe.UpdateOperation.delete_points_by_filter(agents_filter(changes.erased))
@@ -361,7 +323,7 @@ class EdgeEpisodicMemory:
         optimize = bool(written) and self._cadence.wrote(written)
         synced = sync or optimize  # an optimization starts from durable data
         if synced:
-            with _edge_errors(f"flushing {self._path}"):
+            with edge_errors(f"flushing {self._path}"):
                 if changes.touches_data or self._unsynced:
                     self._shard.flush()
             if positions is not None or self._unsynced:
@@ -375,7 +337,7 @@ class EdgeEpisodicMemory:
         """After the positions: an optimization cut short by a crash loses no data (Edge swaps a
         segment in once it is whole), and what the batch wrote is durable before it starts."""
         started = time.perf_counter()
-        with _edge_errors(f"optimizing {self._path}"):
+        with edge_errors(f"optimizing {self._path}"):
             changed = bool(self._shard.optimize())
             info = self._shard.info()
         self._cadence.optimized()
@@ -415,7 +377,7 @@ class EdgeEpisodicMemory:
             with_vector=False,
             order_by=qe.OrderBy("seq", qe.Direction.Desc),
         )
-        with _edge_errors(f"listing the memories of {agent_id!r}"):
+        with edge_errors(f"listing the memories of {agent_id!r}"):
             records, _ = self._shard.scroll(request)
         return [stored_memory(record.payload) for record in records]
 
@@ -445,7 +407,7 @@ class EdgeEpisodicMemory:
         payloads = not self._decoded.holds_any_of(agent_id)
         if payloads:
             request = with_payloads(request)
-        with _edge_errors(f"reading the candidates of {agent_id!r}"):
+        with edge_errors(f"reading the candidates of {agent_id!r}"):
             points = self._shard.query(request)
             keys = [point_key(point.id) for point in points]
             kept: dict[int, Kept] = {}
@@ -498,7 +460,7 @@ class EdgeEpisodicMemory:
             return []
         if lexical is not None and not self._lexical:
             self._warn_dense_only()
-        with _edge_errors(f"searching the memories of {agent_id!r}"):
+        with edge_errors(f"searching the memories of {agent_id!r}"):
             if lexical is not None and self._lexical:
                 return self._hybrid_search(chosen, query, lexical, limit)
             request = qe.QueryRequest(
@@ -576,7 +538,7 @@ class EdgeEpisodicMemory:
             exact=True, filter=ACTIVE if agent_id is None else agent_filter(agent_id)
         )
         self._check_open()
-        with _edge_errors("counting memories"):
+        with edge_errors("counting memories"):
             return int(self._shard.count(request))
 
     async def applied_offset(self, topic: str, partition: int) -> int | None:
@@ -585,7 +547,7 @@ class EdgeEpisodicMemory:
 
     async def ping(self) -> None:
         self._check_open()
-        with _edge_errors(f"reading the shard info of {self._path}"):
+        with edge_errors(f"reading the shard info of {self._path}"):
             self._shard.info()
 
     async def optimize(self) -> bool:
@@ -604,7 +566,7 @@ class EdgeEpisodicMemory:
                 return
             self._closed = True
             try:
-                with _edge_errors(f"closing {self._path}"):
+                with edge_errors(f"closing {self._path}"):
                     self._shard.flush()
                     if self._unsynced:
                         write_positions(self._path / POSITIONS_FILE, self._positions)

@@ -21,7 +21,7 @@ from projections.retrieval.breakdowns import Breakdown, ProfileName
 from projections.retrieval.filters import MemoryFilter
 from projections.retrieval.generative import GenerativeWeights
 from projections.retrieval.scoring import Clock, Weights
-from schemas.envelope import MAX_CONTENT_CHARS, TIME_BOUND, AgentId, Tag
+from schemas.envelope import MAX_CONTENT_CHARS, NOT_WHITESPACE, TIME_BOUND, AgentId, Tag
 from schemas.memory_events import Level
 
 Mode = Literal[
@@ -229,15 +229,20 @@ class RetrievalRequest(BaseModel):
         frozen=True, extra="forbid", allow_inf_nan=False, json_schema_extra=cross_field_rules
     )
 
-    query: Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS)] | None = (
-        Field(
-            default=None,
-            description=(
-                "Text of the current situation. Episodic memories are then searched by "
-                "embedding (the result carries ``similarity``), and weighted mode scores "
-                "keyword overlap (Rel) against it."
-            ),
-        )
+    query: (
+        Annotated[
+            str,
+            StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS, pattern=NOT_WHITESPACE),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description=(
+            "Text of the current situation, not blank (a blank one compared as nothing and "
+            "ranked every memory 0). Episodic memories are then searched by embedding (the "
+            "result carries ``similarity``), and weighted mode scores keyword overlap (Rel) "
+            "against it."
+        ),
     )
     top_k: int = Field(
         default=5,

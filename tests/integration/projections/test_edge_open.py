@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from projections.episodic.edge import EdgeEpisodicMemory
-from projections.episodic.edge_lock import LOCK_FILE
+from projections.episodic.edge_open import LOCK_FILE
 from projections.interfaces import ProjectionError
 from tests.integration.fixtures.qdrant import EMBEDDING_DIM
 from tests.integration.projections.test_episodic_memory_contract import log_of, numbered, state_of
@@ -59,7 +59,7 @@ async def test_a_second_process_is_refused_and_the_holder_goes_on_syncing(tmp_pa
         )
         assert files_of(path) == before, "the refused opener changed the store's files"
         assert refused.returncode == 3, refused.stdout + refused.stderr
-        assert f"open in another process (pid {os.getpid()})" in refused.stdout
+        assert f"held by another process or store, pid {os.getpid()})" in refused.stdout
         # The holder writes on, durably: a flush after more memories succeeds.
         await store.apply(log_of("bob", numbered("bob", 6), first_offset=6))
         await store.sync()
@@ -75,7 +75,7 @@ async def test_a_second_process_is_refused_and_the_holder_goes_on_syncing(tmp_pa
 async def test_a_second_store_in_this_process_is_refused(tmp_path: Path) -> None:
     store = EdgeEpisodicMemory.open(tmp_path / "held", EMBEDDING_DIM)
     try:
-        with pytest.raises(ProjectionError, match="open in another process"):
+        with pytest.raises(ProjectionError, match="held by another process or store, pid"):
             EdgeEpisodicMemory.open(tmp_path / "held", EMBEDDING_DIM)
     finally:
         await store.close()
