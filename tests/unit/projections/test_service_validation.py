@@ -251,6 +251,7 @@ async def test_bad_agent_id_is_refused(client: httpx.AsyncClient, agent_id: str)
         ({"mode": "weighted", "weights": {"novelty": 1.0}}, "weights.novelty"),
         ({"tags": ["flood", ""]}, "tags.1"),
         ({"query": ""}, "query"),
+        ({"query": " \n\t\u3000"}, "query"),
         ({"levels": []}, "levels"),
         ({"levels": [0, 0]}, "levels"),
         ({"levels": [3]}, "levels.0"),
