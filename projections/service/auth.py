@@ -153,6 +153,8 @@ def load_api_keys(path: Path) -> ApiKeys:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ApiKeysFileError(f"cannot read the API keys file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ApiKeysFileError(f"the API keys file {path} is not UTF-8 text: {exc}") from None
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -76,6 +76,7 @@ class LogPublisher:
 
     async def __call__(self, observation: AgentEvent, /) -> Position:
         bootstrap = self._settings.kafka_bootstrap
+        what = observation.event_type  # feedback is published here too
         if not bootstrap:
             raise ToolError(
                 "publishing is not available: this memory server has no event log "
@@ -88,13 +89,13 @@ class LogPublisher:
         except TimeoutError:
             await self.close()
             raise ToolError(
-                f"the event log at {bootstrap} did not confirm the observation within "
+                f"the event log at {bootstrap} did not confirm the {what} within "
                 f"{self._timeout:g} s (it may still be recorded); call again later"
             ) from None
         except (PublishError, KeyringError) as exc:
             await self.close()
             raise ToolError(
-                f"the observation was not recorded (event log at {bootstrap}): {exc}"
+                f"the {what} was not recorded (event log at {bootstrap}): {exc}"
             ) from None
 
     async def _started(self, bootstrap: str) -> AsyncPublisher:

@@ -170,3 +170,10 @@ def test_a_bad_file_is_one_sentence_naming_the_problem(
 def test_a_missing_file_says_so(tmp_path: Path) -> None:
     with pytest.raises(ApiKeysFileError, match=r"cannot read the API keys file .*No such file"):
         load_api_keys(tmp_path / "absent.json")
+
+
+def test_a_file_that_is_not_utf_8_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    path.write_bytes(b'{"keys": ["\xff"]}')
+    with pytest.raises(ApiKeysFileError, match=rf"API keys file {path} is not UTF-8 text"):
+        load_api_keys(path)

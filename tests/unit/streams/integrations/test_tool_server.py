@@ -8,9 +8,10 @@ import pytest
 from typer.testing import CliRunner
 
 from projections.service.tools import ToolError
-from schemas.agent_events import Observation
+from schemas.agent_events import Feedback, Observation
 from streams.cli.main import app
 from streams.integrations.tool_server import LogPublisher, ToolServerSettings
+from tests.unit.streams.cli.test_cli import closed_port
 
 runner = CliRunner()
 
@@ -48,12 +49,25 @@ async def test_without_a_broker_publishing_is_refused_in_words(
     await publisher.close()
 
 
+async def test_feedback_that_was_not_published_is_called_feedback(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    """It was "the observation was not recorded" for every event the tools publish."""
+    clean_env.setenv("ENGRAM_KAFKA_BOOTSTRAP", f"127.0.0.1:{closed_port()}")
+    publisher = LogPublisher(ToolServerSettings(), timeout=3.0)
+    feedback = Feedback(agent_id="H001", content="good call", target_event_id="d1", signal=1.0)
+    with pytest.raises(ToolError, match=r"the feedback (was not recorded|within)"):
+        await publisher(feedback)
+    await publisher.close()
+
+
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [
         (["mcp", "--transport", "carrier-pigeon"], {}, "--transport must be stdio or http"),
         (["mcp", "--transport", "http"], {"ENGRAM_MCP_PORT": "port"}, "mcp_port: Input should be"),
         (["mcp"], {"ENGRAM_QUERY_TIMEOUT": "0"}, "query_timeout: Input should be greater than 0"),
+        (["mcp"], {"ENGRAM_LIFECYCLE": "{bad"}, "ENGRAM_LIFECYCLE could not be parsed"),
     ],
 )
 def test_bad_configuration_is_one_readable_error(
