@@ -33,7 +33,7 @@ from projections.retrieval.models import (
     RetrievalResponse,
     WaitTimedOut,
 )
-from projections.service.surprise_route import AgentSurprise
+from projections.surprise import AgentSurprise
 from schemas.envelope import AGENT_ID_RULE, AgentId
 from schemas.errors import BackendUnavailableError, EngramError
 

@@ -12,37 +12,13 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import FastAPI, Path
-from pydantic import BaseModel, ConfigDict, Field
 
 from projections.service.http_auth import Guarded
+from projections.surprise import AgentSurprise, surprise_of
 from schemas.envelope import AGENT_ID_RULE, AgentId
-from schemas.memory_events import CognitiveSystem, SurpriseReading
+from schemas.memory_events import SurpriseReading
 
 ReadSurprise = Callable[[str], Awaitable[SurpriseReading | None]]
-
-
-class AgentSurprise(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    agent_id: str
-    system: CognitiveSystem = Field(
-        description="seed 003's get_cognitive_system(): SYSTEM_2 (deliberation) while arousal "
-        "is at or above the agent type's threshold, else SYSTEM_1 (habit)."
-    )
-    arousal: float = Field(description="The latest surprise (0.0 before any reading).")
-    trace: SurpriseReading | None = Field(
-        description="seed 003's get_surprise_trace(): the latest reading, what the strategy "
-        "observed, expected and how probable it found it, with its state; None before the "
-        "agent's first reading."
-    )
-
-
-def surprise_of(agent_id: str, reading: SurpriseReading | None) -> AgentSurprise:
-    if reading is None:
-        return AgentSurprise(agent_id=agent_id, system="SYSTEM_1", arousal=0.0, trace=None)
-    return AgentSurprise(
-        agent_id=agent_id, system=reading.system, arousal=reading.arousal, trace=reading
-    )
 
 
 def add_surprise_route(app: FastAPI, read: ReadSurprise, guard: Guarded) -> None:
