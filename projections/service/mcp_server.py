@@ -240,7 +240,10 @@ async def _serve(web: uvicorn.Server, where: str) -> None:
     try:
         await web.serve()
     except SystemExit:
-        raise OSError(f"the MCP server cannot listen on {where} (in use?)") from None
+        raise OSError(
+            f"the MCP server cannot listen on {where}: the port is in use, or the host is not "
+            "an address of this machine (uvicorn's error above says which)"
+        ) from None
 
 
 def _package_version() -> str:

@@ -610,3 +610,17 @@ async def test_without_a_log_publishing_is_refused_and_reading_still_works(
     assert published.is_error
     assert "no event log" in text_of(published)
     assert not retrieved.is_error
+
+
+async def test_an_address_the_mcp_server_cannot_bind_is_not_called_a_busy_port() -> None:
+    """``--host 203.0.113.5`` (not this machine's) was "cannot listen (in use?)"."""
+    import uvicorn
+
+    from projections.service.mcp_server import _serve
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:  # never reached
+        raise AssertionError("served")
+
+    web = uvicorn.Server(uvicorn.Config(app, host="203.0.113.5", port=0, log_level="critical"))
+    with pytest.raises(OSError, match="the host is not an address of this machine"):
+        await _serve(web, "203.0.113.5:0")
