@@ -55,8 +55,10 @@ segments lack): it keeps working dense-only, with a warning to rebuild it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -194,23 +196,31 @@ class EdgeEpisodicMemory:
         lock = ShardLock.take(path)  # before Edge reads a byte: edge_open's docstring says why
         try:
             shard, lexical, vectors = open_shard(shard_path, dim, vectors)
-            positions = read_positions(path / POSITIONS_FILE)
         except BaseException:
             lock.release()
             raise
-        store = cls(
-            shard,
-            path,
-            dim,
-            positions,
-            lexical=lexical,
-            archive=archive,
-            optimize_every=optimize_every,
-            decoded_memories=decoded_memories,
-            vectors=vectors,
-            sync_every=sync_every,
-            lock=lock,
-        )
+        try:
+            positions = read_positions(path / POSITIONS_FILE)
+            store = cls(
+                shard,
+                path,
+                dim,
+                positions,
+                lexical=lexical,
+                archive=archive,
+                optimize_every=optimize_every,
+                decoded_memories=decoded_memories,
+                vectors=vectors,
+                sync_every=sync_every,
+                lock=lock,
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                shard.close()
+            lock.release()  # only once Edge let go: edge_open's docstring says why
+            raise
+        # A store dropped unclosed lets go of its directory with its shard, as Edge's own lock.
+        weakref.finalize(store, lock.release)
         if not lexical:
             store._warn_dense_only()
         return store
@@ -567,12 +577,14 @@ class EdgeEpisodicMemory:
             self._closed = True
             try:
                 with edge_errors(f"closing {self._path}"):
-                    self._shard.flush()
-                    if self._unsynced:
-                        write_positions(self._path / POSITIONS_FILE, self._positions)
-                        self._unsynced = False
-                    self._shard.close()
-            finally:
+                    try:
+                        self._shard.flush()
+                        if self._unsynced:
+                            write_positions(self._path / POSITIONS_FILE, self._positions)
+                            self._unsynced = False
+                    finally:
+                        self._shard.close()
+            finally:  # after Edge let go, whatever failed: edge_open's docstring says why
                 if self._lock is not None:
                     self._lock.release()
 

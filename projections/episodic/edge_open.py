@@ -43,20 +43,22 @@ class ShardLock:
 
     @classmethod
     def take(cls, directory: Path) -> ShardLock:
-        """The lock, or a :class:`ProjectionError` naming the process that holds it."""
-        directory.mkdir(parents=True, exist_ok=True)
+        """The lock, or a :class:`ProjectionError` naming the process that holds it (or why
+        the directory could not be locked)."""
         path = directory / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ProjectionError(
+                f"Qdrant Edge: opening the store at {directory} failed: {exc.strerror or exc}"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise ProjectionError(
-                f"Qdrant Edge: opening the store at {directory} failed ({HELD}, pid {holder}): "
-                "Qdrant Edge lives inside one process. Stop that process, or give several "
-                "processes a Qdrant server (ENGRAM_QDRANT_URL)"
-            ) from None
+            raise ProjectionError(_held(directory, holder)) from None
         except BaseException:
             os.close(fd)
             raise
@@ -69,6 +71,19 @@ class ShardLock:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)
+
+
+def _held(directory: Path, holder: str) -> str:
+    if holder == str(os.getpid()):
+        return (
+            f"Qdrant Edge: opening the store at {directory} failed ({HELD}: this process, "
+            "whose store there is not closed yet)"
+        )
+    return (
+        f"Qdrant Edge: opening the store at {directory} failed ({HELD}, pid {holder}): Qdrant "
+        "Edge lives inside one process. Stop that process, or give several processes a Qdrant "
+        "server (ENGRAM_QDRANT_URL)"
+    )
 
 
 @contextmanager

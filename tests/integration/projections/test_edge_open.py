@@ -9,6 +9,7 @@ running holder failed on it.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
@@ -75,7 +76,30 @@ async def test_a_second_process_is_refused_and_the_holder_goes_on_syncing(tmp_pa
 async def test_a_second_store_in_this_process_is_refused(tmp_path: Path) -> None:
     store = EdgeEpisodicMemory.open(tmp_path / "held", EMBEDDING_DIM)
     try:
-        with pytest.raises(ProjectionError, match="held by another process or store, pid"):
+        with pytest.raises(ProjectionError, match="held by another process or store: this process"):
             EdgeEpisodicMemory.open(tmp_path / "held", EMBEDDING_DIM)
     finally:
         await store.close()
+
+
+async def test_a_store_that_failed_to_open_leaves_its_directory_free(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="optimize"):
+        EdgeEpisodicMemory.open(tmp_path / "s", EMBEDDING_DIM, optimize_every=-1)
+    gc.collect()
+    reopened = EdgeEpisodicMemory.open(tmp_path / "s", EMBEDDING_DIM)
+    await reopened.close()
+
+
+async def test_a_store_dropped_unclosed_lets_go_of_its_directory(tmp_path: Path) -> None:
+    """As Edge's own lock did: a store no one holds any more does not hold its shard."""
+    store = EdgeEpisodicMemory.open(tmp_path / "s", EMBEDDING_DIM)
+    del store
+    gc.collect()
+    reopened = EdgeEpisodicMemory.open(tmp_path / "s", EMBEDDING_DIM)
+    await reopened.close()
+
+
+def test_a_directory_that_cannot_be_locked_is_a_projection_error(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a directory")
+    with pytest.raises(ProjectionError, match=r"opening the store at .*a-file/s failed"):
+        EdgeEpisodicMemory.open(tmp_path / "a-file" / "s", EMBEDDING_DIM)
