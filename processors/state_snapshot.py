@@ -429,6 +429,18 @@ def _raise(into: dict[SourceKey, int], held: Mapping[SourceKey, int]) -> None:
             into[key] = offset
 
 
+def _pending_held(state: AgentMemoryState) -> AgentMemoryState:
+    """The state with only the pending L1s it still holds as summaries: a pruned L1 leaves its
+    pending chapter (:func:`processors.lifecycle.prune`), so the pending ones are always among
+    the summaries, except in a snapshot written before that rule, which kept them; such a
+    state folds on as the whole log folds."""
+    if not state.pending_l1:
+        return state
+    held = {s.memory_id for s in state.summaries}
+    pending = tuple(p for p in state.pending_l1 if p.memory_id in held)
+    return state if len(pending) == len(state.pending_l1) else replace(state, pending_l1=pending)
+
+
 def resume(
     snapshots: Mapping[int, PartitionSnapshot],
     tail: Iterable[Logged],
@@ -449,7 +461,7 @@ def resume(
     for snapshot in snapshots.values():
         if snapshot.sealed:
             raise ValueError(f"the snapshot of partition {snapshot.partition} is still sealed")
-        folded.states.update(snapshot.states)
+        folded.states.update({a: _pending_held(s) for a, s in snapshot.states.items()})
         folded.partition_of.update(dict.fromkeys(snapshot.states, snapshot.partition))
         _raise(folded.derived_upto, snapshot.derived_upto)
         _raise(folded.logged_upto, snapshot.logged_upto)

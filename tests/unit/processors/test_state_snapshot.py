@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from processors.batch import RawRecord
 from processors.batch_markers import Logged
-from processors.recording import AgentMemoryState, WorkingEntry
+from processors.recording import AgentMemoryState, SummaryEntry, WorkingEntry
 from processors.state_fold import FoldedState
 from processors.state_snapshot import (
     CoveredLog,
@@ -167,6 +167,19 @@ def test_without_snapshots_resuming_is_the_whole_fold(actions: list[Action], see
     _, worker = build_stream(actions)
     log = worker.read_back(seed)
     assert resume({}, log, TOPICS.schedule)[0] == FoldedState.from_log(log, TOPICS.schedule)[0]
+
+
+def test_a_snapshot_that_kept_a_pruned_l1_pending_resumes_as_the_whole_log_folds() -> None:
+    """Before a pruned L1 left its pending chapter, snapshots kept it pending: resumed as
+    written, the next L2 would summarise it, and the state would differ from the whole fold."""
+    l1s = [
+        SummaryEntry(f"l1-{i}", 1, i, f"summary {i}", 0.5, (), i + 1, None, AT) for i in range(3)
+    ]
+    old = AgentMemoryState(next_seq=3, pending_l1=tuple(l1s), summaries=(l1s[0], l1s[2]))
+    snapshot = replace(snapshot_of_one_agent(), states={"A": old})
+    folded, _ = resume({0: snapshot}, [], TOPICS.schedule)
+    assert [p.memory_id for p in folded.states["A"].pending_l1] == ["l1-0", "l1-2"]
+    assert folded.states["A"].summaries == old.summaries
 
 
 def snapshot_of_one_agent() -> PartitionSnapshot:
