@@ -20,6 +20,7 @@ from projections.learned.reads import (
 )
 from projections.retrieval.models import RecordPosition
 from projections.service.client import (
+    InvalidServiceURLError,
     QueryError,
     ServiceUnreachableError,
     UnreadableAnswerError,
@@ -52,6 +53,8 @@ async def _asked(context: ToolContext, call: Callable[[], Awaitable[T]]) -> T:
         raise ToolError(f"cannot reach the memory service: {exc.reason}") from None
     except UnreadableAnswerError as exc:
         raise ToolError(f"the memory service answered unreadably: {exc}") from None
+    except InvalidServiceURLError as exc:  # a configuration no retry changes
+        raise ToolError(f"the memory service cannot be called: {exc}") from None
 
 
 class RecallFactInput(_ToolInput):

@@ -63,6 +63,7 @@ from projections.retrieval.scoring import Weights
 from projections.service.client import (
     AsyncEngramClient,
     HasPosition,
+    InvalidServiceURLError,
     NotInLogError,
     QueryError,
     ServiceTimeoutError,
@@ -412,6 +413,8 @@ async def retrieve(
         raise ToolError(f"cannot reach the memory service{_at(context)}: {exc.reason}") from None
     except UnreadableAnswerError as exc:
         raise ToolError(f"the memory service{_at(context)} answered unreadably: {exc}") from None
+    except InvalidServiceURLError as exc:  # a configuration no retry changes
+        raise ToolError(f"the memory service cannot be called: {exc}") from None
 
 
 def _at(context: ToolContext) -> str:

@@ -46,7 +46,8 @@ class ToolServerSettings(EngramSettings):
     query_url: str = Field(
         default="http://127.0.0.1:8000",
         validation_alias=AliasChoices("ENGRAM_QUERY_URL", "ENGRAM_URL", "query_url"),
-        description="The query service the read tools call.",
+        pattern=r"^https?://",
+        description="The query service the read tools call: an http:// or https:// URL.",
     )
     query_timeout: float = Field(
         default=10.0,

@@ -482,6 +482,10 @@ FAILURES: dict[str, tuple[Handler, str]] = {
         raises(httpx.ReadTimeout("timed out")),
         f"the memory service at {BASE} did not answer in time",
     ),
+    "not http": (
+        raises(httpx.UnsupportedProtocol("Request URL has an unsupported protocol 'ftp://'.")),
+        "the memory service cannot be called: the query service URL",
+    ),
 }
 
 

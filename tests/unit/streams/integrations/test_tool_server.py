@@ -68,6 +68,7 @@ async def test_feedback_that_was_not_published_is_called_feedback(
         (["mcp", "--transport", "http"], {"ENGRAM_MCP_PORT": "port"}, "mcp_port: Input should be"),
         (["mcp"], {"ENGRAM_QUERY_TIMEOUT": "0"}, "query_timeout: Input should be greater than 0"),
         (["mcp"], {"ENGRAM_LIFECYCLE": "{bad"}, "ENGRAM_LIFECYCLE could not be parsed"),
+        (["mcp"], {"ENGRAM_QUERY_URL": "notaurl"}, "ENGRAM_QUERY_URL: String should match pattern"),
     ],
 )
 def test_bad_configuration_is_one_readable_error(
