@@ -38,6 +38,7 @@ from schemas.memory_events import (
     MemorySummarised,
     ScheduleTick,
 )
+from schemas.readable_errors import readable_reason
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -161,7 +162,7 @@ def _validation_message(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors(include_url=False)[:5]:
         where = ".".join(str(p) for p in err["loc"]) or "(root)"
-        parts.append(f"{where}: {err['msg']}")
+        parts.append(f"{where}: {readable_reason(err)}")
     more = exc.error_count() - 5
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 

@@ -66,6 +66,15 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def invalid_retrieval(exc: ValidationError) -> NoReturn:
+    """A retrieval's options refused: its first problem, the field named, in words."""
+    from schemas.readable_errors import readable_reason  # schemas loads when a command runs
+
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "request"
+    fail(f"invalid retrieval: {where}: {readable_reason(first)}")
+
+
 def checked_agent_id(agent_id: str) -> str:
     """``agent_id`` if the events accept it, else a clear error naming the rule (before any
     server is asked: a command that reads the log would otherwise read for nothing)."""

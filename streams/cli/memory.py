@@ -12,7 +12,15 @@ from pydantic import ValidationError
 
 from streams.cli import deferred
 from streams.cli.configuration import bootstrap_of, load_settings, open_keyring
-from streams.cli.console import UNREACHABLE, console, err, fail, friendly_errors, run
+from streams.cli.console import (
+    UNREACHABLE,
+    console,
+    err,
+    fail,
+    friendly_errors,
+    invalid_retrieval,
+    run,
+)
 from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
@@ -423,9 +431,7 @@ def _retrieve(
                     **{k: v for k, v in params.items() if v is not None},
                 )
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "request"
-            fail(f"invalid retrieval: {where}: {first['msg'].removeprefix('Value error, ')}")
+            invalid_retrieval(exc)
 
 
 @contextlib.contextmanager

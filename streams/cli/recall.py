@@ -23,7 +23,7 @@ from rich.table import Table
 
 from streams.cli import deferred
 from streams.cli.configuration import active_topics, configure, load_settings, open_keyring
-from streams.cli.console import checked_agent_id, console, err, fail, run
+from streams.cli.console import checked_agent_id, console, err, fail, invalid_retrieval, run
 from streams.cli.memory import (
     Arousal,
     AsPrompt,
@@ -177,9 +177,7 @@ def _request(params: dict[str, Any]) -> RetrievalRequest:
             {k: v for k, v in params.items() if v is not None}
         )
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "request"
-        fail(f"invalid retrieval: {where}: {first['msg'].removeprefix('Value error, ')}")
+        invalid_retrieval(exc)
 
 
 def _as_of(

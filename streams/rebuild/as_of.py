@@ -64,6 +64,7 @@ from schemas.memory_events import (
     MemoryRetrieved,
     SourcePosition,
 )
+from schemas.readable_errors import readable_reason
 from schemas.topics import Topics
 from streams.eventlog.agent_partition import AgentPartition, read_agent_partition
 from streams.eventlog.derived_log import decode_opened
@@ -212,7 +213,7 @@ class LogRecaller:
         except ValidationError as exc:
             raise ValueError(
                 f"retrieval {record.event_id} was recorded with parameters this version does not "
-                f"take as a request: {exc.errors()[0]['msg']}"
+                f"take as a request: {readable_reason(exc.errors()[0])}"
             ) from None
         point = LogPoint(time=record.occurred_at, served_before=where)
         recalled = await self.recall(agent_id, request, point, total=total, advance=advance)

@@ -78,6 +78,7 @@ def closed_port() -> int:
         ),
         (["retrieve", "H1", "--url", "http://127.0.0.1:abc"], {}, "is not a valid URL"),
         (["retrieve", "H1", "--url", "notaurl"], {}, "is not http:// or https://"),
+        (["retrieve", "H1", "--query", "  "], {}, "invalid retrieval: query: must not be blank"),
         (["facts", "H1", "--url", "ftp://127.0.0.1"], {}, "is not http:// or https://"),
         (["plan", "H1", "x", "--url", "http://[::1"], {}, "is not a valid URL"),
         (["facts", "a/b"], {}, "'a/b' is not an agent id"),
