@@ -107,6 +107,10 @@ def test_emotion_categories_are_tried_in_profile_order() -> None:
         ("My basement flooded, and I lost my furniture.", "household", "personal"),
         ("Our street flooded again; me too", "household", "personal"),
         ("I've seen this before", "default", "personal"),
+        ("Storm report:\nMy basement flooded", "default", "personal"),
+        ('"My basement flooded," said the owner', "household", "personal"),
+        ("(my house) flooded; 'our street' too", "household", "personal"),
+        ("Tell me.", "default", "personal"),
     ],
 )
 def test_a_personal_pattern_matches_a_word_not_the_end_of_one(
