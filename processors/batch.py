@@ -193,6 +193,18 @@ def _kept(data: bytes | None) -> bytes | None:
     return None if data is None else data[:MAX_KEPT_BYTES]
 
 
+MAX_REASON_CHARS = 2_000
+"""A reason quotes the input it refuses (an unknown event_type, a field's name): a record can
+make it as long as itself, and a letter past the broker's request size stopped the worker
+(exit 70) on that record at every restart."""
+
+
+def _bounded(reason: str) -> str:
+    if len(reason) <= MAX_REASON_CHARS:
+        return reason
+    return f"{reason[:MAX_REASON_CHARS]}... ({len(reason) - MAX_REASON_CHARS:,} characters cut)"
+
+
 def _cut_note(raw: RawRecord) -> str:
     cut = [
         f"{name} ({len(data):,} bytes)"
@@ -314,7 +326,7 @@ class _Batch:
             return
         self.result.dead_letters.append(
             DeadLetter(
-                reason=exc.reason + _cut_note(raw),
+                reason=_bounded(exc.reason) + _cut_note(raw),
                 error_kind=exc.kind,
                 topic=raw.topic,
                 partition=raw.partition,

@@ -123,14 +123,22 @@ def encode_event(event: BaseModel) -> bytes:
     return encoded
 
 
+def _shown(value: object, chars: int = 80) -> str:
+    """``repr(value)``, cut: a reason quotes what it refuses, not a megabyte of it."""
+    shown = repr(value)
+    return shown if len(shown) <= chars else f"{shown[:chars]}... ({len(shown):,} characters)"
+
+
 def upcast(payload: dict[str, Any]) -> dict[str, Any]:
     """Bring a payload of an old schema version up to the current one, step by step."""
     event_type = payload.get("event_type")
     if not isinstance(event_type, str) or event_type not in CURRENT_VERSIONS:
-        raise DecodeError("unknown_event_type", f"unknown event_type {event_type!r}")
+        raise DecodeError("unknown_event_type", f"unknown event_type {_shown(event_type)}")
     version = payload.get("schema_version", 1)
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise DecodeError("invalid", f"schema_version must be a positive integer, not {version!r}")
+        raise DecodeError(
+            "invalid", f"schema_version must be a positive integer, not {_shown(version)}"
+        )
     current = CURRENT_VERSIONS[event_type]
     if version > current:
         raise DecodeError(
@@ -161,7 +169,7 @@ def _load_object(raw: bytes) -> dict[str, Any]:
 def _validation_message(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors(include_url=False)[:5]:
-        where = ".".join(str(p) for p in err["loc"]) or "(root)"
+        where = ".".join(str(p) for p in err["loc"])[:200] or "(root)"
         parts.append(f"{where}: {readable_reason(err)}")
     more = exc.error_count() - 5
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")

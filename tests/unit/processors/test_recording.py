@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import numpy as np
+import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -85,6 +87,35 @@ def test_ids_are_deterministic_and_replay_gives_identical_events() -> None:
     assert first[0] == second[0]
     assert first[1] == second[1]
     assert first[0][3].memory_id == memory_id_for("A", "ev-3")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"agent_id": "H001", "content": "x", "event_type": "t" * 1_200_000},
+        {
+            "agent_id": "H001",
+            "content": "x",
+            "event_type": "observation",
+            "schema_version": "9" * 1_200_000,
+        },
+        {"agent_id": "H001", "content": "x", "event_type": "observation", "f" * 1_200_000: 1},
+    ],
+)
+def test_a_dead_letter_of_a_huge_bad_input_stays_a_small_letter(value: dict[str, object]) -> None:
+    """The reason quoted the refused input whole: a 1.2 MB event_type made a letter past the
+    broker's request size, and the worker stopped (exit 70) on that record at every restart."""
+    raw = orjson.dumps({"agent_id": "H001", "content": "x", **value})
+    result = process_batch(
+        [RawRecord("agent.observations", 0, 7, b"H001", raw, "observation")],
+        lambda _: AgentMemoryState(),
+        ctx=Deriving(CONFIG, EMBEDDER, ExtractiveSummariser(), VERSION),
+        failed_at=datetime.now(UTC),
+    )
+    (letter,) = result.dead_letters
+    assert len(letter.reason) < 3_000
+    assert len(encode_event(letter)) < 200_000, "a letter past the broker's request size"
+    assert "agent.observations[0]@7" in letter.reason  # where the whole record is
 
 
 def test_the_hashing_embedder_is_deterministic_normalised_and_lexical() -> None:
