@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from schemas.memory_events import DerivedEvent, derived_topic_of
+
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+"""What Kafka accepts as a topic's name."""
 
 
 @dataclass(frozen=True)

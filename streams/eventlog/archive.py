@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
@@ -38,7 +38,7 @@ from aiokafka.errors import KafkaError
 
 from schemas.errors import EngramError
 from schemas.sealed import SealError, is_sealed, sealed_header
-from schemas.topics import Topics
+from schemas.topics import TOPIC_NAME, Topics
 from streams.eventlog.derived_log import at_end, read_to_end
 from streams.eventlog.kafka_clients import admin_client, archive_producer, log_reader
 from streams.eventlog.topic_admin import ONE_COPY, TopicReplication
@@ -273,12 +273,18 @@ async def _export_partition(
 def read_manifest(directory: Path) -> list[TopicSummary]:
     data = _manifest(directory)
     try:
-        return [
+        summaries = [
             TopicSummary(t["name"], int(t["partitions"]), tuple(int(n) for n in t["records"]))
             for t in data["topics"]
         ]
     except (KeyError, TypeError, ValueError) as exc:
         raise ArchiveError(f"{directory / MANIFEST} is damaged: {exc!r}") from None
+    for s in summaries:  # a name is a directory of the archive, never a path out of it
+        if not TOPIC_NAME.fullmatch(s.name) or s.name in (".", ".."):
+            raise ArchiveError(f"{directory / MANIFEST} is damaged: {s.name!r} is no topic")
+        if s.partitions < 1 or len(s.records) != s.partitions:
+            raise ArchiveError(f"{directory / MANIFEST} is damaged: {s.name}'s partitions")
+    return summaries
 
 
 def topic_prefix_of(summaries: Sequence[TopicSummary]) -> str | None:
@@ -318,17 +324,48 @@ def _manifest(directory: Path) -> dict[str, Any]:
     return data
 
 
-def _lines(directory: Path, topic: str, partition: int) -> Iterator[dict[str, Any]]:
+class Line(NamedTuple):
+    """One record of an archive file, checked."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None
+
+
+def _lines(directory: Path, topic: str, partition: int) -> Iterator[Line]:
     path = _file(directory, topic, partition)
     try:
         with gzip.open(path, "rb") as lines:
             for number, line in enumerate(lines, start=1):
                 try:
-                    yield orjson.loads(line)
-                except ValueError as exc:
-                    raise ArchiveError(f"{path}, line {number}: {exc}") from None
+                    yield _line(orjson.loads(line))
+                except (ValueError, TypeError, KeyError) as exc:
+                    raise ArchiveError(f"{path}, line {number}: {_what(exc)}") from None
     except (OSError, EOFError) as exc:
         raise ArchiveError(f"cannot read {path}: {exc}") from exc
+
+
+def _line(data: Any) -> Line:
+    """A record as an export writes it, or the error that says what is wrong with it: a
+    damaged line was a traceback deep in the import (``KeyError: 'offset'``)."""
+    offset, timestamp = data["offset"], data.get("timestamp")
+    if type(offset) is not int or offset < 0:
+        raise ValueError(f"offset is not a record's offset: {offset!r:.40}")
+    if timestamp is not None and type(timestamp) is not int:
+        raise ValueError(f"timestamp is not milliseconds: {timestamp!r:.40}")
+    key, value = (data[name] for name in ("key", "value"))
+    if not all(part is None or isinstance(part, str) for part in (key, value)):
+        raise ValueError("key and value must be base64 text or null")
+    return Line(offset, _raw(key), _raw(value), timestamp)
+
+
+def _what(exc: Exception) -> str:
+    if isinstance(exc, KeyError):
+        return f"no {exc} field"
+    if isinstance(exc, TypeError):
+        return "not a record (a JSON object with offset, key, value)"
+    return f"{exc}"
 
 
 def sealing_keys(directory: Path, per_partition: int = 2_000) -> set[tuple[str, str]]:
@@ -342,7 +379,7 @@ def sealing_keys(directory: Path, per_partition: int = 2_000) -> set[tuple[str, 
                 continue
             lines = _lines(directory, summary.name, partition)
             for line in itertools.islice(lines, per_partition):
-                value = _raw(line["value"])
+                value = line.value
                 if value is None or not is_sealed(value):
                     continue
                 try:
@@ -385,8 +422,9 @@ async def import_log(
         for summary in summaries:
             for partition in range(summary.partitions):
                 start = starts.get(TopicPartition(summary.name, partition), 0)
+                expected = summary.records[partition]
                 await _import_partition(
-                    producer, directory, summary.name, partition, progress, start
+                    producer, directory, summary.name, partition, progress, expected, start
                 )
     except KafkaError as exc:
         raise ArchiveError(f"cannot write the log to {bootstrap}: {exc}") from exc
@@ -429,12 +467,10 @@ def _check_same_record(
 ) -> None:
     """The target's record is the archive's at its offset, or the target holds another log."""
     for line in _lines(directory, tp.topic, tp.partition):
-        offset = int(line["offset"])
+        offset = line.offset
         if offset < record.offset:
             continue
-        if offset == record.offset and (
-            _raw(line["key"]) == record.key and _raw(line["value"]) == record.value
-        ):
+        if offset == record.offset and (line.key == record.key and line.value == record.value):
             return
         break
     raise ArchiveError(
@@ -451,10 +487,11 @@ async def _import_partition(
     topic: str,
     partition: int,
     progress: Progress | None,
+    expected: int,
     start: int = 0,
 ) -> None:
     """The archive's records of one partition from offset ``start`` (what the target holds
-    already is skipped)."""
+    already is skipped), ``expected`` of them in its file as the manifest says."""
     pending: list[tuple[int, Any]] = []
 
     async def settle() -> None:
@@ -469,21 +506,27 @@ async def _import_partition(
             progress(len(pending))
         pending.clear()
 
+    read = 0
     for line in _lines(directory, topic, partition):
-        offset = int(line["offset"])
-        if offset < start:
+        read += 1
+        if line.offset < start:
             continue
         delivery = await producer.send(
             topic,
-            value=_raw(line["value"]),
-            key=_raw(line["key"]),
+            value=line.value,
+            key=line.key,
             partition=partition,
-            timestamp_ms=line.get("timestamp"),
+            timestamp_ms=line.timestamp,
         )
-        pending.append((offset, delivery))
+        pending.append((line.offset, delivery))
         if len(pending) >= 5_000:
             await settle()
     await settle()
+    if read != expected:  # a file cut short (or grown) since the export: never silently less
+        raise ArchiveError(
+            f"{_file(directory, topic, partition)} holds {read:,} records where the archive's "
+            f"manifest says {expected:,}: the archive is damaged ({read:,} were imported)"
+        )
 
 
 async def _check_topics(

@@ -48,9 +48,8 @@ from schemas.memory_events import (
     MemoryWritten,
     SourcePosition,
 )
-from schemas.topics import Topics
+from schemas.topics import TOPIC_NAME, Topics
 
-TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 OFFSETS = re.compile(r"[0-9]+:[0-9]+")
 """A partition and an offset in ASCII digits."""
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

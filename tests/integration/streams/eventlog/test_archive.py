@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -306,6 +307,62 @@ async def test_a_damaged_line_is_named_by_file_and_line(
 
     with pytest.raises(ArchiveError, match=r"0\.jsonl\.gz, line 2: "):
         await import_log(second_broker, archive)
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (b'{"key": null, "value": null}', "line 2: no 'offset' field"),
+        (b"[1, 2]", "line 2: not a record"),
+        (b'{"offset": null, "key": null, "value": null}', "line 2: offset is not"),
+        (b'{"offset": 1, "key": null, "value": "abc"}', "line 2: Incorrect padding"),
+        (b'{"offset": 1, "key": null, "value": null, "timestamp": "x"}', "line 2: timestamp is"),
+        (b'{"offset": 1, "key": 7, "value": null}', "line 2: key and value must be base64"),
+    ],
+)
+async def test_a_line_that_is_no_record_is_named_by_file_and_line(
+    kafka_bootstrap: str, second_broker: str, tmp_path: Path, line: bytes, said: str
+) -> None:
+    """Each was a traceback deep in the import (KeyError, TypeError), exit 1."""
+    import gzip
+
+    topics = await three_observations(kafka_bootstrap, "archline")
+    archive = tmp_path / "archive"
+    await export_log(kafka_bootstrap, [topics.observations], archive)
+    part = archive / topics.observations / "0.jsonl.gz"
+    with gzip.open(part, "rb") as lines:
+        first, _, third = lines.read().splitlines(keepends=True)
+    with gzip.open(part, "wb") as out:
+        out.write(first + line + b"\n" + third)
+    with pytest.raises(ArchiveError, match=re.escape(f"0.jsonl.gz, {said}")):
+        await import_log(second_broker, archive)
+
+
+async def test_a_file_cut_short_is_refused_not_imported_as_less(
+    kafka_bootstrap: str, second_broker: str, tmp_path: Path
+) -> None:
+    """The manifest's counts were never checked: an import of a file missing its last records
+    loaded fewer and reported the manifest's numbers, exit 0."""
+    import gzip
+
+    topics = await three_observations(kafka_bootstrap, "archshort")
+    archive = tmp_path / "archive"
+    await export_log(kafka_bootstrap, [topics.observations], archive)
+    part = archive / topics.observations / "0.jsonl.gz"
+    with gzip.open(part, "rb") as lines:
+        kept = lines.read().splitlines(keepends=True)[:2]
+    with gzip.open(part, "wb") as out:
+        out.write(b"".join(kept))
+    with pytest.raises(ArchiveError, match="holds 2 records where the archive's manifest says 3"):
+        await import_log(second_broker, archive)
+
+
+def test_a_manifest_naming_a_path_for_a_topic_is_damaged(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text(
+        '{"format": 1, "topics": [{"name": "../../etc", "partitions": 1, "records": [1]}]}'
+    )
+    with pytest.raises(ArchiveError, match=re.escape("'../../etc' is no topic")):
+        read_manifest(tmp_path)
 
 
 async def test_a_refused_resume_creates_no_topic(
