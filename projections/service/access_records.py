@@ -18,6 +18,7 @@ from pydantic_core import to_jsonable_python
 
 from projections.learned.reads import Facts
 from projections.retrieval.models import RetrievalRequest, RetrievalResponse
+from schemas.envelope import TIME_BOUND
 from schemas.memory_events import FACTS_READ_MODE, MemoryRetrieved, RetrievedItem
 
 log = logging.getLogger("projections.service.app")  # where these warnings were always logged
@@ -99,20 +100,28 @@ def retrieval_time(
     request: RetrievalRequest, response: RetrievalResponse
 ) -> tuple[int | None, int | None]:
     """(step, year) of a retrieval: the caller's, else the clock the service resolved (one past
-    the newest memory's step or year, :func:`projections.retrieval.scoring.resolve_clock`).
+    the newest memory's step or year, :func:`projections.retrieval.scoring.resolve_clock`); the
+    step, when no clock counts in steps, one past the newest step among the results.
 
     The worker takes it as the summaries' latest access, from which seed 001's recency counts;
     a record without it left that at the summary's making, and a summary retrieved one step
-    before its pruning was pruned as if never touched (the usual call gives no time). A clock
-    in seqs or wall-clock hours is no step or year: nothing is recorded then."""
-    if request.current_step is not None or request.current_year is not None:
-        return request.current_step, request.current_year
+    before its pruning was pruned as if never touched (the usual call gives no time). An agent
+    whose events carry years and steps is pruned by steps while its clock counts years, hence
+    the step from the results. A clock in seqs or wall-clock hours is no step or year."""
     clock = response.clock
-    if clock.axis == "step":
-        return clock.now, None
-    if clock.axis == "year":
-        return None, clock.now
-    return None, None
+    step = request.current_step
+    if step is None:
+        steps = [m.step for m in response.results if m.step is not None]
+        step = clock.now if clock.axis == "step" else (max(steps) + 1 if steps else None)
+    year = request.current_year
+    if year is None and request.current_step is None and clock.axis == "year":
+        year = clock.now
+    # One past the newest may pass the bound an event's time is held to.
+    return _within_bound(step), _within_bound(year)
+
+
+def _within_bound(time: int | None) -> int | None:
+    return None if time is None else min(time, TIME_BOUND)
 
 
 def facts_read_record(

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from projections.retrieval.models import RetrievalRequest, RetrievalResponse
+from projections.retrieval.models import RetrievalRequest, RetrievalResponse, RetrievedMemory
 from projections.retrieval.scoring import Clock
 from projections.service.access_records import retrieval_record, retrieval_time
+from schemas.envelope import TIME_BOUND
 
 AGENT = "H001"
 
@@ -47,3 +48,29 @@ def test_a_record_carries_the_time_the_ranking_measured_ages_from(
     assert (record.step, record.year) == recorded
     # What the caller asked is kept as asked: the time inferred is not a parameter.
     assert RetrievalRequest.model_validate(record.parameters) == request
+
+
+def answered_with(clock: Clock, *steps: int | None) -> RetrievalResponse:
+    """An answer whose results carry these steps (built unvalidated: only their times count)."""
+    results = tuple(
+        RetrievedMemory.model_construct(memory_id=f"m{i}", step=step, year=2)
+        for i, step in enumerate(steps)
+    )
+    return answered(clock).model_copy(update={"results": results})
+
+
+def test_an_agent_of_years_and_steps_gets_a_step_too() -> None:
+    """Its clock counts years, but it is pruned by steps: a year alone left a retrieved
+    summary's step recency at its making."""
+    asked = RetrievalRequest()
+    assert retrieval_time(asked, answered_with(Clock("year", 3), 19, 20, None)) == (21, 3)
+    by_year = RetrievalRequest(current_year=3)
+    assert retrieval_time(by_year, answered_with(Clock("year", 3), 19, 20)) == (21, 3)
+    assert retrieval_time(asked, answered_with(Clock("year", 3), None)) == (None, 3)
+
+
+def test_one_past_the_newest_time_stays_within_the_bound_of_an_event_s_time() -> None:
+    """A memory at year 2**53 made the record's year 2**53 + 1: the record failed to build and
+    the retrieval went unrecorded."""
+    record = retrieval_record(AGENT, RetrievalRequest(), answered(Clock("year", TIME_BOUND + 1)))
+    assert record.year == TIME_BOUND
