@@ -196,8 +196,8 @@ def on_tick(
 
 def chapter_ended(state: AgentMemoryState, tick: ScheduleTick, rules: SummaryRules) -> bool:
     """Whether ``tick`` ends a wall-clock agent's chapter: ``sessions_per_chapter`` sessions (of
-    the ticks' interval) since its first pending L1, as seed 001 closes one every 10 steps, not
-    every 10 L1s (a quiet session makes none). Times in the log decide, so a fold agrees."""
+    the ticks' interval) since its first pending L1 (a quiet session makes none), or, when too
+    few L1s were pending then, the tick that makes enough. Log times decide: a fold agrees."""
     if not state.pending_l1:
         return False
     first = min(entry.occurred_at for entry in state.pending_l1)

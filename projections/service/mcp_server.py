@@ -241,8 +241,8 @@ async def _serve(web: uvicorn.Server, where: str) -> None:
         await web.serve()
     except SystemExit:
         raise OSError(
-            f"the MCP server cannot listen on {where}: the port is in use, or the host is not "
-            "an address of this machine (uvicorn's error above says which)"
+            f"the MCP server cannot listen on {where} (uvicorn's error above says why: a port "
+            "in use, an address not of this machine, a port below 1024)"
         ) from None
 
 
