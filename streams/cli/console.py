@@ -190,13 +190,20 @@ LEFT_WHEN_STOPPED: list[str] = []
 def if_stopped(left: Callable[[], str | None]) -> Iterator[None]:
     """A command stopped (Ctrl-C, SIGTERM) inside this block says ``left()`` on its way out:
     what the stop left half done (a version partly built, an archive partly imported) and the
-    command that finishes or removes it. Said by :func:`run`; None says nothing."""
+    command that finishes or removes it. Said by :func:`run`; None says nothing. A command
+    that failed there says it too, before its error: a replay that lost its broker left a
+    version building without a word, and each retry (exit 75 invites one) left another."""
     try:
         yield
     except (asyncio.CancelledError, KeyboardInterrupt):
         message = left()
         if message:
             LEFT_WHEN_STOPPED.append(message)
+        raise
+    except Exception:
+        message = left()
+        if message:
+            err.print(message)
         raise
 
 

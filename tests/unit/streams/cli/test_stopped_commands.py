@@ -42,6 +42,21 @@ def test_a_stopped_command_cleans_up_says_what_it_left_and_exits_128_plus_the_si
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
 
+def test_a_command_that_fails_says_what_it_left_before_its_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async def main() -> None:
+        with if_stopped(lambda: "version v9 is partly built: --resume finishes it"):
+            raise ConnectionRefusedError(111, "Connect call failed")
+
+    with pytest.raises(typer.Exit) as failed:
+        run(main)
+    assert failed.value.exit_code == 75
+    said = capsys.readouterr().err.splitlines()
+    assert said[0] == "version v9 is partly built: --resume finishes it"
+    assert "Connect call failed" in said[1]
+
+
 def test_a_command_that_finishes_says_nothing_of_a_stop(capsys: pytest.CaptureFixture[str]) -> None:
     async def main() -> None:
         with if_stopped(lambda: "never said"):
