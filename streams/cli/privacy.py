@@ -31,9 +31,11 @@ commands = typer.Typer()
     "forget-agent",
     help=(
         "Forget an agent: erase its memories from every projection version and delete its "
-        "sealing keys, so its events on every topic (and in every export) can no longer be "
-        "read, and a replay cannot bring them back. Runs in log order through the worker that "
-        "owns the agent; this command waits until that worker has done it."
+        "sealing keys, so its sealed events on every topic (and in every export) can no longer "
+        "be read, and a replay cannot bring them back; events a client published unsealed (a "
+        "plain Kafka client, a publisher given no keyring) stay readable on the agent topics. "
+        "Runs in log order through the worker that owns the agent; this command waits until "
+        "that worker has done it."
     ),
 )
 def forget_agent(
@@ -131,4 +133,9 @@ def _print_report(agent_id: str, report: ForgetReport, *, as_json: bool) -> None
             "this id (is the id right?), or it was forgotten before. Events it published "
             "unsealed stay readable in the log; the projections were erased[/yellow]",
             markup=True,
+        )
+    else:
+        console.print(
+            "its sealed events can no longer be read; any it published unsealed (a plain Kafka "
+            "client, a publisher given no keyring) stay readable on the agent topics"
         )
