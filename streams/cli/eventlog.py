@@ -32,7 +32,7 @@ from streams.cli.console import (
     run,
     unreachable,
 )
-from streams.cli.progress import counted
+from streams.cli.progress import counted, sized_as_it_goes
 from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
@@ -66,13 +66,14 @@ def export_command(
     async def main() -> None:
         with (
             if_stopped(lambda: f"nothing was written: {directory} is as it was"),
-            counted("exporting", None) as advance,
+            sized_as_it_goes("exporting") as (total, advance),
         ):
             summaries = await deferred.archive.export_log(
                 bootstrap,
                 deferred.topics.Topics(settings.topic_prefix).all(),
                 directory,
                 progress=advance,
+                sized=total,
             )
         report("exported", summaries, directory)
 

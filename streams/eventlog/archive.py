@@ -84,10 +84,12 @@ async def export_log(
     directory: Path,
     *,
     progress: Progress | None = None,
+    sized: Progress | None = None,
     notes: Mapping[str, str] | None = None,
 ) -> list[TopicSummary]:
     """Write ``topics`` (those that exist) to ``directory`` as they are when reading starts;
-    ``notes`` go into the manifest (:func:`archive_notes`) for whoever imports it.
+    ``notes`` go into the manifest (:func:`archive_notes`) for whoever imports it; ``sized``
+    is told the records the broker reports before any is read (a bar's total).
 
     Written into a sibling temporary directory and renamed at the end, so an interrupted export
     never leaves a half archive where a whole one was. ``directory`` may be new, empty, or an
@@ -96,7 +98,7 @@ async def export_log(
     check_export_target(directory)
     staging = _fresh_staging(directory)
     try:
-        summaries = await _export_into(bootstrap, topics, staging, progress)
+        summaries = await _export_into(bootstrap, topics, staging, progress, sized)
         _finish(staging, directory, summaries, notes or {})
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -132,7 +134,11 @@ def recover_interrupted_export(directory: Path) -> list[str]:
 
 
 async def _export_into(
-    bootstrap: str, topics: Sequence[str], staging: Path, progress: Progress | None
+    bootstrap: str,
+    topics: Sequence[str],
+    staging: Path,
+    progress: Progress | None,
+    sized: Progress | None,
 ) -> list[TopicSummary]:
     consumer = log_reader(bootstrap)
     summaries: list[TopicSummary] = []
@@ -152,6 +158,8 @@ async def _export_into(
         tps = [TopicPartition(t, p) for t, partitions in layout.items() for p in partitions]
         begins = await consumer.beginning_offsets(tps) if tps else {}
         ends = await consumer.end_offsets(tps) if tps else {}
+        if sized is not None:
+            sized(sum(ends[tp] - begins[tp] for tp in tps))
         for topic, partitions in layout.items():
             (staging / topic).mkdir()
             counts = []
@@ -347,8 +355,7 @@ def _lines(directory: Path, topic: str, partition: int) -> Iterator[Line]:
 
 
 def _line(data: Any) -> Line:
-    """A record as an export writes it, or the error that says what is wrong with it: a
-    damaged line was a traceback deep in the import (``KeyError: 'offset'``)."""
+    """A record as an export writes it, or what is wrong with it (not a traceback)."""
     offset, timestamp = data["offset"], data.get("timestamp")
     if type(offset) is not int or offset < 0:
         raise ValueError(f"offset is not a record's offset: {offset!r:.40}")
@@ -361,11 +368,9 @@ def _line(data: Any) -> Line:
 
 
 def _what(exc: Exception) -> str:
-    if isinstance(exc, KeyError):
-        return f"no {exc} field"
     if isinstance(exc, TypeError):
         return "not a record (a JSON object with offset, key, value)"
-    return f"{exc}"
+    return f"no {exc} field" if isinstance(exc, KeyError) else str(exc)
 
 
 def sealing_keys(directory: Path, per_partition: int = 2_000) -> set[tuple[str, str]]:
