@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -297,9 +297,34 @@ def test_the_command_line_exports_and_imports_with_a_clear_refusal(
     assert "1 of them were there already" in resumed.stdout
 
 
+def replaced(line: bytes) -> Callable[[bytes], bytes]:
+    return lambda _: line
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (lambda second: second[: len(second) // 2], "line 2: "),  # not JSON any more
+        (replaced(b'{"key": null, "value": null}'), "line 2: no 'offset' field"),
+        (replaced(b"[1, 2]"), "line 2: not a record"),
+        (replaced(b'{"offset": null, "key": null, "value": null}'), "line 2: offset is not"),
+        (replaced(b'{"offset": 1, "key": null, "value": "abc"}'), "line 2: Incorrect padding"),
+        (
+            replaced(b'{"offset": 1, "key": null, "value": null, "timestamp": "x"}'),
+            "line 2: timestamp is",
+        ),
+        (replaced(b'{"offset": 1, "key": 7, "value": null}'), "line 2: key and value must be"),
+    ],
+    ids=["cut", "no-offset", "array", "null-offset", "bad-base64", "bad-timestamp", "int-key"],
+)
 async def test_a_damaged_line_is_named_by_file_and_line(
-    kafka_bootstrap: str, second_broker: str, tmp_path: Path
+    kafka_bootstrap: str,
+    second_broker: str,
+    tmp_path: Path,
+    damage: Callable[[bytes], bytes],
+    said: str,
 ) -> None:
+    """Lines that are no record were a traceback deep in the import (KeyError, TypeError)."""
     import gzip
 
     topics = await three_observations(kafka_bootstrap, "archbad")
@@ -309,37 +334,7 @@ async def test_a_damaged_line_is_named_by_file_and_line(
     with gzip.open(part, "rb") as lines:
         first, second, third = lines.read().splitlines(keepends=True)
     with gzip.open(part, "wb") as out:
-        out.write(first + second[: len(second) // 2] + b"\n" + third)
-
-    with pytest.raises(ArchiveError, match=r"0\.jsonl\.gz, line 2: "):
-        await import_log(second_broker, archive)
-
-
-@pytest.mark.parametrize(
-    ("line", "said"),
-    [
-        (b'{"key": null, "value": null}', "line 2: no 'offset' field"),
-        (b"[1, 2]", "line 2: not a record"),
-        (b'{"offset": null, "key": null, "value": null}', "line 2: offset is not"),
-        (b'{"offset": 1, "key": null, "value": "abc"}', "line 2: Incorrect padding"),
-        (b'{"offset": 1, "key": null, "value": null, "timestamp": "x"}', "line 2: timestamp is"),
-        (b'{"offset": 1, "key": 7, "value": null}', "line 2: key and value must be base64"),
-    ],
-)
-async def test_a_line_that_is_no_record_is_named_by_file_and_line(
-    kafka_bootstrap: str, second_broker: str, tmp_path: Path, line: bytes, said: str
-) -> None:
-    """Each was a traceback deep in the import (KeyError, TypeError), exit 1."""
-    import gzip
-
-    topics = await three_observations(kafka_bootstrap, "archline")
-    archive = tmp_path / "archive"
-    await export_log(kafka_bootstrap, [topics.observations], archive)
-    part = archive / topics.observations / "0.jsonl.gz"
-    with gzip.open(part, "rb") as lines:
-        first, _, third = lines.read().splitlines(keepends=True)
-    with gzip.open(part, "wb") as out:
-        out.write(first + line + b"\n" + third)
+        out.write(first + damage(second.rstrip(b"\n")) + b"\n" + third)
     with pytest.raises(ArchiveError, match=re.escape(f"0.jsonl.gz, {said}")):
         await import_log(second_broker, archive)
 
