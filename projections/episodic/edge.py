@@ -128,6 +128,12 @@ SHARD_DIR = "shard"
 POSITIONS_FILE = "applied_positions.json"
 
 
+def _let_go(shard: qe.EdgeShard, lock: ShardLock) -> None:
+    with contextlib.suppress(Exception):
+        shard.close()
+    lock.release()
+
+
 class EdgeEpisodicMemory:
     """One Edge shard of episodic memories, one point per memory (point id = memory id)."""
 
@@ -219,8 +225,9 @@ class EdgeEpisodicMemory:
                 shard.close()
             lock.release()  # only once Edge let go: edge_open's docstring says why
             raise
-        # A store dropped unclosed lets go of its directory with its shard, as Edge's own lock.
-        weakref.finalize(store, lock.release)
+        # A store dropped unclosed lets go of its directory with its shard, as Edge's own lock;
+        # the callback runs before the store's attributes go, so it closes the shard first.
+        weakref.finalize(store, _let_go, shard, lock)
         if not lexical:
             store._warn_dense_only()
         return store

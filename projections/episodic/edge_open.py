@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,7 +31,7 @@ HELD = "the shard is held by another process or store"
 """What a refused opener is told, by the lock or by Edge's own."""
 
 LOCK_FILE = "shard.lock"
-"""Beside the shard directory, in the store's directory; it holds the holder's pid."""
+"""Beside the shard directory, in the store's directory; it holds the holder's host and pid."""
 
 
 class ShardLock:
@@ -56,31 +57,38 @@ class ShardLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            holder = os.pread(fd, 256, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise ProjectionError(_held(directory, holder)) from None
+            raise ProjectionError(_held(directory, holder, path in _HELD_HERE)) from None
         except BaseException:
             os.close(fd)
             raise
         os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        os.pwrite(fd, f"{socket.gethostname()} pid {os.getpid()}".encode(), 0)
+        _HELD_HERE.add(path)
         return cls(fd, path)
 
     def release(self) -> None:
         """Idempotent; closing the file releases the lock."""
         if self._fd is not None:
             fd, self._fd = self._fd, None
+            _HELD_HERE.discard(self.path)
             os.close(fd)
 
 
-def _held(directory: Path, holder: str) -> str:
-    if holder == str(os.getpid()):
+_HELD_HERE: set[Path] = set()
+"""The lock files this process holds: a pid does not tell, as every container's first process
+is pid 1."""
+
+
+def _held(directory: Path, holder: str, here: bool) -> str:
+    if here:
         return (
             f"Qdrant Edge: opening the store at {directory} failed ({HELD}: this process, "
             "whose store there is not closed yet)"
         )
     return (
-        f"Qdrant Edge: opening the store at {directory} failed ({HELD}, pid {holder}): Qdrant "
+        f"Qdrant Edge: opening the store at {directory} failed ({HELD}: {holder}): Qdrant "
         "Edge lives inside one process. Stop that process, or give several processes a Qdrant "
         "server (ENGRAM_QDRANT_URL)"
     )

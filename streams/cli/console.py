@@ -200,6 +200,8 @@ def if_stopped(left: Callable[[], str | None]) -> Iterator[None]:
         if message:
             LEFT_WHEN_STOPPED.append(message)
         raise
+    except typer.Exit:  # a refusal the command said itself, not a failure
+        raise
     except Exception:
         message = left()
         if message:

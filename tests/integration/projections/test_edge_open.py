@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -60,7 +61,8 @@ async def test_a_second_process_is_refused_and_the_holder_goes_on_syncing(tmp_pa
         )
         assert files_of(path) == before, "the refused opener changed the store's files"
         assert refused.returncode == 3, refused.stdout + refused.stderr
-        assert f"held by another process or store, pid {os.getpid()})" in refused.stdout
+        holder = f"{socket.gethostname()} pid {os.getpid()}"
+        assert f"held by another process or store: {holder}): " in refused.stdout
         # The holder writes on, durably: a flush after more memories succeeds.
         await store.apply(log_of("bob", numbered("bob", 6), first_offset=6))
         await store.sync()
@@ -68,7 +70,7 @@ async def test_a_second_process_is_refused_and_the_holder_goes_on_syncing(tmp_pa
         assert (len(memories["alice"]), len(memories["bob"])) == (6, 6)
     finally:
         await store.close()
-    assert (path / LOCK_FILE).read_text() == str(os.getpid())
+    assert (path / LOCK_FILE).read_text() == f"{socket.gethostname()} pid {os.getpid()}"
     reopened = EdgeEpisodicMemory.open(path, EMBEDDING_DIM)  # closed, the lock is free again
     await reopened.close()
 

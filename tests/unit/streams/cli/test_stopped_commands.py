@@ -57,6 +57,23 @@ def test_a_command_that_fails_says_what_it_left_before_its_error(
     assert "Connect call failed" in said[1]
 
 
+def test_a_refusal_the_command_says_itself_says_nothing_more(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``fail()`` raises typer.Exit, a RuntimeError: it was taken for a failure and followed
+    by what the command left, contradicting the refusal."""
+    from streams.cli.console import fail
+
+    async def main() -> None:
+        with if_stopped(lambda: "never said"):
+            fail("refused: not forgotten", code=1)
+
+    with pytest.raises(typer.Exit) as refused:
+        run(main)
+    assert refused.value.exit_code == 1
+    assert capsys.readouterr().err.strip() == "error: refused: not forgotten"
+
+
 def test_a_command_that_finishes_says_nothing_of_a_stop(capsys: pytest.CaptureFixture[str]) -> None:
     async def main() -> None:
         with if_stopped(lambda: "never said"):
