@@ -38,7 +38,7 @@ from streams.settings import EngramSettings
 if TYPE_CHECKING:
     from projections.history import AgentHistory
     from schemas.deadletter import DeadLetter
-    from streams.eventlog.archive import TopicSummary
+    from streams.eventlog.archive_files import TopicSummary
 
 commands = typer.Typer()
 
@@ -163,8 +163,10 @@ def import_command(
             written.append(n)
             advance(n)
 
-        def left() -> str:
+        def left() -> str | None:
             done = sum(written)
+            if not done:  # refused before a record was written: no --resume is needed
+                return None
             return (
                 f"the target holds at least {done:,} of the archive's {total:,} records; "
                 f"`engram import --resume {directory}` continues from there"

@@ -21,7 +21,7 @@ from rich.progress import (
 from streams.cli.console import console, err, unless_stopping
 
 if TYPE_CHECKING:
-    from streams.eventlog.archive import TopicSummary
+    from streams.eventlog.archive_files import TopicSummary
 
 Advance = Callable[[int], None]
 """Called with a count of records: how many more are done, or how many there are in all.

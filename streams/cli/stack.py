@@ -37,7 +37,7 @@ from streams.runtime.stall_report import reported_if_slow
 from streams.settings import EngramSettings
 
 if TYPE_CHECKING:
-    from streams.eventlog.archive import TopicSummary
+    from streams.eventlog.archive_files import TopicSummary
     from streams.runtime.devstack.stack import DevStack
     from streams.runtime.node import Endpoints, Node
 

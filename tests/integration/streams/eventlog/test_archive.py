@@ -11,13 +11,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from schemas.topics import Topics
-from streams.eventlog.archive import (
-    ArchiveError,
-    archive_notes,
-    export_log,
-    import_log,
-    read_manifest,
-)
+from streams.eventlog.archive import archive_notes, export_log, import_log, read_manifest
+from streams.eventlog.archive_files import ArchiveError
 from streams.eventlog.kafka_clients import log_reader
 from streams.eventlog.topic_admin import ensure_topics
 from streams.runtime.devstack.broker import TansuBroker
@@ -343,19 +338,23 @@ async def test_a_file_cut_short_is_refused_not_imported_as_less(
     kafka_bootstrap: str, second_broker: str, tmp_path: Path
 ) -> None:
     """The manifest's counts were never checked: an import of a file missing its last records
-    loaded fewer and reported the manifest's numbers, exit 0."""
+    loaded fewer and reported the manifest's numbers, exit 0. Refused before anything is
+    written, so the whole archive imports afterwards without --resume."""
     import gzip
+    import shutil
 
     topics = await three_observations(kafka_bootstrap, "archshort")
-    archive = tmp_path / "archive"
+    archive, damaged = tmp_path / "archive", tmp_path / "damaged"
     await export_log(kafka_bootstrap, [topics.observations], archive)
-    part = archive / topics.observations / "0.jsonl.gz"
+    shutil.copytree(archive, damaged)
+    part = damaged / topics.observations / "0.jsonl.gz"
     with gzip.open(part, "rb") as lines:
         kept = lines.read().splitlines(keepends=True)[:2]
     with gzip.open(part, "wb") as out:
         out.write(b"".join(kept))
     with pytest.raises(ArchiveError, match="holds 2 records where the archive's manifest says 3"):
-        await import_log(second_broker, archive)
+        await import_log(second_broker, damaged)
+    assert [s.total for s in await import_log(second_broker, archive)] == [3]
 
 
 def test_a_manifest_naming_a_path_for_a_topic_is_damaged(tmp_path: Path) -> None:

@@ -1,0 +1,111 @@
+"""The files of an archive (:mod:`streams.eventlog.archive`): where each partition's records
+are, and each line read back as a record, checked, so a damaged archive is refused in words
+(file and line) before anything is written, never imported as less or as a traceback."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import orjson
+
+from schemas.errors import EngramError
+
+__all__ = [
+    "ArchiveError",
+    "Line",
+    "TopicSummary",
+    "archive_file",
+    "b64_text",
+    "check_files",
+    "lines_of",
+]
+
+
+class ArchiveError(EngramError, RuntimeError):
+    """The archive or the target broker cannot be used; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class TopicSummary:
+    name: str
+    partitions: int
+    records: tuple[int, ...]
+    """Per partition."""
+
+    @property
+    def total(self) -> int:
+        return sum(self.records)
+
+
+def archive_file(directory: Path, topic: str, partition: int) -> Path:
+    return directory / topic / f"{partition}.jsonl.gz"
+
+
+def b64_text(raw: bytes | None) -> str | None:
+    return None if raw is None else base64.b64encode(raw).decode("ascii")
+
+
+def _raw(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+class Line(NamedTuple):
+    """One record of an archive file, checked."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None
+
+
+def lines_of(directory: Path, topic: str, partition: int) -> Iterator[Line]:
+    path = archive_file(directory, topic, partition)
+    try:
+        with gzip.open(path, "rb") as lines:
+            for number, line in enumerate(lines, start=1):
+                try:
+                    yield _line(orjson.loads(line))
+                except (ValueError, TypeError, KeyError) as exc:
+                    raise ArchiveError(f"{path}, line {number}: {_what(exc)}") from None
+    except (OSError, EOFError) as exc:
+        raise ArchiveError(f"cannot read {path}: {exc}") from exc
+
+
+def _line(data: Any) -> Line:
+    """A record as an export writes it, or what is wrong with it (not a traceback)."""
+    offset, timestamp = data["offset"], data.get("timestamp")
+    if type(offset) is not int or offset < 0:
+        raise ValueError(f"offset is not a record's offset: {offset!r:.40}")
+    if timestamp is not None and type(timestamp) is not int:
+        raise ValueError(f"timestamp is not milliseconds: {timestamp!r:.40}")
+    key, value = (data[name] for name in ("key", "value"))
+    if not all(part is None or isinstance(part, str) for part in (key, value)):
+        raise ValueError("key and value must be base64 text or null")
+    return Line(offset, _raw(key), _raw(value), timestamp)
+
+
+def _what(exc: Exception) -> str:
+    if isinstance(exc, TypeError):
+        return "not a record (a JSON object with offset, key, value)"
+    return f"no {exc} field" if isinstance(exc, KeyError) else str(exc)
+
+
+def check_files(directory: Path, summaries: Sequence[TopicSummary]) -> None:
+    """Every file holds the records its manifest counts, each a record, before anything is
+    written: a file cut short was imported as less, exit 0, and found out after writing, it
+    would leave the target with part of an archive that no --resume gets past."""
+    for s in summaries:
+        for partition, expected in enumerate(s.records):
+            exists = archive_file(directory, s.name, partition).exists()
+            read = sum(1 for _ in lines_of(directory, s.name, partition)) if exists else 0
+            if read != expected:
+                where = archive_file(directory, s.name, partition)
+                raise ArchiveError(
+                    f"{where} holds {read:,} records where the archive's manifest says "
+                    f"{expected:,}: the archive is damaged"
+                )
