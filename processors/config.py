@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from processors.learning_config import LearningRules
+from processors.source_text import source_pattern
 
 Symbol = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
 """A sensor name or level: no ``:`` or ``|``, which join them into a signature."""
@@ -157,10 +158,21 @@ class AgentTypeProfile(BaseModel):
             raise ValueError(f"weights must lie in [0, 1]: {bad}")
         return value
 
-    @field_validator("emotion_keywords", "source_patterns")
+    @field_validator("emotion_keywords")
     @classmethod
     def _lowercase(cls, value: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
         return {k: tuple(p.lower() for p in v) for k, v in value.items()}
+
+    @field_validator("source_patterns")
+    @classmethod
+    def _as_matched(cls, value: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        """Written as the text they are matched in is (:mod:`processors.source_text`), so one
+        with punctuation still matches; one of punctuation alone would match any space."""
+        patterns = {k: tuple(source_pattern(p) for p in v) for k, v in value.items()}
+        blank = sorted({k for k, v in patterns.items() for p in v if not p.strip()})
+        if blank:
+            raise ValueError(f"a source pattern of {', '.join(blank)} is punctuation alone")
+        return patterns
 
 
 class ConsolidationRules(BaseModel):

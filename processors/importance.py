@@ -8,9 +8,8 @@ as that seed's engine does.
 
 from __future__ import annotations
 
-import re
-
 from processors.config import AgentTypeProfile
+from processors.source_text import source_text
 from schemas.agent_events import AgentEvent, Decision
 from schemas.memory_events import ImportanceInputs
 
@@ -20,11 +19,6 @@ def table_key_of(event: AgentEvent) -> str | None:
     if isinstance(event, Decision):
         return f"decision.{event.skill}"
     return event.kind
-
-
-_SEPARATORS = re.compile(r"[^\w'%]+|(?<!\w)'|'(?!\w)")
-"""What separates words for the source patterns: anything but letters, digits, ``%`` (a
-community figure) and an apostrophe inside a word (``i've``)."""
 
 
 def classify_emotion(content: str, tags: tuple[str, ...], profile: AgentTypeProfile) -> str:
@@ -39,10 +33,9 @@ def classify_emotion(content: str, tags: tuple[str, ...], profile: AgentTypeProf
 
 
 def classify_source(content: str, profile: AgentTypeProfile) -> str:
-    """Who the experience comes from; patterns are matched on the lowercased text with every
-    run of punctuation and whitespace made one space and a space at either end, so " my "
-    finds the word after a line break, a quote or a bracket as after a space."""
-    text = f" {_SEPARATORS.sub(' ', content.lower())} "
+    """Who the experience comes from: the first source with a pattern in the content, both as
+    :mod:`processors.source_text` writes them."""
+    text = source_text(content)
     for source, patterns in profile.source_patterns.items():
         if any(pattern in text for pattern in patterns):
             return source

@@ -154,6 +154,22 @@ def test_bad_profiles_are_refused_with_the_reason(tmp_path: Path) -> None:
         load_processing_config(path)
 
 
+def test_a_pattern_with_punctuation_matches_as_the_text_is_read(tmp_path: Path) -> None:
+    """The text's punctuation became spaces and the pattern's did not: "co-worker" and " me."
+    never matched again; a pattern of punctuation alone would match any space."""
+    path = tmp_path / "types.yaml"
+    path.write_text(
+        "default:\n  emotional_weights: {routine: 0.5}\n  source_weights: {abstract: 1.0}\n"
+        "  source_patterns: {neighbor: [co-worker], personal: [' me.']}\n"
+    )
+    profile = load_processing_config(path).profile_for("default")
+    assert classify_source("My co-worker told me", profile) == "neighbor"
+    assert classify_source("They told me.", profile) == "personal"
+    path.write_text(path.read_text().replace("[co-worker]", "['--']"))
+    with pytest.raises(ValueError, match="a source pattern of neighbor is punctuation alone"):
+        load_processing_config(path)
+
+
 @pytest.mark.parametrize(
     ("text", "reason"),
     [
