@@ -107,7 +107,8 @@ def retrieval_time(
     a record without it left that at the summary's making, and a summary retrieved one step
     before its pruning was pruned as if never touched (the usual call gives no time). An agent
     whose events carry years and steps is pruned by steps while its clock counts years, hence
-    the step from the results. A clock in seqs or wall-clock hours is no step or year."""
+    the step from the results (in any mode whose clock is not in steps, ``recent``'s hours
+    too). A clock in seqs or hours gives no year."""
     clock = response.clock
     step = request.current_step
     if step is None:

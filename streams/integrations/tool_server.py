@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from projections.service.client import AsyncEngramClient
@@ -46,9 +46,16 @@ class ToolServerSettings(EngramSettings):
     query_url: str = Field(
         default="http://127.0.0.1:8000",
         validation_alias=AliasChoices("ENGRAM_QUERY_URL", "ENGRAM_URL", "query_url"),
-        pattern=r"^https?://",
         description="The query service the read tools call: an http:// or https:// URL.",
     )
+
+    @field_validator("query_url")
+    @classmethod
+    def _http(cls, url: str) -> str:
+        if not url.lower().startswith(("http://", "https://")):
+            raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        return url
+
     query_timeout: float = Field(
         default=10.0,
         gt=0.0,

@@ -107,3 +107,16 @@ async def test_the_tool_is_listed_read_only_with_its_input(store: FieldStore) ->
     assert set(schema["properties"]) == {"agent_id", "prompt", "exclude"}
     assert refused.is_error
     assert "exclude.0: String should have at least 1 character" in text_of(refused)
+
+
+async def test_a_query_service_url_that_is_not_http_is_a_tool_error_in_words() -> None:
+    def unsupported(request: httpx.Request) -> httpx.Response:
+        raise httpx.UnsupportedProtocol("Request URL has an unsupported protocol 'ftp://'.")
+
+    async with (
+        AsyncEngramClient("http://engram.test", transport=httpx.MockTransport(unsupported)) as s,
+        Client(create_mcp_server(memory_tools(), ToolContext(s))) as mcp,
+    ):
+        result = await mcp.call_tool("select_tool", {"agent_id": "H001", "prompt": "speed"})
+    assert result.is_error
+    assert "the memory service cannot be called: the query service URL" in text_of(result)

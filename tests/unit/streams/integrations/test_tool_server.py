@@ -31,6 +31,8 @@ def test_the_query_service_is_engram_query_url_else_engram_url(
     assert ToolServerSettings().query_url == "http://as-engram-retrieve-reads-it:8000"
     clean_env.setenv("ENGRAM_QUERY_URL", "http://query:8000")
     assert ToolServerSettings().query_url == "http://query:8000"
+    clean_env.setenv("ENGRAM_QUERY_URL", "HTTPS://Query:8000")  # as httpx takes it
+    assert ToolServerSettings().query_url == "HTTPS://Query:8000"
     assert ToolServerSettings(query_url="http://flag:1").query_url == "http://flag:1"
 
 
@@ -68,7 +70,7 @@ async def test_feedback_that_was_not_published_is_called_feedback(
         (["mcp", "--transport", "http"], {"ENGRAM_MCP_PORT": "port"}, "mcp_port: Input should be"),
         (["mcp"], {"ENGRAM_QUERY_TIMEOUT": "0"}, "query_timeout: Input should be greater than 0"),
         (["mcp"], {"ENGRAM_LIFECYCLE": "{bad"}, "ENGRAM_LIFECYCLE could not be parsed"),
-        (["mcp"], {"ENGRAM_QUERY_URL": "notaurl"}, "ENGRAM_QUERY_URL: String should match pattern"),
+        (["mcp"], {"ENGRAM_QUERY_URL": "notaurl"}, "'notaurl' is not an http:// or https:// URL"),
     ],
 )
 def test_bad_configuration_is_one_readable_error(
