@@ -137,5 +137,6 @@ def _print_report(agent_id: str, report: ForgetReport, *, as_json: bool) -> None
     else:
         console.print(
             "its sealed events can no longer be read; any it published unsealed (a plain Kafka "
-            "client, a publisher given no keyring) stay readable on the agent topics"
+            "client, a publisher given no keyring) stay readable on the agent topics, and in "
+            "the dead letters where one was refused"
         )
