@@ -145,7 +145,8 @@ async def _export_into(
                 counts.append(
                     await _export_partition(consumer, tp, (begins[tp], ends[tp]), staging, progress)
                 )
-            summaries.append(TopicSummary(topic, len(partitions), tuple(counts)))
+            sizes = tuple(archive_file(staging, topic, p).stat().st_size for p in partitions)
+            summaries.append(TopicSummary(topic, len(partitions), tuple(counts), sizes))
     except KafkaError as exc:
         raise ArchiveError(f"cannot read the log at {bootstrap}: {exc}") from exc
     finally:
@@ -198,7 +199,12 @@ def _finish(
         "format": FORMAT,
         "exported_at": datetime.now(UTC).isoformat(),
         "topics": [
-            {"name": s.name, "partitions": s.partitions, "records": list(s.records)}
+            {
+                "name": s.name,
+                "partitions": s.partitions,
+                "records": list(s.records),
+                **({"bytes": list(s.sizes)} if s.sizes is not None else {}),
+            }
             for s in summaries
         ],
         "notes": dict(notes),
@@ -259,7 +265,12 @@ def read_manifest(directory: Path) -> list[TopicSummary]:
     data = _manifest(directory)
     try:
         summaries = [
-            TopicSummary(t["name"], int(t["partitions"]), tuple(int(n) for n in t["records"]))
+            TopicSummary(
+                t["name"],
+                int(t["partitions"]),
+                tuple(int(n) for n in t["records"]),
+                tuple(int(n) for n in t["bytes"]) if "bytes" in t else None,
+            )
             for t in data["topics"]
         ]
     except (KeyError, TypeError, ValueError) as exc:
@@ -267,7 +278,8 @@ def read_manifest(directory: Path) -> list[TopicSummary]:
     for s in summaries:  # a name is a directory of the archive, never a path out of it
         if not TOPIC_NAME.fullmatch(s.name) or s.name in (".", ".."):
             raise ArchiveError(f"{directory / MANIFEST} is damaged: {s.name!r} is no topic")
-        if s.partitions < 1 or len(s.records) != s.partitions:
+        counts = (len(s.records), s.partitions if s.sizes is None else len(s.sizes))
+        if s.partitions < 1 or counts != (s.partitions, s.partitions):
             raise ArchiveError(f"{directory / MANIFEST} is damaged: {s.name}'s partitions")
     return summaries
 
