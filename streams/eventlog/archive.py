@@ -4,7 +4,8 @@ The log is the truth, so it must be able to outlive its broker: the dev stack's 
 its log in memory and archives it on the way down, and any deployment can move its log between
 clusters. An archive is a directory::
 
-    manifest.json                      format, topics, partition counts, record counts
+    manifest.json                      format, topics, partition counts, record counts,
+                                       file sizes (an import checks them before writing)
     <topic>/<partition>.jsonl.gz       one JSON object per record, in offset order:
                                        {"offset", "key", "value", "timestamp"} (key and value
                                        base64, so poison records travel unchanged)
