@@ -82,7 +82,7 @@ from projections.episodic.edge_filters import (
     forgetting_updates,
     selection_filter,
 )
-from projections.episodic.edge_open import ShardLock, edge_errors, open_shard
+from projections.episodic.edge_open import ShardLock, edge_errors, let_go, open_shard
 from projections.episodic.edge_points import edge_points
 from projections.episodic.edge_positions import Positions, read_positions, write_positions
 from projections.episodic.edge_segments import (
@@ -128,12 +128,6 @@ SHARD_DIR = "shard"
 POSITIONS_FILE = "applied_positions.json"
 
 
-def _let_go(shard: qe.EdgeShard, lock: ShardLock) -> None:
-    with contextlib.suppress(Exception):
-        shard.close()
-    lock.release()
-
-
 class EdgeEpisodicMemory:
     """One Edge shard of episodic memories, one point per memory (point id = memory id)."""
 
@@ -153,6 +147,7 @@ class EdgeEpisodicMemory:
         lock: ShardLock | None = None,
     ) -> None:
         self._lock = lock
+        self._unclosed: weakref.finalize[..., EdgeEpisodicMemory] | None = None
         self._sync_every = sync_every
         self._unsynced = False
         self._sync_task: asyncio.Task[None] | None = None
@@ -225,9 +220,7 @@ class EdgeEpisodicMemory:
                 shard.close()
             lock.release()  # only once Edge let go: edge_open's docstring says why
             raise
-        # A store dropped unclosed lets go of its directory with its shard, as Edge's own lock;
-        # the callback runs before the store's attributes go, so it closes the shard first.
-        weakref.finalize(store, _let_go, shard, lock)
+        store._unclosed = weakref.finalize(store, let_go, shard, lock)  # edge_open says why
         if not lexical:
             store._warn_dense_only()
         return store
@@ -592,6 +585,8 @@ class EdgeEpisodicMemory:
                     finally:
                         self._shard.close()
             finally:  # after Edge let go, whatever failed: edge_open's docstring says why
+                if self._unclosed is not None:
+                    self._unclosed.detach()  # closed here: nothing is left for the collector
                 if self._lock is not None:
                     self._lock.release()
 

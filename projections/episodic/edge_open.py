@@ -13,6 +13,7 @@ leaves it behind.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
@@ -25,7 +26,7 @@ import qdrant_edge as qe
 from projections.episodic.edge_config import ensure_indexes, shard_config, stored_layout
 from projections.interfaces import ProjectionError
 
-__all__ = ["HELD", "LOCK_FILE", "ShardLock", "edge_errors", "open_shard"]
+__all__ = ["HELD", "LOCK_FILE", "ShardLock", "edge_errors", "let_go", "open_shard"]
 
 HELD = "the shard is held by another process or store"
 """What a refused opener is told, by the lock or by Edge's own."""
@@ -79,6 +80,15 @@ class ShardLock:
 _HELD_HERE: set[Path] = set()
 """The lock files this process holds: a pid does not tell, as every container's first process
 is pid 1."""
+
+
+def let_go(shard: qe.EdgeShard, lock: ShardLock) -> None:
+    """What a store dropped unclosed does when it is collected: as Edge's own lock did, it lets
+    go of its directory, but only after closing the shard (a finalizer runs before the store's
+    attributes go, so the shard would still be open when the lock was let go)."""
+    with contextlib.suppress(Exception):
+        shard.close()
+    lock.release()
 
 
 def _held(directory: Path, holder: str, here: bool) -> str:
