@@ -5,7 +5,8 @@ its log in memory and archives it on the way down, and any deployment can move i
 clusters. An archive is a directory::
 
     manifest.json                      format, topics, partition counts, record counts,
-                                       file sizes (an import checks them before writing)
+                                       file sizes and SHA-256s (an import checks them
+                                       before writing)
     <topic>/<partition>.jsonl.gz       one JSON object per record, in offset order:
                                        {"offset", "key", "value", "timestamp"} (key and value
                                        base64, so poison records travel unchanged)
@@ -23,6 +24,7 @@ import gzip
 import itertools
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -43,6 +45,7 @@ from streams.eventlog.archive_files import (
     archive_file,
     b64_text,
     check_files,
+    file_digest,
     lines_of,
 )
 from streams.eventlog.derived_log import at_end, read_to_end
@@ -146,8 +149,10 @@ async def _export_into(
                 counts.append(
                     await _export_partition(consumer, tp, (begins[tp], ends[tp]), staging, progress)
                 )
-            sizes = tuple(archive_file(staging, topic, p).stat().st_size for p in partitions)
-            summaries.append(TopicSummary(topic, len(partitions), tuple(counts), sizes))
+            files = [archive_file(staging, topic, p) for p in partitions]
+            sizes = tuple(file.stat().st_size for file in files)
+            digests = tuple(map(file_digest, files))
+            summaries.append(TopicSummary(topic, len(partitions), tuple(counts), sizes, digests))
     except KafkaError as exc:
         raise ArchiveError(f"cannot read the log at {bootstrap}: {exc}") from exc
     finally:
@@ -205,6 +210,7 @@ def _finish(
                 "partitions": s.partitions,
                 "records": list(s.records),
                 **({"bytes": list(s.sizes)} if s.sizes is not None else {}),
+                **({"sha256": list(s.digests)} if s.digests is not None else {}),
             }
             for s in summaries
         ],
@@ -271,6 +277,7 @@ def read_manifest(directory: Path) -> list[TopicSummary]:
                 int(t["partitions"]),
                 tuple(int(n) for n in t["records"]),
                 tuple(int(n) for n in t["bytes"]) if "bytes" in t else None,
+                tuple(map(_digest, t["sha256"])) if "sha256" in t else None,
             )
             for t in data["topics"]
         ]
@@ -279,10 +286,23 @@ def read_manifest(directory: Path) -> list[TopicSummary]:
     for s in summaries:  # a name is a directory of the archive, never a path out of it
         if not TOPIC_NAME.fullmatch(s.name) or s.name in (".", ".."):
             raise ArchiveError(f"{directory / MANIFEST} is damaged: {s.name!r} is no topic")
-        counts = (len(s.records), s.partitions if s.sizes is None else len(s.sizes))
-        if s.partitions < 1 or counts != (s.partitions, s.partitions):
+        counts = (
+            len(s.records),
+            s.partitions if s.sizes is None else len(s.sizes),
+            s.partitions if s.digests is None else len(s.digests),
+        )
+        if s.partitions < 1 or counts != (s.partitions,) * 3 or (s.digests and not s.sizes):
             raise ArchiveError(f"{directory / MANIFEST} is damaged: {s.name}'s partitions")
     return summaries
+
+
+def _digest(value: Any) -> str:
+    if not isinstance(value, str) or not SHA256_HEX.fullmatch(value):
+        raise ValueError(f"{value!r:.80} is no SHA-256")
+    return value
+
+
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def topic_prefix_of(summaries: Sequence[TopicSummary]) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ __all__ = [
     "archive_file",
     "b64_text",
     "check_files",
+    "file_digest",
     "lines_of",
 ]
 
@@ -38,6 +40,9 @@ class TopicSummary:
     """Per partition."""
     sizes: tuple[int, ...] | None = None
     """Bytes of each partition's file (None in an archive written before they were kept)."""
+    digests: tuple[str, ...] | None = None
+    """SHA-256 of each partition's file, hex (None in an archive written before they were
+    kept): a damaged byte that leaves the size as it was is found before writing too."""
 
     @property
     def total(self) -> int:
@@ -100,9 +105,10 @@ def _what(exc: Exception) -> str:
 def check_files(directory: Path, summaries: Sequence[TopicSummary]) -> None:
     """Every file is as the manifest says, before anything is written: a file cut short was
     imported as less, exit 0, and found out after writing, it would leave the target with part
-    of an archive that no --resume gets past. Its size says it at the cost of a stat; an
-    archive that kept no sizes has its lines counted (a read of every file, ~10 us a record).
-    A line that is no record is named when the import reaches it."""
+    of an archive that no --resume gets past. Its size says it at the cost of a stat, and its
+    SHA-256 (a read of the compressed bytes in C, ~1 ms a MB here) catches a damaged byte that
+    kept the size. An archive that kept neither has its lines counted (a read of every file,
+    ~10 us a record), and a line that is no record is named when the import reaches it."""
     for s in summaries:
         for partition, expected in enumerate(s.records):
             path = archive_file(directory, s.name, partition)
@@ -113,6 +119,11 @@ def check_files(directory: Path, summaries: Sequence[TopicSummary]) -> None:
                         f"{path} is {size:,} bytes where the archive's manifest says "
                         f"{s.sizes[partition]:,}: the archive is damaged"
                     )
+                if s.digests is not None and file_digest(path) != s.digests[partition]:
+                    raise ArchiveError(
+                        f"{path} is not the file the archive's manifest describes (its SHA-256 "
+                        "differs though its size is the same): the archive is damaged"
+                    )
                 continue
             read = _count_lines(path) if path.exists() else 0
             if read != expected:
@@ -120,6 +131,15 @@ def check_files(directory: Path, summaries: Sequence[TopicSummary]) -> None:
                     f"{path} holds {read:,} records where the archive's manifest says "
                     f"{expected:,}: the archive is damaged"
                 )
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 of a file, hex, as an archive's manifest keeps it."""
+    try:
+        with path.open("rb") as file:
+            return hashlib.file_digest(file, "sha256").hexdigest()
+    except OSError as exc:
+        raise ArchiveError(f"cannot read {path}: {exc}") from exc
 
 
 def _count_lines(path: Path) -> int:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -148,14 +151,15 @@ def cut_short(archive: Path, into: Path, keep: dict[str, int]) -> None:
 
 
 def resized(archive: Path) -> None:
-    """The manifest's file sizes made those of its files: the archive of another log, whole,
-    rather than a damaged one."""
+    """The manifest's file sizes and digests made those of its files: the archive of another
+    log, whole, rather than a damaged one."""
     import json
 
     manifest = json.loads((archive / "manifest.json").read_text())
     for topic in manifest["topics"]:
-        files = (archive / topic["name"] / f"{p}.jsonl.gz" for p in range(topic["partitions"]))
+        files = [archive / topic["name"] / f"{p}.jsonl.gz" for p in range(topic["partitions"])]
         topic["bytes"] = [f.stat().st_size for f in files]
+        topic["sha256"] = [hashlib.sha256(f.read_bytes()).hexdigest() for f in files]
     (archive / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -307,12 +311,12 @@ def test_the_command_line_exports_and_imports_with_a_clear_refusal(
 
 
 def without_sizes(archive: Path) -> None:
-    """The archive as written before its manifest kept each file's size."""
+    """The archive as written before its manifest kept each file's size and digest."""
     import json
 
     manifest = json.loads((archive / "manifest.json").read_text())
     for topic in manifest["topics"]:
-        del topic["bytes"]
+        del topic["bytes"], topic["sha256"]
     (archive / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -384,6 +388,45 @@ async def test_a_file_cut_short_is_refused_not_imported_as_less(
     with pytest.raises(ArchiveError, match="holds 2 records where the archive's manifest says 3"):
         await import_log(second_broker, damaged)
     assert [s.total for s in await import_log(second_broker, archive)] == [3]
+
+
+async def test_a_damaged_byte_that_keeps_the_size_is_refused_before_writing(
+    kafka_bootstrap: str, second_broker: str, tmp_path: Path
+) -> None:
+    """A file damaged in place, its size unchanged, passed the size check: the import wrote
+    the records before the damage, then stopped at it, and no --resume got past it. Its
+    SHA-256 refuses it before anything is written, so the whole archive imports afterwards."""
+    import shutil
+
+    topics = await three_observations(kafka_bootstrap, "archbyte")
+    archive, damaged = tmp_path / "archive", tmp_path / "damaged"
+    await export_log(kafka_bootstrap, [topics.observations], archive)
+    manifest = json.loads((archive / "manifest.json").read_text())
+    assert [len(t["sha256"]) for t in manifest["topics"]] == [1]
+    shutil.copytree(archive, damaged)
+    part = damaged / topics.observations / "0.jsonl.gz"
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    part.write_bytes(bytes(data))
+    with pytest.raises(ArchiveError, match="its SHA-256 differs though its size is the same"):
+        await import_log(second_broker, damaged)
+    assert [s.total for s in await import_log(second_broker, archive)] == [3]
+
+
+@pytest.mark.parametrize("digest", ["abc", 7, "G" * 64])
+def test_a_manifest_with_a_digest_that_is_none_is_damaged(tmp_path: Path, digest: Any) -> None:
+    (tmp_path / "manifest.json").write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "topics": [
+                    {"name": "t", "partitions": 1, "records": [1], "bytes": [9], "sha256": [digest]}
+                ],
+            }
+        )
+    )
+    with pytest.raises(ArchiveError, match="is no SHA-256"):
+        read_manifest(tmp_path)
 
 
 def test_a_manifest_naming_a_path_for_a_topic_is_damaged(tmp_path: Path) -> None:
