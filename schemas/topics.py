@@ -5,10 +5,25 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from schemas.derived_fields import SourcePosition
 from schemas.memory_events import DerivedEvent, derived_topic_of
 
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 """What Kafka accepts as a topic's name."""
+
+_POSITION = re.compile(r"([A-Za-z0-9._-]{1,249}):([0-9]+):([0-9]+)")
+"""ASCII digits only: "²".isdigit() is true, and int() refuses it."""
+
+
+def parse_position(text: str) -> SourcePosition:
+    """``topic:partition:offset``, as ``engram publish`` and ``engram history`` print a
+    position; raises ``ValueError`` naming the text otherwise. One parser for every command
+    that takes a position, so they accept and refuse the same texts."""
+    match = _POSITION.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not topic:partition:offset")
+    topic, partition, offset = match.groups()
+    return SourcePosition(topic=topic, partition=int(partition), offset=int(offset))
 
 
 @dataclass(frozen=True)

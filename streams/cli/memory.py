@@ -391,16 +391,12 @@ def retrieval_params(
 
 def _position(text: str) -> dict[str, Any]:
     """``topic:partition:offset`` (as ``engram publish`` prints it) as the service takes it."""
-    topic, _, rest = text.rpartition(":")
-    topic, _, partition = topic.rpartition(":")
-    # isdecimal and ASCII: "²".isdigit() is true, and int() refuses it.
-    if not (topic and _ascii_number(partition) and _ascii_number(rest)):
-        fail(f"--after: {text!r} is not topic:partition:offset")
-    return {"topic": topic, "partition": int(partition), "offset": int(rest)}
+    from schemas.topics import parse_position
 
-
-def _ascii_number(text: str) -> bool:
-    return text.isascii() and text.isdecimal()
+    try:
+        return parse_position(text).model_dump()
+    except ValueError as exc:
+        fail(f"--after: {exc}")
 
 
 def _weights(texts: list[str]) -> dict[str, float]:

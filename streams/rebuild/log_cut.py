@@ -33,7 +33,6 @@ cut by time only, each event at its own log time.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -48,9 +47,8 @@ from schemas.memory_events import (
     MemoryWritten,
     SourcePosition,
 )
-from schemas.topics import TOPIC_NAME, Topics
+from schemas.topics import Topics, parse_position
 
-OFFSETS = re.compile(r"[0-9]+:[0-9]+")
 """A partition and an offset in ASCII digits."""
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MILLISECOND = timedelta(milliseconds=1)
@@ -106,13 +104,10 @@ def parse_point(text: str) -> LogPoint:
         pass
     else:
         return LogPoint(time=moment if moment.tzinfo else moment.replace(tzinfo=UTC))
-    topic, _, offset = text.rpartition(":")
-    topic, _, partition = topic.rpartition(":")
-    numbers = f"{partition}:{offset}"  # ASCII: "²".isdigit() is true, and int() refuses it
-    if TOPIC_NAME.fullmatch(topic) and OFFSETS.fullmatch(numbers):
-        return LogPoint(
-            position=SourcePosition(topic=topic, partition=int(partition), offset=int(offset))
-        )
+    try:
+        return LogPoint(position=parse_position(text))
+    except ValueError:
+        pass
     raise ValueError(
         f"{text!r} is neither topic:partition:offset (as `engram publish` and `engram "
         "history` print positions) nor an ISO 8601 time such as 2026-11-22T10:00:00+00:00"

@@ -436,7 +436,16 @@ async def test_the_client_takes_published_positions_and_raises_on_a_timeout() ->
     assert [m.content for m in answer.results] == ["event 1"]
 
 
-@pytest.mark.parametrize("after", ["agent.observations-5", "agent.observations:0:x", ":0:5"])
+@pytest.mark.parametrize(
+    "after",
+    [
+        "agent.observations-5",
+        "agent.observations:0:x",
+        ":0:5",
+        "agent observations:0:5",  # no topic's name: --as-of refused it, --after took it
+        "agent.observations:\u00b2:5",
+    ],
+)
 def test_the_command_line_refuses_a_malformed_position(after: str) -> None:
     from typer.testing import CliRunner
 
