@@ -6,7 +6,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 AGENT_ID_PATTERN = r"^[A-Za-z0-9_.:@\-]+$"
 AgentId = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=AGENT_ID_PATTERN)]
@@ -36,6 +36,23 @@ worker's JSON decoder reads. Unbounded, a publisher would accept a year the work
 dead-letter."""
 
 SimulationTime = Annotated[int, Field(ge=-TIME_BOUND, le=TIME_BOUND)]
+
+
+def _not_a_number(value: Any) -> Any:
+    if isinstance(value, (int, float)) or (
+        isinstance(value, str) and value.strip().lstrip("+-").replace(".", "", 1).isdigit()
+    ):
+        raise ValueError(
+            f"{value!r:.40} is a number, not a time: give ISO 8601 with an offset, "
+            "such as 2026-11-22T10:00:00+00:00"
+        )
+    return value
+
+
+TimeAsked = Annotated[AwareDatetime, BeforeValidator(_not_a_number)]
+"""A time a request names (a retrieval's current time, an as-of, a filter's bounds), as ISO
+text only: pydantic reads a number as Unix seconds, so ``2026`` meant as a year, or an offset
+meant as an as-of, became 1970-01-01T00:33:46Z and answered about another time, silently."""
 
 MAX_CONTENT_CHARS = 16_384
 """A memory is a sentence or a paragraph; anything larger is almost surely a bug upstream."""

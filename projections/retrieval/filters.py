@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from projections.memory import StoredMemory
-from schemas.envelope import SimulationTime, Tag
+from schemas.envelope import SimulationTime, Tag, TimeAsked
 from schemas.memory_events import Level
 
 MemoryKind = Literal["working", "episodic", "summary_l1", "summary_l2", "fact", "procedure"]
@@ -79,12 +79,12 @@ class MemoryFilter(BaseModel):
     step_to: SimulationTime | None = Field(
         default=None, description="Latest simulation step, inclusive."
     )
-    occurred_after: AwareDatetime | None = Field(
+    occurred_after: TimeAsked | None = Field(
         default=None,
         description="Keep memories of events that occurred at or after this time "
         "(ISO 8601 with an offset), the wall clock of agents without years or steps.",
     )
-    occurred_before: AwareDatetime | None = Field(
+    occurred_before: TimeAsked | None = Field(
         default=None, description="Keep memories of events that occurred at or before this time."
     )
 

@@ -7,7 +7,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -21,7 +20,7 @@ from projections.retrieval.breakdowns import Breakdown, ProfileName
 from projections.retrieval.filters import MemoryFilter
 from projections.retrieval.generative import GenerativeWeights
 from projections.retrieval.scoring import Clock, Weights
-from schemas.envelope import MAX_CONTENT_CHARS, NOT_WHITESPACE, TIME_BOUND, AgentId, Tag
+from schemas.envelope import MAX_CONTENT_CHARS, NOT_WHITESPACE, TIME_BOUND, AgentId, Tag, TimeAsked
 from schemas.memory_events import Level
 
 Mode = Literal[
@@ -277,7 +276,7 @@ class RetrievalRequest(BaseModel):
         le=TIME_BOUND,
         description="Simulation step of the retrieval; ages are then in steps.",
     )
-    current_time: AwareDatetime | None = Field(
+    current_time: TimeAsked | None = Field(
         default=None,
         description=(
             "Wall-clock time of the retrieval (ISO 8601 with an offset), for agents that count "
@@ -361,7 +360,7 @@ class RetrievalRequest(BaseModel):
         le=MAX_WAIT_TIMEOUT_MS,
         description="Longest wait for ``after``, in milliseconds (0: check once, do not wait).",
     )
-    as_of: AsOfPosition | AwareDatetime | None = Field(default=None, description=AS_OF_HELP)
+    as_of: AsOfPosition | TimeAsked | None = Field(default=None, description=AS_OF_HELP)
 
     @model_validator(mode="before")
     @classmethod

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Protocol, TypeVar
 
 from pydantic import (
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -73,7 +72,7 @@ from projections.service.client import (
     format_for_prompt,
 )
 from schemas.agent_events import AgentEvent, Content, JsonObject, Observation
-from schemas.envelope import MAX_CONTENT_CHARS, AgentId, SimulationTime, Tag
+from schemas.envelope import MAX_CONTENT_CHARS, AgentId, SimulationTime, Tag, TimeAsked
 from schemas.errors import EngramError
 from schemas.readable_errors import readable_reason
 
@@ -252,7 +251,7 @@ class RetrieveMemoryInput(_ToolInput):
         ge=0,
         description="The current simulation step, instead of a year: ages are counted in steps.",
     )
-    current_time: AwareDatetime | None = Field(
+    current_time: TimeAsked | None = Field(
         default=None,
         description="The current time (ISO 8601 with an offset), instead of a year or step: "
         "ages are counted in hours of when things happened. Mode recent counts its days back "

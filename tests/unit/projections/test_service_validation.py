@@ -273,6 +273,9 @@ async def test_bad_agent_id_is_refused(client: httpx.AsyncClient, agent_id: str)
         ({"mode": "recent", "days": 0}, "days"),
         ({"mode": "recent", "days": -7}, "days"),
         ({"mode": "recent", "days": 1e300}, "days"),
+        # A number was read as Unix seconds: the year 2026 as 1970-01-01T00:33:46Z.
+        ({"current_time": 2026}, "current_time"),
+        ({"filter": {"occurred_after": 1.7e9}}, "filter.occurred_after"),
     ],
 )
 async def test_bad_field_is_refused_by_name(
@@ -284,6 +287,26 @@ async def test_bad_field_is_refused_by_name(
     assert [entry["msg"].split(":")[0] for entry in detail] == [field]
     assert all(set(entry) == {"loc", "msg", "type"} for entry in detail)
     assert not await admitted_by_the_document(client, body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"current_time": 2026},
+        {"current_time": "2026"},
+        {"mode": "recent", "current_time": " -1700000000.5"},
+        {"filter": {"occurred_before": "1700000000"}},
+        {"as_of": 5},
+    ],
+)
+async def test_a_number_for_a_time_is_refused_not_read_as_unix_seconds(
+    client: httpx.AsyncClient, body: dict[str, Any]
+) -> None:
+    """``2026`` meant as a year, or an offset meant as an as-of, was read as Unix seconds and
+    answered about 1970-01-01T00:33:46Z (``engram retrieve --time 2026`` too)."""
+    response = await client.post(URL, json=body)
+    assert response.status_code == 422, response.text
+    assert any("is a number, not a time: give ISO 8601" in m for m in messages(response))
 
 
 @pytest.mark.parametrize(
