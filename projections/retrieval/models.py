@@ -19,7 +19,7 @@ from projections.memory import StoredMemory
 from projections.retrieval.breakdowns import Breakdown, ProfileName
 from projections.retrieval.filters import MemoryFilter
 from projections.retrieval.generative import GenerativeWeights
-from projections.retrieval.scoring import Clock, Weights
+from projections.retrieval.scoring import QUERY_RELEVANCE_WEIGHT, Clock, Weights
 from schemas.envelope import MAX_CONTENT_CHARS, NOT_WHITESPACE, TIME_BOUND, AgentId, Tag, TimeAsked
 from schemas.memory_events import Level
 
@@ -385,6 +385,27 @@ class RetrievalRequest(BaseModel):
                 filled["top_k"] = DEFAULT_RECENT_TOP_K
             return filled
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _query_relevance_weight(cls, data: Any) -> Any:
+        """A weighted request with a query and no relevance weight ranks by the query too
+        (:data:`QUERY_RELEVANCE_WEIGHT`). Filled in here, where the request is read: the client,
+        the MCP tool and ``engram retrieve --weight`` send every weight, so a default decided at
+        ranking time read their unset relevance as a 0 given, and the recorded request (which
+        ``engram recall --again`` reruns) named 0 where the answer had used 0.5."""
+        if not (isinstance(data, dict) and data.get("mode") == "weighted" and data.get("query")):
+            return data
+        weights = data.get("weights")
+        if weights is None:
+            weights = {}
+        elif isinstance(weights, Weights):
+            if "relevance" in weights.model_fields_set:
+                return data
+            weights = weights.model_dump(include=weights.model_fields_set)
+        if not isinstance(weights, dict) or "relevance" in weights:
+            return data
+        return {**data, "weights": {**weights, "relevance": QUERY_RELEVANCE_WEIGHT}}
 
     @model_validator(mode="after")
     def _consistent(self) -> RetrievalRequest:

@@ -23,7 +23,15 @@ from projections.retrieval.query_relevance import relevance_of, relevance_parts
 from projections.retrieval.recent import recent
 from projections.retrieval.relevance import DENSE_SHARE_MODEL_FREE
 from projections.retrieval.saliency import saliency
-from projections.retrieval.scoring import Moment, Ranking, Weights, hour_of, two_phase, weighted
+from projections.retrieval.scoring import (
+    QUERY_RELEVANCE_WEIGHT,
+    Moment,
+    Ranking,
+    Weights,
+    hour_of,
+    two_phase,
+    weighted,
+)
 
 __all__ = ["QUERY_RELEVANCE_WEIGHT", "rank", "weights_of"]
 
@@ -114,12 +122,6 @@ def _recent(request: RetrievalRequest, memories: Sequence[StoredMemory]) -> Rank
         )
     days = request.days or DEFAULT_RECENT_DAYS
     return recent(memories, top_k=request.top_k, now=request.current_time, days=days)
-
-
-QUERY_RELEVANCE_WEIGHT = 0.5
-"""W_rel of the weighted mode when a request gives a query and no relevance weight of its own:
-seed 003's default weights leave the query out (W_rel 0), which answers a question by recency,
-importance and context alone."""
 
 
 def weights_of(request: RetrievalRequest) -> Weights:

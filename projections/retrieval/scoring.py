@@ -68,6 +68,12 @@ against its own schema, and the retrieval's record on ``memory.access`` was a de
 Weight = Annotated[float, Field(ge=0.0, le=MAX_WEIGHT)]
 
 
+QUERY_RELEVANCE_WEIGHT = 0.5
+"""W_rel of the weighted mode when a request gives a query and no relevance weight of its own:
+seed 003's default weights leave the query out (W_rel 0), which answers a question by recency,
+importance and context alone."""
+
+
 class Weights(BaseModel):
     """The v2 weights of seed 003 (section 1.B and the section 6 config). Defaults reduce the
     formula to the classic ``0.3*R + 0.5*I + 0.2*C``; relevance and interference are opt-in."""

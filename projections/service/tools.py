@@ -428,7 +428,10 @@ def _request(**fields: Any) -> RetrievalRequest:
 
 
 async def _retrieve_memory(context: ToolContext, args: RetrieveMemoryInput) -> ToolResult:
-    request = _request(**args.model_dump(exclude={"agent_id"}, exclude_none=True))
+    fields = args.model_dump(exclude={"agent_id"}, exclude_none=True)
+    if args.weights is not None:  # the model, which knows the weights the caller left out
+        fields["weights"] = args.weights
+    request = _request(**fields)
     response = await retrieve(context, args.agent_id, request)
     return ToolResult(response, format_for_prompt(response, with_time=True))
 

@@ -370,6 +370,20 @@ async def test_retrieve_memory_passes_filter_and_weights_to_the_service(
     assert body["weights"]["context"] == 0.2  # an omitted weight keeps seed 003's default
 
 
+async def test_a_weighted_query_without_a_relevance_weight_ranks_by_the_query(
+    service: Service,
+) -> None:
+    """The tool sends every weight, so the service read an unset relevance as a 0 given and
+    answered a question by recency and importance alone, against this tool's description."""
+    arguments = {"agent_id": AGENT, "mode": "weighted", "query": "flood", "weights": {"recency": 1}}
+    async with connected(service) as mcp:
+        result = await mcp.call_tool("retrieve_memory", arguments)
+
+    assert not result.is_error, text_of(result)
+    [(_, body)] = service.requests
+    assert (body["weights"]["recency"], body["weights"]["relevance"]) == (1, 0.5)
+
+
 async def test_recall_similar_experience_searches_episodic_memory_by_relevance(
     service: Service,
 ) -> None:

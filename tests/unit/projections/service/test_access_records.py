@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from projections.retrieval.models import RetrievalRequest, RetrievalResponse, RetrievedMemory
-from projections.retrieval.scoring import Clock
+from projections.retrieval.scoring import Clock, Weights
 from projections.service.access_records import retrieval_record, retrieval_time
 from schemas.envelope import TIME_BOUND
 
@@ -74,3 +74,23 @@ def test_one_past_the_newest_time_stays_within_the_bound_of_an_event_s_time() ->
     the retrieval went unrecorded."""
     record = retrieval_record(AGENT, RetrievalRequest(), answered(Clock("year", TIME_BOUND + 1)))
     assert record.year == TIME_BOUND
+
+
+@pytest.mark.parametrize(
+    ("weights", "relevance"),
+    [(None, 0.5), ({"recency": 0.3}, 0.5), (Weights(recency=0.3), 0.5), ({"relevance": 0}, 0.0)],
+)
+def test_a_weighted_query_is_recorded_with_the_relevance_weight_it_was_ranked_by(
+    weights: object, relevance: float
+) -> None:
+    """The ranking added relevance 0.5 to a query's weights, the record kept the request's 0:
+    ``engram recall --again`` then ranked the same question another way. A relevance given,
+    0 included, is the caller's. The client's round trip (every field sent) keeps it too."""
+    body: dict[str, object] = {"mode": "weighted", "query": "flood insurance"}
+    if weights is not None:
+        body["weights"] = weights
+    request = RetrievalRequest.model_validate(body)
+    sent = RetrievalRequest.model_validate(request.model_dump(mode="json"))
+    recorded = retrieval_record(AGENT, sent, answered(Clock("year", 3)))
+    assert recorded.parameters["weights"]["relevance"] == relevance
+    assert RetrievalRequest.model_validate(recorded.parameters).weights == request.weights
