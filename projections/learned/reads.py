@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -146,6 +147,11 @@ class PlanLookup(BaseModel):
     score: float | None = Field(description="The hit's score; on a miss, the closest plan's.")
     similarity_threshold: float | None = Field(description="tau of the plan compared.")
     score_threshold: float | None = Field(description="epsilon of the plan compared.")
+
+
+def _time(text: str) -> datetime:
+    """A stored ISO time (with its offset) as a time to compare."""
+    return datetime.fromisoformat(text)
 
 
 def _grouped(fields: dict[bytes, bytes]) -> dict[str, dict[str, Any]]:
@@ -296,14 +302,22 @@ class LearnedMemory:
         (a less certain restatement still supersedes: it is what the agent now holds)."""
         values = await self._fields(agent_id)
         stated = {k[2:]: v for k, v in values.items() if k.startswith("f:") and k.count(":") == 1}
-        latest: dict[tuple[str, str], str] = {}
-        for fact_id, fact in sorted(stated.items(), key=lambda kv: kv[1]["valid_from"]):
-            latest[(fact["subject"], fact["attribute"])] = fact_id
+        # The latest of each subject and attribute among the facts nothing replaced: which
+        # replaces which is the order the worker read them in, whatever times they carry (a
+        # backdated restatement still replaces). Times only choose among facts the worker's
+        # bounded tracking left unended; compared as times, not as text in their offsets.
+        latest: dict[tuple[str, str], tuple[datetime, str]] = {}
+        for fact_id, fact in stated.items():
+            if values.get(f"f:{fact_id}:to"):
+                continue
+            pair, mark = (fact["subject"], fact["attribute"]), (_time(fact["valid_from"]), fact_id)
+            if pair not in latest or mark > latest[pair]:
+                latest[pair] = mark
         vector = None if query is None else await self._embed(query)
         found: list[Fact] = []
         for fact_id, fact in stated.items():
             ended = values.get(f"f:{fact_id}:to", {})
-            current = not ended and latest[(fact["subject"], fact["attribute"])] == fact_id
+            current = not ended and latest[(fact["subject"], fact["attribute"])][1] == fact_id
             confidence = fact.get("confidence", 1.0)
             if not (current or history) or confidence < min_confidence:
                 continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
@@ -74,11 +75,17 @@ async def _recall_fact(context: ToolContext, args: RecallFactInput) -> ToolResul
     lines = ["=== FACTS ==="] + [
         f"- {f.subject} {f.attribute}: {f.value}"
         + ("" if f.confidence == 1.0 else f" (confidence {f.confidence:g})")
-        + ("" if f.current else f" (until {f.valid_to:%Y-%m-%d}, superseded)")
+        + ("" if f.current else f" ({_until(f.valid_to, '%Y-%m-%d')}superseded)")
         + _searched(f.access_count)
         for f in answer.facts
     ]
     return ToolResult(answer, "\n".join(lines) if answer.facts else "No facts known.")
+
+
+def _until(valid_to: datetime | None, form: str) -> str:
+    """When a superseded fact stopped holding; a fact found superseded without its end (one
+    the worker's bounded tracking left unended) has none to give."""
+    return "" if valid_to is None else f"until {valid_to:{form}}, "
 
 
 def _searched(count: int) -> str:

@@ -136,7 +136,11 @@ def facts_table(answer: Facts) -> Table:
     table.add_column("fact", ratio=1, overflow="fold")
     table.add_column("searched", justify="right", no_wrap=True)
     for f in answer.facts:
-        until = "" if f.current else f" (until {f.valid_to:%Y-%m-%d %H:%M})"
+        until = ""
+        if f.valid_to is not None:
+            until = f" (until {f.valid_to:%Y-%m-%d %H:%M})"
+        elif not f.current:  # found superseded without its end: the time is not known
+            until = " (superseded)"
         sure = "" if f.confidence == 1.0 else f" (confidence {f.confidence:g})"
         table.add_row(
             Text(f"{f.subject} {f.attribute}: {f.value}{sure}{until}"), str(f.access_count)

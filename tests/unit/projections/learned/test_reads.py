@@ -1,19 +1,25 @@
 """``LearnedMemory.select_tool``: seed 002's tool selection over the procedures the processors
 learned, read from the fields the Redis store keeps (a :class:`FieldStore` here); and that
-recalling procedures reads the same embeddings."""
+recalling procedures reads the same embeddings; and which of an agent's facts is current."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
 
 import numpy as np
 import pytest
 
+from processors.learning import learn
 from projections.learned.reads import PROCEDURE_SIMILARITY
+from schemas.agent_events import FactStatement, Observation
 from tests.unit.projections.learned.learning_agents import (
     ATTRIBUTE_DESCRIPTION,
     ATTRIBUTE_TOOL,
+    CTX,
     HEALTH,
     SPEED,
     FieldStore,
+    LearningAgent,
     seed_tools,
 )
 
@@ -180,3 +186,58 @@ async def test_recall_still_filters_by_rate_and_keeps_a_procedure_its_name_words
     assert (named.name, named.name_words) == ("heal_player", ("heal",))
     assert named.score is not None
     assert named.score < PROCEDURE_SIMILARITY
+
+
+def _stated(store: FieldStore, agent: LearningAgent, n: int, when: datetime, city: str) -> str:
+    observation = Observation.model_validate(
+        {
+            "agent_id": agent.agent_id,
+            "event_id": f"city-{n}",
+            "occurred_at": when,
+            "content": f"the user lives in {city}",
+            "fact": FactStatement(subject="user", attribute="city", value=city),
+        }
+    )
+    learned, agent.state = learn(observation, agent.state, CTX)
+    store.apply(learned)
+    return city
+
+
+T = datetime(2026, 5, 1, 12, tzinfo=UTC)
+LATER_ELSEWHERE = (T + timedelta(minutes=30)).astimezone(timezone(timedelta(hours=-5)))
+"""Half an hour after ``T``, written as 07:30-05:00: as text it sorts before 12:00Z."""
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        T + timedelta(hours=1),
+        T - timedelta(hours=1),  # a backdated restatement
+        LATER_ELSEWHERE,
+    ],
+    ids=["in-order", "backdated", "other-offset"],
+)
+async def test_the_fact_read_last_is_current_whatever_time_it_carries(second: datetime) -> None:
+    """Which fact replaces which is the order the worker read them in. The read chose the
+    "latest" by sorting its time as text: a backdated restatement, or a later time written in
+    another offset ("07:30-05:00" sorts before "12:00Z"), left the agent with no current fact."""
+    store = FieldStore()
+    agent = LearningAgent(store, "U1")
+    _stated(store, agent, 1, T, "Paris")
+    _stated(store, agent, 2, second, "Berlin")
+    facts = (await store.memory().facts("U1", history=True)).facts
+    assert {f.value: f.current for f in facts} == {"Paris": False, "Berlin": True}
+    assert [f.value for f in (await store.memory().facts("U1")).facts] == ["Berlin"]
+
+
+async def test_of_facts_the_worker_left_unended_the_later_is_current() -> None:
+    """Past the pairs the worker tracks, a restatement replaces nothing it knows: both facts
+    stand unended, and the later time (compared as a time) is the current one."""
+    store = FieldStore()
+    _stated(store, LearningAgent(store, "U1"), 1, T, "Paris")
+    _stated(store, LearningAgent(store, "U1"), 2, LATER_ELSEWHERE, "Berlin")
+    facts = (await store.memory().facts("U1", history=True)).facts
+    assert {f.value: (f.current, f.valid_to) for f in facts} == {
+        "Paris": (False, None),
+        "Berlin": (True, None),
+    }

@@ -148,3 +148,23 @@ async def test_recall_fact_tells_the_model_how_often_each_fact_was_searched(
     assert "- flood insurance premium: $1,200 a year (returned by 1 earlier search)" in lines
     assert "- house roof: clay tiles (no earlier search returned it)" in lines
     assert [r.mode for r in hook.events] == [FACTS_READ_MODE, FACTS_READ_MODE]
+
+
+async def test_a_fact_superseded_without_its_end_is_listed_not_a_failure() -> None:
+    """Past the pairs the worker tracks, a replaced fact has no end: ``recall_fact`` with
+    history formatted its missing end as a date and failed (TypeError)."""
+    store = FieldStore()
+    LearningAgent(store, "P1").state_fact("user", "city", "Paris")
+    forgetful = LearningAgent(store, "P1")  # its state keeps no Paris to replace
+    forgetful.n = 1
+    forgetful.state_fact("user", "city", "Berlin")
+    app = app_over(learned=store.memory())
+    async with (
+        AsyncEngramClient(BASE, transport=httpx.ASGITransport(app=app)) as service,
+        Client(create_mcp_server(memory_tools(), ToolContext(service))) as mcp,
+    ):
+        result = await mcp.call_tool("recall_fact", {"agent_id": "P1", "query": "user city", "history": True})
+    assert not result.is_error, text_of(result)
+    lines = text_of(result).splitlines()
+    assert "- user city: Paris (superseded) (no earlier search returned it)" in lines
+    assert "- user city: Berlin (no earlier search returned it)" in lines

@@ -7,10 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from projections.learned.reads import Facts
 from projections.service.client import EngramClient
+from streams.cli.learned import facts_table
 from streams.cli.main import app
 from tests.unit.projections.learned.learning_agents import FieldStore, LearningAgent
 from tests.unit.projections.test_service_validation import RecordingHook, app_over
@@ -77,3 +79,18 @@ def test_piped_a_long_fact_stays_on_its_line(service_url: str) -> None:
     result = runner.invoke(app, ["facts", "P1", "--url", service_url])
     assert result.exit_code == 0, result.output
     assert any(f"house history: {LONG}" in line for line in result.stdout.splitlines())
+
+
+async def test_a_fact_superseded_without_its_end_is_shown_not_a_traceback() -> None:
+    """``engram facts --history`` formatted a missing end as a date: a traceback."""
+    store = FieldStore()
+    LearningAgent(store, "P1").state_fact("user", "city", "Paris")
+    forgetful = LearningAgent(store, "P1")  # its state keeps no Paris to replace
+    forgetful.n = 1
+    forgetful.state_fact("user", "city", "Berlin")
+    answer = await store.memory().facts("P1", history=True)
+    console = Console(width=120, record=True)
+    console.print(facts_table(answer))
+    shown = console.export_text()
+    assert "user city: Paris (superseded)" in shown
+    assert "user city: Berlin " in shown
