@@ -11,8 +11,9 @@ The tools (:func:`memory_tools`):
 
 * ``retrieve_memory``: the retrieval skill of seed 004 (sections 3.3 and 8), read-only, every
   mode of :class:`RetrievalRequest`.
-* ``recall_similar_experience``: episodic search by a query of seed 000
-  (``EpisodicMemory.search``, the ``recall_memory_node``).
+* ``recall_similar_experience``: seed 000's search of experiences by a query
+  (``EpisodicMemory.search``, the ``recall_memory_node``), over every memory of an event the
+  agent lived, working or episodic.
 * ``publish_observation``: records what the agent observed; returns the log position a following
   retrieval passes as ``after`` to see it (read your writes).
 
@@ -458,16 +459,18 @@ def recall_tool(
     kinds: tuple[MemoryKind, ...],
     header: str,
     input_model: type[RecallInput] = RecallInput,
+    scope: Scope | None = None,
 ) -> MemoryTool[RecallInput]:
-    """A tool that searches memories of ``kinds`` by meaning (mode ``relevance``), keeping
-    those at least ``min_importance`` important: seed 000's ``search(query, limit,
-    min_importance)`` of each memory layer."""
+    """A tool that searches memories of ``kinds`` by meaning (mode ``relevance``, over
+    ``scope``: the mode's default when None), keeping those at least ``min_importance``
+    important: seed 000's ``search(query, limit, min_importance)`` of each memory layer."""
 
     async def run(context: ToolContext, args: RecallInput) -> ToolResult:
         request = _request(
             mode="relevance",
             query=args.query,
             top_k=args.limit,
+            **({} if scope is None else {"scope": scope}),
             filter={"kinds": kinds, "min_importance": args.min_importance},
             after=args.after,
             wait_timeout_ms=args.wait_timeout_ms,
@@ -489,11 +492,15 @@ RECALL_SIMILAR_EXPERIENCE = recall_tool(
     "recall_similar_experience",
     title="Recall similar experience",
     description=(
-        "Search your long-term (episodic) memory for past experiences like the situation you "
-        "describe in `query`, most similar first. Use it when something familiar happens, to "
-        "learn from what happened then. Read-only."
+        "Search your memory of past experiences for ones like the situation you describe in "
+        "`query`, most similar first. Use it when something familiar happens, to learn from "
+        "what happened then. Read-only."
     ),
-    kinds=("episodic",),
+    # Seed 000's episodic memory keeps every experience and its search keeps those of
+    # importance 0.3 and above; here the ones below ENGRAM_EPISODIC_THRESHOLD (0.7) live in
+    # working memory, and capacity pushes older ones out: both stores, every memory lived.
+    kinds=("working", "episodic"),
+    scope="all",
     header="=== SIMILAR EXPERIENCES ===",
 )
 

@@ -155,6 +155,7 @@ async def test_over_stdio_an_agent_records_what_it_observes_and_recalls_it(
     agent = f"MCP-{uuid.uuid4().hex[:6]}"
     flood = "Year 3: A major flood caused $60,000 in damages to my house"
     chat = "Year 3: A neighbour talked about the weather forecast"
+    minor = "Year 3: A minor flood caused $8,000 damage to the garden"
     async with over_stdio(mcp_env, tmp_path / "stderr.log") as session:
         listed = (await session.list_tools()).tools
         recorded = [
@@ -163,6 +164,9 @@ async def test_over_stdio_an_agent_records_what_it_observes_and_recalls_it(
             ),
             await session.call_tool(
                 "publish_observation", observation(agent, chat, year=3, importance=0.2)
+            ),
+            await session.call_tool(
+                "publish_observation", observation(agent, minor, year=3, importance=0.6)
             ),
         ]
         for result in recorded:
@@ -192,13 +196,15 @@ async def test_over_stdio_an_agent_records_what_it_observes_and_recalls_it(
     assert {m["content"]: m["store"] for m in results_of(remembered)} == {
         flood: "episodic",
         chat: "working",
+        minor: "working",
     }
     response = RetrievalResponse.model_validate(remembered.structured_content)
     assert text_of(remembered) == format_for_prompt(response, with_time=True)
     assert text_of(remembered).splitlines()[0] == "=== YOUR MEMORY ==="
 
-    # Episodic memory only: the chat (working memory, importance 0.2) is not an experience.
-    assert [m["content"] for m in results_of(similar)] == [flood]
+    # Every experience of importance 0.3 and above, in either store (the minor flood, 0.6, is
+    # in working memory); the chat (0.2) is below seed 000's bar.
+    assert {m["content"] for m in results_of(similar)} == {flood, minor}
     assert f"- {flood}" in text_of(similar)
 
     assert refused.is_error

@@ -384,10 +384,12 @@ async def test_a_weighted_query_without_a_relevance_weight_ranks_by_the_query(
     assert (body["weights"]["recency"], body["weights"]["relevance"]) == (1, 0.5)
 
 
-async def test_recall_similar_experience_searches_episodic_memory_by_relevance(
+async def test_recall_similar_experience_searches_every_experience_by_relevance(
     service: Service,
 ) -> None:
-    """Seed 000: ``episodic_memory.search(query, limit=3)`` with ``min_importance`` 0.3."""
+    """Seed 000: ``episodic_memory.search(query, limit=3)`` with ``min_importance`` 0.3, over
+    every experience: here those below the episodic threshold are in working memory, and
+    searching episodic memory alone made the 0.3 a dead letter."""
     async with connected(service) as mcp:
         result = await mcp.call_tool(
             "recall_similar_experience", {"agent_id": AGENT, "query": "the river is rising"}
@@ -397,7 +399,7 @@ async def test_recall_similar_experience_searches_episodic_memory_by_relevance(
     assert text_of(result).startswith("=== SIMILAR EXPERIENCES ===\n- Year 2: A flood")
     [(_, body)] = service.requests
     assert (body["mode"], body["query"], body["top_k"]) == ("relevance", "the river is rising", 3)
-    assert body["filter"]["kinds"] == ["episodic"]
+    assert (body["filter"]["kinds"], body["scope"]) == (["working", "episodic"], "all")
     assert body["filter"]["min_importance"] == 0.3
 
 
