@@ -8,11 +8,12 @@ lately by that clock (published lately, unless its producer dates its events in 
 time), and its recency in simulated time is what ``saliency`` or ``basic`` with a
 ``current_year`` rank by. Nothing is imputed, so the breakdown has no ``time_imputed``.
 
-The window is ``occurred_at > now - days``, seed 000's strict bound, and no bound after ``now``
-(the seed has none): ``now`` is the service's clock unless the request gives one, and an event
-its producer dated by a clock a little ahead of the service's, published just before, would
-otherwise be left out of a read that waited for it. A memory of the memory as it stood at an
-earlier time is ``as_of``'s, which leaves out what came later. Equal times go to the memory
+The window is ``occurred_at > now - days``, seed 000's strict bound, and ends
+:data:`CLOCK_SKEW` after ``now``: an event its producer dated by a clock a little ahead of the
+service's, published just before, is in a read that waited for it (as of this instant), while a
+``current_time`` in the past asks for the days before it, not for what came months later (which
+ranked first, as the freshest). A memory of the memory as it stood at an earlier time is
+``as_of``'s, which also leaves out what was recorded later. Equal times go to the memory
 recorded later (higher ``seq``, as the other modes order recency within one time), then to the
 higher memory id, so the order is total and a rerun gives the same one.
 
@@ -39,6 +40,10 @@ from projections.retrieval.scoring import (
 
 DAY = timedelta(days=1)
 
+CLOCK_SKEW = timedelta(minutes=5)
+"""How far ahead of ``now`` an event may be dated and still be in the window: producers' clocks
+run a little ahead of the service's."""
+
 RESOLUTION = timedelta(microseconds=1)
 """The finest step of a ``datetime``: a time after another is at least this much after it."""
 
@@ -52,8 +57,19 @@ def window_start(now: datetime, days: float) -> datetime | None:
         return None
 
 
-def in_window(memory: StoredMemory, start: datetime | None) -> bool:
-    return start is None or memory.occurred_at > start
+def window_end(now: datetime) -> datetime | None:
+    """``now`` + :data:`CLOCK_SKEW`, the last instant in the window; None past the last time a
+    ``datetime`` holds."""
+    try:
+        return now + CLOCK_SKEW
+    except OverflowError:
+        return None
+
+
+def in_window(memory: StoredMemory, start: datetime | None, end: datetime | None) -> bool:
+    return (start is None or memory.occurred_at > start) and (
+        end is None or memory.occurred_at <= end
+    )
 
 
 def window_filter(memory_filter: MemoryFilter | None, now: datetime, days: float) -> MemoryFilter:
@@ -65,7 +81,10 @@ def window_filter(memory_filter: MemoryFilter | None, now: datetime, days: float
     after = None if start is None else start + RESOLUTION
     if kept.occurred_after is not None and (after is None or kept.occurred_after > after):
         after = kept.occurred_after
-    return kept.model_copy(update={"occurred_after": after})
+    before = window_end(now)
+    if kept.occurred_before is not None and (before is None or kept.occurred_before < before):
+        before = kept.occurred_before
+    return kept.model_copy(update={"occurred_after": after, "occurred_before": before})
 
 
 def recent(memories: Sequence[StoredMemory], *, top_k: int, now: datetime, days: float) -> Ranking:
@@ -77,12 +96,12 @@ def recent(memories: Sequence[StoredMemory], *, top_k: int, now: datetime, days:
     check_top_k(top_k)
     if not days > 0:
         raise ValueError(f"days must be positive, got {days}")
-    start = window_start(now, days)
-    kept = [m for m in unique(memories, set()) if in_window(m, start)]
+    start, end = window_start(now, days), window_end(now)
+    kept = [m for m in unique(memories, set()) if in_window(m, start, end)]
     kept.sort(key=lambda m: (m.occurred_at, m.seq, m.memory_id), reverse=True)
     results = []
     for memory in kept[:top_k]:
-        age_days = max(0.0, (now - memory.occurred_at) / DAY)  # ahead of now: this instant
+        age_days = max(0.0, (now - memory.occurred_at) / DAY)  # within the skew: this instant
         recency = 1.0 - age_days / days
         breakdown = RecentBreakdown(
             occurred_at=memory.occurred_at, age_days=age_days, days=days, recency=recency

@@ -22,7 +22,7 @@ from projections.retrieval.models import MAX_RECENT_DAYS, RetrievalRequest
 from projections.retrieval.pool_reads import signals_for
 from projections.retrieval.ranking import rank
 from projections.retrieval.recall_diff import Ranked, compare
-from projections.retrieval.recent import recent, window_filter, window_start
+from projections.retrieval.recent import CLOCK_SKEW, recent, window_filter, window_start
 from projections.retrieval.scoring import Clock, hour_of
 from projections.service.app import create_app
 from projections.service.client import AsyncEngramClient, EngramClient, QueryError
@@ -97,20 +97,30 @@ def test_top_k_keeps_the_newest() -> None:
     assert ids(recent(week, top_k=10, now=NOW, days=3.5)) == ["m1", "m2", "m3"]
 
 
-def test_exactly_days_old_is_left_out_as_the_seeds_strict_bound_and_nothing_after_now() -> None:
-    """Seed 000: ``created_at > now - days``, and no bound after ``now``: an event dated by a
-    producer's clock a little ahead of the service's is recent, at age 0."""
+def test_exactly_days_old_is_left_out_as_the_seeds_strict_bound_and_skew_after_now_kept() -> None:
+    """Seed 000: ``created_at > now - days``. An event dated by a producer's clock a little
+    ahead of the service's is recent, at age 0, up to :data:`CLOCK_SKEW` after ``now``."""
     boundary = [
         lived(1, days(7), name="exactly 7 days"),
         lived(2, days(7) - MICROSECOND, name="just inside"),
         lived(3, timedelta(0), name="now"),
         lived(4, -timedelta(milliseconds=200), name="ahead of now"),
+        lived(5, -CLOCK_SKEW, name="the skew's end"),
+        lived(6, -CLOCK_SKEW - MICROSECOND, name="past it"),
     ]
 
     ranking = recent(boundary, top_k=10, now=NOW, days=7)
 
-    assert ids(ranking) == ["ahead of now", "now", "just inside"]
-    assert [r.score for r in ranking.results[:2]] == [1.0, 1.0]
+    assert ids(ranking) == ["the skew's end", "ahead of now", "now", "just inside"]
+    assert [r.score for r in ranking.results[:3]] == [1.0, 1.0, 1.0]
+
+
+def test_a_current_time_in_the_past_asks_for_the_days_before_it() -> None:
+    """The week before a time in the past ranked what came months after it first, as the
+    freshest, hiding the week it asked for."""
+    later = lived(9, -days(90), name="three months later")
+
+    assert ids(recent([later, THREE, ONE], top_k=1, now=NOW, days=7)) == ["m3"]
 
 
 def test_equal_times_go_to_the_later_recorded_then_the_higher_id() -> None:
@@ -157,10 +167,10 @@ def test_the_window_narrows_the_requests_own_filter() -> None:
         MemoryFilter(occurred_after=NOW - days(2), occurred_before=NOW - days(1)), NOW, 7
     )
 
-    assert (plain.occurred_after, plain.occurred_before) == (start + MICROSECOND, None)
+    assert (plain.occurred_after, plain.occurred_before) == (start + MICROSECOND, NOW + CLOCK_SKEW)
     assert (wider.occurred_after, wider.occurred_before, wider.tags) == (
         start + MICROSECOND,
-        None,
+        NOW + CLOCK_SKEW,
         ("flood",),
     )
     assert (narrower.occurred_after, narrower.occurred_before) == (NOW - days(2), NOW - days(1))
@@ -259,7 +269,10 @@ async def test_the_engine_ranks_both_stores_within_the_window_read_natively() ->
     assert (answer.mode, answer.working_count, answer.episodic_count) == ("recent", 1, 2)
     [read] = episodic.filters
     assert read is not None
-    assert (read.occurred_after, read.occurred_before) == (NOW - days(7) + MICROSECOND, None)
+    assert (read.occurred_after, read.occurred_before) == (
+        NOW - days(7) + MICROSECOND,
+        NOW + CLOCK_SKEW,
+    )
 
 
 async def test_the_engine_counts_back_from_now_without_a_current_time() -> None:
