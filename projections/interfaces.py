@@ -58,9 +58,10 @@ class WorkingMemoryStore(Protocol):
     async def applied_offset(self, topic: str, partition: int) -> int | None:
         """The highest source offset applied for that partition, if any."""
 
-    async def learned_fields(self, agent_id: str) -> dict[bytes, bytes]:
+    async def learned_fields(self, agent_id: str, match: bytes = b"#l:*") -> dict[bytes, bytes]:
         """What the agent learned, as the fields :mod:`projections.learned.redis_fields`
-        writes (procedures, plans, facts, feedback on memories)."""
+        writes (procedures, plans, facts, feedback on memories): those ``match``, a Redis
+        glob, names."""
 
     async def ping(self) -> None:
         """Raise :class:`ProjectionError` unless the backend answers."""

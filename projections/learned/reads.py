@@ -38,7 +38,7 @@ DEFAULT_MIN_SUCCESS_RATE = 0.6
 
 
 class LearnedFieldSource(Protocol):
-    async def learned_fields(self, agent_id: str) -> dict[bytes, bytes]: ...
+    async def learned_fields(self, agent_id: str, match: bytes = ...) -> dict[bytes, bytes]: ...
 
 
 class Procedure(BaseModel):
@@ -149,9 +149,10 @@ class PlanLookup(BaseModel):
     score_threshold: float | None = Field(description="epsilon of the plan compared.")
 
 
-PROCEDURES = (b"#l:p:",)
-FACTS = (b"#l:f:",)
-PLANS = (b"#l:c:", b"#l:s:")
+PROCEDURES = b"#l:p:*"
+FACTS = b"#l:f:*"
+PLANS = b"#l:[cs]:*"
+"""The fields of each kind (:mod:`projections.learned.redis_fields`), as Redis globs."""
 
 
 def _time(text: str) -> datetime:
@@ -159,11 +160,9 @@ def _time(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-def _grouped(fields: dict[bytes, bytes], kinds: tuple[bytes, ...]) -> dict[str, dict[str, Any]]:
-    """Values by field name (without ``#l:``), decoded: those of ``kinds`` alone (``#l:p:``
-    procedures, ``#l:f:`` facts...). An agent's superseded facts stay, with their embeddings,
-    and decoding every one of them made each tool selection cost 32 ms at 2,000 facts."""
-    return {k[3:].decode(): orjson.loads(v) for k, v in fields.items() if k.startswith(kinds)}
+def _grouped(fields: dict[bytes, bytes]) -> dict[str, dict[str, Any]]:
+    """Values by field name (without ``#l:``), decoded."""
+    return {k[3:].decode(): orjson.loads(v) for k, v in fields.items()}
 
 
 @dataclass(frozen=True)
@@ -227,8 +226,11 @@ class LearnedMemory:
             return await asyncio.to_thread(self._embedder.embed, text)
         return self._embedder.embed(text)
 
-    async def _fields(self, agent_id: str, *kinds: bytes) -> dict[str, dict[str, Any]]:
-        return _grouped(await self._source().learned_fields(agent_id), kinds)
+    async def _fields(self, agent_id: str, match: bytes) -> dict[str, dict[str, Any]]:
+        """The learned fields ``match`` (a Redis glob) names, alone: an agent's superseded facts
+        stay, with their embeddings, and reading and decoding every one of them for each tool
+        selection made it cost O(the agent's fact history)."""
+        return _grouped(await self._source().learned_fields(agent_id, match))
 
     async def procedures(
         self,
@@ -244,7 +246,7 @@ class LearnedMemory:
         seed 000's rule, a word of the name in the context ("buy_insurance" for "should I buy
         flood insurance?"; stopwords aside), or the embedding's, ``min_similarity`` to the
         description or an upvoted decision's text (which finds paraphrases the name lacks)."""
-        values = await self._fields(agent_id, *PROCEDURES)
+        values = await self._fields(agent_id, PROCEDURES)
         query = None if context is None else await self._embed(context)
         context_words = set() if context is None else set(keywords(context))
         found: list[Procedure] = []
@@ -275,7 +277,7 @@ class LearnedMemory:
         ``exclude`` (downvoted for this prompt) left out: the most similar one if at least
         ``min_similarity``, else a miss naming the closest
         (:func:`processors.tool_selection.select_tool`)."""
-        values = await self._fields(agent_id, *PROCEDURES)
+        values = await self._fields(agent_id, PROCEDURES)
         query = await self._embed(prompt)
         stored = {p.name: p for p in _stored_procedures(values)}
         choice = select_tool(
@@ -307,7 +309,7 @@ class LearnedMemory:
         as ``min_confidence``, most relevant to ``query`` first, else latest first. A fact is
         current when nothing superseded it and it is the latest of its subject and attribute
         (a less certain restatement still supersedes: it is what the agent now holds)."""
-        values = await self._fields(agent_id, *FACTS)
+        values = await self._fields(agent_id, FACTS)
         stated = {k[2:]: v for k, v in values.items() if k.startswith("f:") and k.count(":") == 1}
         # The latest of each subject and attribute among the facts nothing replaced: which
         # replaces which is the order the worker read them in, whatever times they carry (a
@@ -353,7 +355,7 @@ class LearnedMemory:
 
     async def lookup_plan(self, agent_id: str, prompt: str) -> PlanLookup:
         """The cached plan to replay for ``prompt`` (seed 002), or a miss with the closest."""
-        values = await self._fields(agent_id, *PLANS)
+        values = await self._fields(agent_id, PLANS)
         query = await self._embed(prompt)
         plans: dict[str, dict[str, Any]] = {}
         candidates: list[CachedPlan] = []

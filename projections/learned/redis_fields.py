@@ -1,9 +1,12 @@
 """The learned events as writes to the agent's Redis hash, beside its working memory.
 
-They live in ``{ns}:wm:mem:{agent_id}`` (:mod:`projections.working.redis_store`) under fields
-that are never memory ids (reads of memories follow the ZSET of ids), so the agent's one hash
-holds all its Redis state: forgetting the agent deletes them with it, and clearing a namespace
-clears them. Fields (``#l:`` values, ``#v:`` the revision each value was written at):
+They live beside the agent's working memory (:mod:`projections.working.redis_store`): facts in
+a hash of their own, ``{ns}:wm:facts:{agent_id}``, everything else in ``{ns}:wm:mem:{agent_id}``
+under fields that are never memory ids (reads of memories follow the ZSET of ids). Facts are
+apart because superseded ones stay, with their embeddings: in the one hash, every tool
+selection and plan lookup read them all, a cost that grew with the agent's fact history.
+Forgetting the agent deletes both hashes, and clearing a namespace clears them. Fields
+(``#l:`` values, ``#v:`` the revision each value was written at, in the same hash):
 
 * ``#l:p:{skill}`` a procedure's rate, uses and revision; ``#l:p:{skill}:d`` its description
   and embedding; ``#l:p:{skill}:t:{slot}`` a text attached by an upvote (``{skill}``: the
@@ -37,11 +40,13 @@ from schemas.learned_events import (
 )
 
 VALUE_PREFIX = b"#l:"
+FACT_PREFIX = b"#l:f:"
+"""Of the fields that live in the facts hash."""
 ACCESS_SUFFIX = b":n"
 """Of a fact's field: the count of the searches that returned it."""
 
 LEARN_SCRIPT = b"""
-local position = KEYS[2]
+local position = KEYS[3]
 if position then
   local applied = redis.call('GET', position)
   if applied and tonumber(applied) > tonumber(ARGV[1]) then
@@ -50,15 +55,19 @@ if position then
 end
 for i = 2, #ARGV, 3 do
   local field, rev, value = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local key = KEYS[1]
+  if string.sub(field, 1, 5) == '#l:f:' then
+    key = KEYS[2]
+  end
   local vfield = '#v:' .. string.sub(field, 4)
-  local known = redis.call('HGET', KEYS[1], vfield)
+  local known = redis.call('HGET', key, vfield)
   if not known or tonumber(rev) >= tonumber(known) then
     if value == '' then
-      redis.call('HDEL', KEYS[1], field)
+      redis.call('HDEL', key, field)
     else
-      redis.call('HSET', KEYS[1], field, value)
+      redis.call('HSET', key, field, value)
     end
-    redis.call('HSET', KEYS[1], vfield, rev)
+    redis.call('HSET', key, vfield, rev)
   end
 end
 if position then
@@ -66,8 +75,9 @@ if position then
 end
 return 1
 """
-"""KEYS: the agent's memories hash, the applied-offset key (absent without a position).
-ARGV: the source offset, then (field, revision, value) triples; an empty value deletes."""
+"""KEYS: the agent's memories hash, its facts hash, the applied-offset key (absent without a
+position). ARGV: the source offset, then (field, revision, value) triples; an empty value
+deletes. A fact's fields (:data:`FACT_PREFIX`) go to the facts hash, the rest to the other."""
 
 LEARN_SHA = hashlib.sha1(LEARN_SCRIPT).hexdigest().encode()
 

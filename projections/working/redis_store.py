@@ -7,15 +7,17 @@ Layout under ``{namespace}``:
 * ``{ns}:wm:mem:{agent_id}``: HASH of memory id -> orjson of :meth:`StoredMemory.payload`. One
   hash per agent (rather than one string per memory) lets a Lua script name every key it touches
   in ``KEYS`` and read an agent's memories with one ``HMGET``;
+* ``{ns}:wm:facts:{agent_id}``: HASH of the facts the agent learned, superseded ones included
+  (:mod:`projections.learned.redis_fields`);
 * ``{ns}:applied:{topic}:{partition}``: the highest source offset applied for that partition.
 
 The memories hash also holds fields that are never memory ids (reads follow the ZSET):
 ``#evicted``, ``#arousal``, the agent's latest surprise reading, which a recording of either
-destination carries (see ``_APPLY``), and what the agent learned (``#l:`` and ``#v:``:
-procedures, plans, facts, feedback on memories; :mod:`projections.learned.redis_fields`).
+destination carries (see ``_APPLY``), and the rest of what the agent learned (``#l:`` and
+``#v:``: procedures, plans, feedback on memories).
 
-The two per-agent keys are everything the namespace holds about an agent, so an
-:class:`AgentForgotten` deletes both (in the same script as the other events, with its
+The three per-agent keys are everything the namespace holds about an agent, so an
+:class:`AgentForgotten` deletes them (in the same script as the other events, with its
 position): the agent's working memory is gone, and a later event of the agent starts a new one.
 What stays is one field, ``#erased_below``, where the next life's ``seq`` begins (no content; an
 agent that recorded nothing leaves nothing), which keeps a recording of the ended life applied
@@ -39,6 +41,7 @@ nothing from that partition was applied after them, so doing them again changes 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import hashlib
 import math
 import re
@@ -52,6 +55,7 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from projections.interfaces import ProjectionError, SourceOffsets, latest_positions
 from projections.learned.redis_fields import (
+    FACT_PREFIX,
     LEARN_SCRIPT,
     LEARN_SHA,
     VALUE_PREFIX,
@@ -75,7 +79,7 @@ from schemas.memory_events import (
 __all__ = ["RedisWorkingMemory"]
 
 _APPLY = b"""
-local position = KEYS[3]
+local position = KEYS[4]
 if position then
   local applied = redis.call('GET', position)
   if applied and (tonumber(applied) > tonumber(ARGV[2])
@@ -116,7 +120,7 @@ elseif ARGV[1] == 'f' then
     redis.call('HDEL', KEYS[2], ARGV[3])
   end
 else
-  redis.call('DEL', KEYS[1], KEYS[2])
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
   if ARGV[3] and ARGV[3] ~= '' and tonumber(ARGV[3]) > 0 then
     redis.call('HSET', KEYS[2], '#erased_below', ARGV[3])
   end
@@ -126,7 +130,9 @@ if position then
 end
 return 1
 """
-"""KEYS: ids zset, memories hash, applied-offset key (absent for events without a position).
+"""KEYS: ids zset, memories hash, facts hash (an erasure deletes it with the other two: see
+:mod:`projections.learned.redis_fields`), applied-offset key (absent for events without a
+position).
 ARGV: 'r'ecord, 's'urprise only (an episodic recording), 'f'orget a memory or forget the whole
 'a'gent, source offset ('' without a position), then for 'r', 's' and 'f' the memory id, for
 'r' and 's' its seq and payload ('' for 's') and, if the recording carries one, its surprise
@@ -195,6 +201,10 @@ _MAX_PIPELINE = 10_000
 _SEND_SLICE = 256
 """Frames per socket write: small enough that Redis starts on a batch before it is all sent."""
 
+LEARNED_SCAN_COUNT = 10_000
+"""Fields an ``HSCAN`` of learned fields visits per call: a hash of up to this many is one
+round trip (a small hash, held as a listpack, always is)."""
+
 
 def _resp(*args: bytes) -> bytes:
     """One command in the Redis protocol: an array of bulk strings."""
@@ -262,6 +272,9 @@ class RedisWorkingMemory:
     def _memories_key(self, agent_id: str) -> bytes:
         return f"{self._ns}:wm:mem:{agent_id}".encode()
 
+    def _facts_key(self, agent_id: str) -> bytes:
+        return f"{self._ns}:wm:facts:{agent_id}".encode()
+
     def _applied_key(self, topic: str, partition: int) -> bytes:
         return f"{self._ns}:applied:{topic}:{partition}".encode()
 
@@ -309,7 +322,7 @@ class RedisWorkingMemory:
     def _learned(self, event: LearnedEvent) -> bytes:
         """Procedures, plans, facts and ratings: fields of the agent's memories hash
         (:mod:`projections.learned.redis_fields`), with the applied offset."""
-        keys = [self._memories_key(event.agent_id)]
+        keys = [self._memories_key(event.agent_id), self._facts_key(event.agent_id)]
         position = event.source_position
         offset = b""
         if position is not None:
@@ -318,21 +331,41 @@ class RedisWorkingMemory:
         args = learn_args(offset, learned_writes(event))
         return _resp(b"EVALSHA", LEARN_SHA, b"%d" % len(keys), *keys, *args)
 
-    async def learned_fields(self, agent_id: str) -> dict[bytes, bytes]:
-        """The agent's learned fields (``#l:...``), for :mod:`projections.learned.reads`."""
+    async def learned_fields(self, agent_id: str, match: bytes = b"#l:*") -> dict[bytes, bytes]:
+        """The agent's learned fields ``match`` names (``#l:...``, a Redis glob), for
+        :mod:`projections.learned.reads`. Facts come from their own hash, read only when the
+        glob can name a fact; the rest are scanned from the memories hash with the glob in
+        Redis, so only they travel. A fact a store written before facts had a hash of their
+        own keeps in the memories hash is read too, the facts hash winning where both hold a
+        field (it holds the later writes): such a store answers correctly, at the old cost of
+        scanning every fact, until ``engram replay`` rebuilds it."""
+        if not match.startswith(VALUE_PREFIX):
+            raise ValueError(f"{match!r} names no learned field")
+        fields: dict[bytes, bytes] = {}
         try:
-            fields: dict[bytes, bytes] = await self._client.hgetall(  # type: ignore[assignment]
-                self._memories_key(agent_id)
-            )
+            async for field, value in self._client.hscan_iter(
+                self._memories_key(agent_id), match=match, count=LEARNED_SCAN_COUNT
+            ):
+                fields[field] = value
+            glob = match.decode()
+            if fnmatch.fnmatchcase(FACT_PREFIX.decode(), glob):
+                facts: dict[bytes, bytes] = await self._client.hgetall(  # type: ignore[assignment]
+                    self._facts_key(agent_id)
+                )
+                fields.update(
+                    (k, v)
+                    for k, v in facts.items()
+                    if k.startswith(VALUE_PREFIX) and fnmatch.fnmatchcase(k.decode(), glob)
+                )
         except RedisError as exc:
             raise self._error(f"reading what {agent_id!r} learned", exc) from exc
-        return {k: v for k, v in fields.items() if k.startswith(VALUE_PREFIX)}
+        return fields
 
     def _script(self, event: DerivedEvent, op: bytes, *argv: bytes) -> bytes:
         """``_APPLY`` on the agent's keys and, if the event has a position, its applied offset."""
         agent = event.agent_id
         position = event.source_position
-        keys = [self._ids_key(agent), self._memories_key(agent)]
+        keys = [self._ids_key(agent), self._memories_key(agent), self._facts_key(agent)]
         if position is None:
             offset = b""
         else:

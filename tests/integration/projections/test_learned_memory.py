@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import redis.asyncio as aioredis
 
 from processors.config import load_processing_config
 from processors.embedding import HashingEmbedder
@@ -14,7 +15,7 @@ from processors.learning import learn
 from processors.lifecycle import Deriving
 from processors.recording import AgentMemoryState
 from processors.summarising import ExtractiveSummariser
-from projections.learned.reads import LearnedMemory
+from projections.learned.reads import FACTS, PROCEDURES, LearnedMemory
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import AgentEvent, Decision, FactStatement, Feedback, Observation
 from schemas.memory_events import AgentForgotten, DerivedEvent, SourcePosition
@@ -264,3 +265,79 @@ async def test_a_tool_is_selected_from_redis_as_seed_002_selects_it(
     assert retry.selected.name == "elevate"  # the next tool, 0.459
     last = await memory.select_tool("L5", "Buy flood insurance", exclude=["insure", "elevate"])
     assert last.reason == "below_threshold"
+
+
+async def test_a_read_takes_the_fields_of_its_kind_alone_from_a_long_fact_history(
+    working_store: RedisWorkingMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool selection read the agent's whole hash (HGETALL): every superseded fact, with its
+    embedding, travelled and was decoded for each prompt. The glob is matched in Redis, over
+    as many HSCAN calls as the hash takes (here several: a count of 50 over 600 fields)."""
+    monkeypatch.setattr("projections.working.redis_store.LEARNED_SCAN_COUNT", 50)
+    agent = Agent("L5")
+    await working_store.apply(history(agent))
+    moves = [
+        Observation.model_validate(
+            {
+                **agent.when(100 + i),
+                "content": f"The family now lives at number {i}",
+                "fact": {"subject": "family", "attribute": "address", "value": f"number {i}"},
+            }
+        )
+        for i in range(300)
+    ]
+    await working_store.apply(agent.events(*moves))
+
+    procedures = await working_store.learned_fields("L5", PROCEDURES)
+    facts = await working_store.learned_fields("L5", FACTS)
+    everything = await working_store.learned_fields("L5")
+    assert procedures
+    assert all(field.startswith(b"#l:p:") for field in procedures)
+    assert all(field.startswith(b"#l:f:") for field in facts)
+    assert len(facts) >= 300 + 299  # each address, and the end of each but the last
+    assert {k: v for k, v in everything.items() if k.startswith(b"#l:f:")} == facts
+    memory = LearnedMemory(lambda: working_store, EMBEDDER)
+    current = [f for f in (await memory.facts("L5")).facts if f.attribute == "address"]
+    assert [f.value for f in current] == ["number 299"]
+    assert (await memory.procedures("L5", min_success_rate=0.0)).procedures
+    with pytest.raises(ValueError, match="names no learned field"):
+        await working_store.learned_fields("L5", b"*")
+
+
+async def test_facts_live_apart_and_a_store_written_before_that_reads_the_same(
+    working_store: RedisWorkingMemory, redis_server_url: str
+) -> None:
+    """Facts have a hash of their own, so a read of procedures or plans never touches them. A
+    store written when they lived in the memories hash answers as before, and a restatement
+    applied to it ends the old fact where it lies."""
+    agent = Agent("L6")
+    await working_store.apply(history(agent))
+    memory = LearnedMemory(lambda: working_store, EMBEDDER)
+    before = await memory.facts("L6", history=True)
+    assert before.facts
+    ns = working_store.namespace
+    memories_key, facts_key = f"{ns}:wm:mem:L6", f"{ns}:wm:facts:L6"
+    raw = aioredis.from_url(redis_server_url)
+    try:
+        in_memories = await raw.hkeys(memories_key)
+        in_facts = await raw.hkeys(facts_key)
+        assert not [k for k in in_memories if k.startswith((b"#l:f:", b"#v:f:"))]
+        assert in_facts
+        assert all(k.startswith((b"#l:f:", b"#v:f:")) for k in in_facts)
+        # As an older store holds them: in the memories hash, no facts hash.
+        await raw.hset(memories_key, mapping=await raw.hgetall(facts_key))
+        await raw.delete(facts_key)
+    finally:
+        await raw.aclose()
+    assert await memory.facts("L6", history=True) == before
+    [stated] = [f for f in before.facts if f.current]
+    restated = Observation.model_validate(
+        {
+            **agent.when(50),
+            "content": "The premium went up",
+            "fact": {"subject": stated.subject, "attribute": stated.attribute, "value": "more"},
+        }
+    )
+    await working_store.apply(agent.events(restated))
+    after = {f.value: f.current for f in (await memory.facts("L6", history=True)).facts}
+    assert after == {**{f.value: False for f in before.facts}, "more": True}

@@ -8,6 +8,7 @@ client, the MCP tool and the command."""
 
 from __future__ import annotations
 
+import fnmatch
 from datetime import UTC, datetime, timedelta
 
 from processors.config import load_processing_config
@@ -48,9 +49,14 @@ class FieldStore:
                 if known is None or revision >= known[0]:
                     fields[field] = (revision, value)
 
-    async def learned_fields(self, agent_id: str) -> dict[bytes, bytes]:
+    async def learned_fields(self, agent_id: str, match: bytes = b"#l:*") -> dict[bytes, bytes]:
+        """The fields ``match`` names, as Redis matches a glob (``HSCAN ... MATCH``)."""
         fields = self.hashes.get(agent_id, {})
-        return {field: value for field, (_, value) in fields.items() if value}
+        return {
+            field: value
+            for field, (_, value) in fields.items()
+            if value and fnmatch.fnmatchcase(field.decode(), match.decode())
+        }
 
     def memory(self) -> LearnedMemory:
         return LearnedMemory(lambda: self, EMBEDDER)

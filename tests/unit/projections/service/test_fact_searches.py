@@ -163,7 +163,9 @@ async def test_a_fact_superseded_without_its_end_is_listed_not_a_failure() -> No
         AsyncEngramClient(BASE, transport=httpx.ASGITransport(app=app)) as service,
         Client(create_mcp_server(memory_tools(), ToolContext(service))) as mcp,
     ):
-        result = await mcp.call_tool("recall_fact", {"agent_id": "P1", "query": "user city", "history": True})
+        result = await mcp.call_tool(
+            "recall_fact", {"agent_id": "P1", "query": "user city", "history": True}
+        )
     assert not result.is_error, text_of(result)
     lines = text_of(result).splitlines()
     assert "- user city: Paris (superseded) (no earlier search returned it)" in lines
