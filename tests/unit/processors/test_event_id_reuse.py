@@ -225,3 +225,34 @@ def test_an_observation_id_whose_fact_is_still_current_is_refused() -> None:
     # Without a fact, the same id records a new memory: nothing it taught is held.
     plain = Observation.model_validate(_at(run, event_id="o1", content="just an observation"))
     assert _feed(run, plain) is None
+
+
+def test_a_decision_id_is_refused_while_among_the_latest_128_decisions_and_free_after() -> None:
+    """Feedback counts on an agent's latest 128 decisions (``MAX_RECENT_DECISIONS``), so their
+    ids stay taken that long, memory or not: d1, its memory long out of working memory, is
+    refused among 128 decisions. The 129th pushes it out: feedback on d1 then teaches nothing
+    (no procedure, plan or rating: its memory is gone too), and d1 records a new memory."""
+    run = Run()
+
+    def decision(event_id: str, skill: str, content: str) -> Decision:
+        return Decision.model_validate(_at(run, event_id=event_id, content=content, skill=skill))
+
+    assert _feed(run, decision("d1", "buy_insurance", "I buy insurance")) is None
+    for i in range(2, 129):
+        assert _feed(run, decision(f"d{i}", "elevate_house", f"I raise the house {i} cm")) is None
+    assert not run.states["W1"].holds(memory_id_for("W1", "d1"))
+    again = decision("d1", "sell_house", "I sell the house")
+    assert _feed(run, again) == "duplicate_event_id"
+
+    assert _feed(run, decision("d129", "elevate_house", "I raise the house 129 cm")) is None
+    before = len(run.derived)
+    upvote = Feedback.model_validate(_at(run, event_id="f1", target_event_id="d1", signal=1.0))
+    assert _feed(run, upvote) is None
+    assert {type(e).__name__ for e in run.derived[before:]} == {
+        "MemoryRecorded",
+        "MemoryForgotten",
+    }  # the feedback's own memory, which pushes the oldest working one out
+    assert run.states["W1"].learned.procedures["buy_insurance"].usage_count == 0
+    assert _feed(run, again) is None
+    assert "sell_house" in run.states["W1"].learned.procedures
+    _rebuilds_as_it_ran_live(run)

@@ -11,7 +11,14 @@ import pytest
 
 from processors.config import load_processing_config
 from processors.embedding import HashingEmbedder
-from processors.learned_state import fact_key
+from processors.learned_state import (
+    MAX_RATED_MEMORIES,
+    MAX_RECENT_DECISIONS,
+    LearnedState,
+    Rating,
+    fact_key,
+    fold_learned,
+)
 from processors.learning import learn
 from processors.learning_config import LearningRules, PlanRules, ProcedureRules
 from processors.lifecycle import Deriving, on_agent_event
@@ -207,3 +214,65 @@ def test_the_description_embedding_is_the_decisions_text() -> None:
     vector = decode_vector(created.description_embedding)
     # Embeddings travel as float16: equal to 11 significant bits.
     assert np.allclose(vector, EMBEDDER.embed("Elevate the house"), rtol=2.0**-10, atol=1e-6)
+
+
+def test_feedback_teaches_on_the_latest_128_decisions_and_nothing_on_an_older_one() -> None:
+    """Feedback names its decision long after it, and the worker keeps only an agent's latest
+    128 decisions (its state is carried for every agent): the second latest and the oldest
+    still kept take feedback; one decision more pushes that oldest out, and feedback on it
+    then teaches nothing."""
+    assert MAX_RECENT_DECISIONS == 128
+    agent = Agent()
+    kept = [agent.decide("elevate", f"Elevate the house by {i} cm") for i in range(128)]
+    first = kept[0]
+
+    (change,) = agent.feedback(kept[-2], 1.0)
+    assert isinstance(change, ProcedureChanged)
+    assert (change.change, change.usage_count) == ("outcome", 1)
+    (change,) = agent.feedback(first, -1.0)
+    assert isinstance(change, ProcedureChanged)
+    assert (change.change, change.usage_count) == ("outcome", 2)
+
+    latest = agent.decide("elevate", "Elevate the house by 128 cm")
+    assert list(agent.state.learned.decisions) == [*kept[1:], latest]
+    assert agent.feedback(first, 1.0) == []
+    assert agent.state.learned.procedures["elevate"].usage_count == 2
+    (change,) = agent.feedback(kept[1], 1.0)  # now the oldest kept
+    assert isinstance(change, ProcedureChanged)
+    assert change.usage_count == 3
+
+
+def rated(memory_id: str, revision: int = 0, upvotes: int = 1) -> MemoryRated:
+    return MemoryRated(
+        event_id=f"rated-{memory_id}-{revision}",
+        agent_id="H001",
+        occurred_at=T0,
+        caused_by=f"f-{memory_id}-{revision}",
+        config_version="cfg",
+        memory_id=memory_id,
+        target_event_id=memory_id,
+        signal=1.0,
+        level=0,
+        upvotes=upvotes,
+        downvotes=0,
+        revision=revision,
+    )
+
+
+def test_ratings_keep_the_latest_1024_memories_rated_and_drop_the_oldest() -> None:
+    """Every memory an agent ever rated would grow its state without end: the state keeps the
+    counts of the latest 1,024 memories rated. Rated again, a memory is the latest rated, so
+    the next new one drops the memory rated longest ago, not the one recorded first."""
+    assert MAX_RATED_MEMORIES == 1024
+    state = LearnedState()
+    for i in range(1025):
+        state = fold_learned(state, rated(f"m{i}"))
+    assert len(state.ratings) == 1024
+    assert list(state.ratings) == [f"m{i}" for i in range(1, 1025)]
+
+    state = fold_learned(state, rated("m1", revision=1, upvotes=2))
+    state = fold_learned(state, rated("m1025"))
+    assert len(state.ratings) == 1024
+    assert "m2" not in state.ratings
+    assert state.ratings["m1"] == Rating(upvotes=2, downvotes=0, revision=1)
+    assert list(state.ratings)[-2:] == ["m1", "m1025"]

@@ -22,6 +22,7 @@ from processors.config import (
     load_processing_config,
 )
 from processors.embedding import HashingEmbedder
+from processors.learning import learn
 from processors.lifecycle import (
     Deriving,
     burn_draw,
@@ -35,7 +36,7 @@ from processors.memory_utility import memory_utility
 from processors.recording import AgentMemoryState
 from processors.state_fold import fold
 from processors.summarising import ExtractiveSummariser
-from schemas.agent_events import Observation
+from schemas.agent_events import Feedback, Observation
 from schemas.learned_events import MemoryRated
 from schemas.memory_events import (
     ConsolidationCompleted,
@@ -447,6 +448,45 @@ def test_a_retrieved_l1_survives_where_an_unretrieved_one_is_pruned() -> None:
     out, used = feed(later, CTX, used)
     assert only(out, MemoryForgotten) == []
     assert [s.memory_id for s in used.summaries] == [summary.memory_id]
+
+
+def test_an_upvote_on_an_l1_counts_as_a_retrieval_scored_by_its_signal() -> None:
+    """An agent's upvote says a summary was useful, as a retrieval does (processors/README):
+    it counts as one retrieval scored by the signal at the feedback's step. The L1 made at
+    step 2, never used, is pruned at step 12 (MUS 0.2 / 11 < 0.2); upvoted 0.8 at step 7 it
+    is kept, with MUS 0.4 ln 2 + 0.4 x 0.8 + 0.2 / (1 + 12 - 7) = 0.6306."""
+    summary, state = one_l1()
+    later = [obs("s12", 0.3, step=12)]
+    (unused,) = only(feed(later, CTX, state)[0], MemoryForgotten)
+    assert unused.memory_id == summary.memory_id
+
+    upvote = Feedback.model_validate(
+        {"agent_id": AGENT, "event_id": "f7", "step": 7, "occurred_at": T0}
+        | {"target_event_id": summary.memory_id, "signal": 0.8}
+    )
+    state = on_agent_event(upvote, state, CTX).state  # recorded, then learned from, as live
+    (rated, *more), state = learn(upvote, state, CTX)
+    assert more == []
+    assert isinstance(rated, MemoryRated)
+    assert (rated.memory_id, rated.level, rated.upvotes) == (summary.memory_id, 1, 1)
+    (entry,) = state.summaries
+    assert (entry.retrievals, entry.relevance_sum) == (1, 0.8)
+    assert (entry.last_access_step, entry.last_access_year) == (7, None)
+
+    out, kept = feed(later, CTX, state)
+    assert only(out, MemoryForgotten) == []
+    assert [s.memory_id for s in kept.summaries] == [summary.memory_id]
+    # Its MUS, which pruning reports when the threshold is above it.
+    strict = LifecycleRules(pruning=PruningRules(l1_threshold=0.7))
+    (gone,) = only(
+        feed(later, deriving(load_processing_config(lifecycle=strict)), state)[0], MemoryForgotten
+    )
+    assert gone.mus is not None
+    assert (gone.mus.retrievals, gone.mus.age, gone.mus.threshold) == (1, 10.0, 0.7)
+    assert gone.mus.retrieval_frequency == pytest.approx(0.693147, abs=1e-6)
+    assert gone.mus.relevance == pytest.approx(0.8)
+    assert gone.mus.recency == pytest.approx(0.166667, abs=1e-6)
+    assert gone.mus.score == pytest.approx(0.630592, abs=1e-6)
 
 
 def test_l2_uses_threshold_0_3_and_its_own_minimum_age() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.batch import RawRecord, process_batch
+from processors.batch import MAX_KEPT_BYTES, RawRecord, process_batch
 from processors.config import load_processing_config
 from processors.embedding import HashingEmbedder, keywords
 from processors.lifecycle import Deriving
@@ -116,6 +117,32 @@ def test_a_dead_letter_of_a_huge_bad_input_stays_a_small_letter(value: dict[str,
     assert len(letter.reason) < 3_000
     assert len(encode_event(letter)) < 200_000, "a letter past the broker's request size"
     assert "agent.observations[0]@7" in letter.reason  # where the whole record is
+    # Exactly the first 128 KiB of the record (README, "Bad input"), and the reason says so.
+    assert MAX_KEPT_BYTES == 131_072
+    assert letter.original_value() == raw[:131_072]
+    assert f"keeps the first 131,072 bytes of the value ({len(raw):,} bytes)" in letter.reason
+    assert letter.key_b64 == base64.b64encode(b"H001").decode(), "a small key is kept whole"
+
+
+def test_a_dead_letter_keeps_the_first_128_kib_of_a_huge_key_and_all_of_a_small_value() -> None:
+    """A letter copies the key as it copies the value (base64, a third larger): a key near the
+    producer's 1 MB limit could make a letter past it too, so the key is cut the same way, and
+    the reason says which part was cut and where the whole record is."""
+    key = bytes(i % 251 for i in range(300_000))  # no two windows alike: a prefix is a prefix
+    raw = RawRecord("agent.observations", 0, 4, key, b"not json", "observation")
+    result = process_batch(
+        [raw],
+        lambda _: AgentMemoryState(),
+        ctx=Deriving(CONFIG, EMBEDDER, ExtractiveSummariser(), VERSION),
+        failed_at=datetime.now(UTC),
+    )
+    (letter,) = result.dead_letters
+    assert letter.key_b64 is not None
+    assert base64.b64decode(letter.key_b64) == key[:131_072]
+    assert letter.original_value() == b"not json"
+    assert "keeps the first 131,072 bytes of the key (300,000 bytes)" in letter.reason
+    assert "value (" not in letter.reason
+    assert "agent.observations[0]@4" in letter.reason
 
 
 def test_the_hashing_embedder_is_deterministic_normalised_and_lexical() -> None:
