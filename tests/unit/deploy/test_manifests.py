@@ -1,11 +1,15 @@
 """The Kubernetes manifests: every ``ENGRAM_*`` variable they set is a setting, every overlay
 renders, and what they promise holds in what they render (one partition count, every topic
-replicated and kept, probes, budgets, autoscaling up to the partition count, a locked-down
-securityContext on every container, Jobs that may be retried)."""
+replicated and kept, in the Kafka cluster's namespace, every CA file mounted, probes, budgets,
+autoscaling up to the partition count on a backlog, a locked-down securityContext on every
+container, Jobs that may be retried and run again, a reprocess's own configuration); and
+deploy/README.md's commands and figures agree with them."""
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -32,7 +36,7 @@ SNAPSHOT_TOPICS = {"memory.snapshots"}
 
 
 def documents() -> list[dict[str, object]]:
-    docs = []
+    docs: list[dict[str, object]] = []
     for path in sorted(KUBERNETES.rglob("*.yaml")):
         docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
     return docs
@@ -74,10 +78,18 @@ def test_every_kustomization_renders(kustomization: str) -> None:
     assert rendered(kustomization)
 
 
+def config_map(resources: list[Resource]) -> Resource:
+    """The ConfigMap every process reads (a hashed name: a change rolls the pods)."""
+    (found,) = (
+        r
+        for r in of_kind(resources, "ConfigMap")
+        if r["metadata"]["name"].startswith("engram-config-")
+    )
+    return found
+
+
 def config(resources: list[Resource]) -> dict[str, str]:
-    (configmap,) = of_kind(resources, "ConfigMap")
-    assert configmap["metadata"]["name"].startswith("engram-config-"), "a hashed name"
-    data: dict[str, str] = configmap["data"]
+    data: dict[str, str] = config_map(resources)["data"]
     return data
 
 
@@ -147,6 +159,81 @@ def test_every_topic_is_replicated_kept_forever_and_compacted_where_a_snapshot()
         policy = "compact" if name in SNAPSHOT_TOPICS else "delete"
         assert spec["config"]["cleanup.policy"] == policy, name
         assert "strimzi.io/cluster" in topic["metadata"]["labels"], name
+
+
+@pytest.mark.parametrize("kustomization", OVERLAYS)
+def test_the_kafka_topics_are_in_the_kafka_clusters_namespace(kustomization: str) -> None:
+    """Strimzi's Topic Operator watches the namespace of its Kafka cluster by default: that of
+    the bootstrap Service (<cluster>-kafka-bootstrap.<namespace>.svc), not Engram's."""
+    resources = rendered(kustomization)
+    engram = config_map(resources)["metadata"]["namespace"]
+    host = config(resources)["ENGRAM_KAFKA_BOOTSTRAP"].split(":")[0]
+    kafka = host.split(".")[1]
+    assert kafka == "kafka" != engram
+    topics = of_kind(resources, "KafkaTopic")
+    assert topics
+    assert {t["metadata"].get("namespace") for t in topics} == {kafka}
+    # Everything else, Jobs included, is Engram's.
+    others = {r["metadata"].get("namespace") for r in resources if r["kind"] != "KafkaTopic"}
+    assert others == {engram}
+
+
+def container_env(resources: list[Resource], container: Resource) -> dict[str, str]:
+    """A container's variables with a plain value: its ConfigMaps', then its own."""
+    maps = {r["metadata"]["name"]: r.get("data", {}) for r in of_kind(resources, "ConfigMap")}
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        env.update(maps.get(source["configMapRef"]["name"], {}))
+    env.update({e["name"]: e["value"] for e in container.get("env", []) if "value" in e})
+    return env
+
+
+@pytest.mark.parametrize("kustomization", OVERLAYS)
+def test_every_ca_file_is_mounted_from_its_secret(kustomization: str) -> None:
+    """A CA file a setting names is a file in the pod (the settings refuse a path that is not
+    one): the Kafka cluster's CA, and the Redis servers' (rediss://, a private CA)."""
+    resources = rendered(kustomization)
+    expected = {
+        "ENGRAM_KAFKA_SSL_CAFILE": "engram-kafka-ca",
+        "ENGRAM_REDIS_SSL_CAFILE": "engram-redis-ca",
+    }
+    for workload in workloads(resources):
+        spec = pod_spec(workload)
+        secrets = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+        for container in spec["containers"]:
+            env = container_env(resources, container)
+            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+            cafiles = {k: v for k, v in env.items() if k.endswith("_CAFILE")}
+            assert set(cafiles) == set(expected), workload["metadata"]["name"]
+            for variable, path in cafiles.items():
+                folder, _, key = path.rpartition("/")
+                assert secrets[mounts[folder]] == expected[variable], (variable, path)
+                assert key == "ca.crt", (variable, path)
+
+
+def test_the_documented_redis_urls_pass_the_egress_policy_and_the_charts_certificates() -> None:
+    """The README's Redis URLs: on the port Engram's egress policy opens to Redis, and with the
+    host names the bitnami chart's generated certificates carry (*.svc.cluster.local)."""
+    egress = named(rendered("overlays/example"), "NetworkPolicy", "engram-egress")
+    (redis,) = (
+        rule
+        for rule in egress["spec"]["egress"]
+        if rule["to"][0].get("namespaceSelector", {}).get("matchLabels")
+        == {"kubernetes.io/metadata.name": "redis"}
+    )
+    ports = {p["port"] for p in redis["ports"]}
+    urls = re.findall(r"rediss://[^\s`\"]+", readme())
+    with_ports = [u for u in urls if re.search(r"@[^/]+:\d+", u)]
+    assert len(with_ports) >= 3, urls
+    for url in with_ports:
+        port = re.search(r"@[^/:]+:(\d+)", url)
+        assert port is not None, url
+        assert int(port[1]) in ports, url
+    secrets = readme_section("### Secrets")
+    hosts = re.findall(r"rediss://:[^@]+@([^:/]+)", secrets)
+    assert len(hosts) == 2, hosts
+    for host in hosts:
+        assert re.fullmatch(r"[a-z0-9-]+-master\.[a-z0-9-]+\.svc\.cluster\.local", host), host
 
 
 def test_topics_engram_creates_itself_are_replicated_like_the_kafka_topics() -> None:
@@ -234,6 +321,65 @@ def test_the_worker_is_a_static_member_with_three_probes_and_a_budget() -> None:
     assert "replicas" not in worker["spec"]
 
 
+def test_the_worker_autoscaler_counts_a_backlog_not_the_commit_cadence(tmp_path: Path) -> None:
+    """KEDA asks for ceil(summed lag / lagThreshold) replicas, from committed offsets, which a
+    worker commits every broker_commit_interval: with no backlog a pod still shows that many
+    seconds of its input. The threshold must be above it for a pod at full speed (one CPU, at
+    the capacity plan's 0.47 ms an event), or throughput alone adds replicas."""
+    from streams.worker.app import _faust_app
+
+    settings = EngramSettings(data_dir=tmp_path)
+    commit_every = _faust_app(settings, "localhost:9092", "engram").conf.broker_commit_interval
+    scaler = named(rendered("overlays/example"), "ScaledObject", "engram-worker")
+    threshold = int(scaler["spec"]["triggers"][0]["metadata"]["lagThreshold"])
+    full_speed = 1 / 0.47e-3  # events/s of a worker on one CPU
+    assert threshold > full_speed * commit_every
+    # At the capacity plan's 100,000 events/s and no backlog, fewer replicas than its ~47
+    # cores of work: the scaler adds replicas for a backlog.
+    assert math.ceil(100_000 * commit_every / threshold) < 47
+    # The README says what the manifest sets, and no longer a per-partition threshold.
+    text = readme()
+    assert f"`lagThreshold` ({threshold:,})" in text
+    assert f"The base sets {threshold:,}" in text
+    assert "records per partition" not in text
+
+
+def test_the_readme_says_what_static_membership_costs_at_a_scale_down() -> None:
+    """A static member sends no LeaveGroup (aiokafka): a worker removed for good holds its
+    partitions until the session timeout expires; the README gives the manifests' timeout."""
+    timeout = config(rendered("overlays/example"))["ENGRAM_SESSION_TIMEOUT"]
+    text = readme()
+    assert (
+        f"leaves no LeaveGroup: its partitions wait `ENGRAM_SESSION_TIMEOUT`, {timeout} s" in text
+    )
+    assert f"stops that pod's partitions for the {timeout} s session timeout" in text
+    assert f"(`ENGRAM_SESSION_TIMEOUT`, {timeout} s in the manifests)" in text
+
+
+def test_the_capacity_plans_share_of_embeddings_follows_from_its_figures() -> None:
+    """Only memories carry an embedding: recordings, summaries and promotions."""
+    plan = readme_section("## Capacity plan: 1,000,000 agents at 100,000 events/s")
+    derived = re.search(
+        r"\| derived events \| [\d.]+ \((\d+) recording.*?"
+        r"([\d.]+) summaries, ([\d.]+) promotions\)",
+        plan,
+    )
+    sizes = re.search(
+        r"(\d+) B raw \+ ([\d,]+) B derived .*?~(\d+) KB is its float16 embedding", plan
+    )
+    assert derived is not None
+    assert sizes is not None
+    raw, derived_bytes, embedding = sizes.groups()
+    memories = sum(float(n) for n in derived.groups())
+    share = memories * int(embedding) * 1024 / (int(raw) + int(derived_bytes.replace(",", "")))
+    assert 0.3 < share < 0.4, share
+    (growth,) = (line for line in plan.splitlines() if line.startswith("- **Log growth**"))
+    following = plan[plan.index(growth) :].split("\n- ")[0]
+    assert "About a third" in following
+    assert "half" not in following
+    assert f"{memories:.2f} memories per agent event" in following
+
+
 def test_the_query_service_probes_its_stores_scales_and_has_a_budget() -> None:
     resources = rendered("overlays/example")
     query = named(resources, "Deployment", "engram-query")
@@ -301,8 +447,73 @@ def test_each_job_may_be_retried(job: str, command: str) -> None:
     images = {c["image"] for r in workloads(resources) for c in pod_spec(r)["containers"]}
     assert images == {container["image"]}
     assert container["image"].startswith("registry.example.com/")
-    # The Job renders beside the overlay it belongs to, unchanged.
-    others = [r for r in resources if r["kind"] != "Job"]
+    # The Job renders beside the overlay it belongs to, unchanged (the reprocess Job has a
+    # ConfigMap of its own besides).
+    others = [r for r in resources if r["kind"] != "Job" and r not in job_configmaps(resources)]
+    assert others == rendered("overlays/example")
+    # A Job's pod template cannot be changed: every run is a new Job, and the README deletes
+    # the finished one before it applies the overlay again; finished ones go within a day.
+    assert spec["ttlSecondsAfterFinished"] <= 86400
+    name = workload["metadata"]["name"]
+    commands = readme_section("### Jobs: replay, reprocess, forget-agent").splitlines()
+    apply = commands.index(next(c for c in commands if f"example-jobs/{job} " in c))
+    assert commands[apply - 1] == f"kubectl -n engram delete job {name} --ignore-not-found"
+
+
+def job_configmaps(resources: list[Resource]) -> list[Resource]:
+    return [
+        r
+        for r in of_kind(resources, "ConfigMap")
+        if r["metadata"]["name"].startswith("engram-reprocess-config-")
+    ]
+
+
+def readme() -> str:
+    return (KUBERNETES.parent / "README.md").read_text()
+
+
+def readme_section(heading: str) -> str:
+    """deploy/README.md from ``heading`` to the next heading."""
+    text = readme()
+    start = text.index(heading + "\n")
+    rest = text[start + len(heading) :]
+    ends = [i for i in (rest.find("\n## "), rest.find("\n### ")) if i >= 0]
+    return rest[: min(ends)] if ends else rest
+
+
+def test_a_reprocess_has_its_own_configuration_and_the_workers_keep_theirs(
+    tmp_path: Path,
+) -> None:
+    """The overlay's engram-reprocess-config, given a setting, reaches the reprocess Job only:
+    the workers and query services render as in the example overlay (not restarted)."""
+    source = KUBERNETES / "overlays" / "example-jobs" / "reprocess"
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    kustomization = yaml.safe_load((source / "kustomization.yaml").read_text())
+    # kustomize takes a relative path to another kustomization, never an absolute one.
+    for key in ("resources", "components"):
+        kustomization[key] = [os.path.relpath(source / e, overlay) for e in kustomization[key]]
+    (generator,) = (
+        g for g in kustomization["configMapGenerator"] if g["name"] == "engram-reprocess-config"
+    )
+    generator["literals"] = ["ENGRAM_EPISODIC_THRESHOLD=0.5"]
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    done = subprocess.run(
+        [kubectl(), "kustomize", str(overlay)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    resources = [d for d in yaml.safe_load_all(done.stdout) if d]
+    (own,) = job_configmaps(resources)
+    assert own["data"] == {"ENGRAM_EPISODIC_THRESHOLD": "0.5"}
+    assert own["metadata"]["namespace"] == "engram"
+    (job,) = of_kind(resources, "Job")
+    (container,) = pod_spec(job)["containers"]
+    # Later envFrom sources win: the reprocess's settings over the live ones.
+    assert [s["configMapRef"]["name"] for s in container["envFrom"]] == [
+        next(r for r in of_kind(resources, "ConfigMap") if r is not own)["metadata"]["name"],
+        own["metadata"]["name"],
+    ]
+    others = [r for r in resources if r["kind"] != "Job" and r is not own]
     assert others == rendered("overlays/example")
 
 
