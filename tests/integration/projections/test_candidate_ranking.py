@@ -168,8 +168,15 @@ async def test_past_the_bound_the_engine_reads_a_bounded_set(
     # turns beside the 10 most relevant: 20 seqs, at most an original and a copy at each.
     assert answer.episodic_count <= 42 + 2 * 20
     assert len(answer.results) == 5
-    filtered = RetrievalRequest(mode="saliency", filter=MemoryFilter(min_importance=0.9))
-    assert all(m.importance >= 0.9 for m in (await engine.retrieve("big", filtered)).results)
+    important = MemoryFilter(min_importance=0.9)
+    stored = [*await working_store.memories("big"), *await edge_store.memories("big", limit=1000)]
+    admitted = {m.memory_id for m in stored if important.admits(m)}
+    filtered = RetrievalRequest(mode="saliency", filter=important)
+    assert len(admitted) > filtered.top_k, "the filter leaves more than an answer holds"
+    kept = (await engine.retrieve("big", filtered)).results
+    assert len(kept) == filtered.top_k
+    assert {m.memory_id for m in kept} <= admitted
+    assert all(m.importance >= 0.9 for m in kept)
 
 
 @pytest.mark.parametrize("scope", ["active", "all", "archive"])

@@ -30,7 +30,6 @@ from processors.recording import AgentMemoryState, record
 from projections.episodic import qdrant_server
 from projections.episodic.edge import POSITIONS_FILE, SHARD_DIR, EdgeEpisodicMemory
 from projections.episodic.factory import open_episodic_store, stored_episodic_dim
-from projections.episodic.hybrid import fuse
 from projections.episodic.qdrant_server import QdrantServerEpisodicMemory
 from projections.interfaces import EpisodicMemoryStore, ProjectionError
 from projections.memory import StoredMemory
@@ -904,9 +903,31 @@ async def expected_hybrid(
     query = EMBEDDER.embed(query_text)
     lexical_all = lexical_scores(query_text, everything)
     ids = {m.memory_id for m in admitted}
-    dense = [(i, cosine_of(query, vectors[i])) for i in ids] if np.any(query) else []
-    lexical = [(i, s) for i, s in lexical_all.items() if i in ids]
-    return [(hit.memory_id, hit.lexical) for hit in fuse(dense, lexical, limit)]
+    dense = {i: cosine_of(query, vectors[i]) for i in ids} if np.any(query) else {}
+    lexical = {i: s for i, s in lexical_all.items() if i in ids}
+    return [(i, lexical.get(i)) for i in reciprocal_rank_fusion(dense, lexical, limit)]
+
+
+def reciprocal_rank_fusion(
+    dense: dict[str, float], lexical: dict[str, float], limit: int
+) -> list[str]:
+    """The best ``limit`` ids by RRF as its paper defines it (``sum of 1 / (60 + rank)``, ranks
+    from 1), written out here rather than taken from ``projections.episodic.hybrid.fuse``,
+    which the stores call: agreeing with that would prove nothing. Each side ranks by score to
+    four significant digits (float noise ties), then id, and is cut at ``limit``; a cosine
+    earns a rank only above 1e-6; equal sums go to the better single rank, then the id."""
+
+    def ranked(scores: dict[str, float]) -> list[str]:
+        return sorted(scores, key=lambda i: (-float(f"{scores[i]:.4g}"), i))[:limit]
+
+    related = {i: s for i, s in dense.items() if s > 1e-6}
+    fused: dict[str, float] = {}
+    best: dict[str, int] = {}
+    for ranking in (ranked(related), ranked(lexical)):
+        for rank, i in enumerate(ranking, start=1):
+            fused[i] = fused.get(i, 0.0) + 1 / (60 + rank)
+            best[i] = min(best.get(i, rank), rank)
+    return sorted(fused, key=lambda i: (-fused[i], best[i], i))[:limit]
 
 
 async def test_hybrid_search_equals_the_in_process_reference(

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import signal
 import socket
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -634,6 +634,10 @@ async def test_apply_recovers_when_the_server_restarts(tmp_path: Path) -> None:
 
 
 async def test_a_server_that_stops_answering_raises_within_the_timeout() -> None:
+    """A stopped server never answers, so only the store's own 0.5 s timeout ends the apply:
+    it must raise the store's error naming the timeout. The test's bound, sixty times that,
+    only keeps a store that waits forever from hanging the test (it fails with a bare
+    TimeoutError instead)."""
     with RedisServer() as server:
         store = RedisWorkingMemory.from_url(server.url, namespace="frozen", socket_timeout=0.5)
         events = Processor().observe_many("agent-1", ["Event 0"])
@@ -641,10 +645,8 @@ async def test_a_server_that_stops_answering_raises_within_the_timeout() -> None
             await store.ping()
             os.kill(server.pid, signal.SIGSTOP)
             try:
-                started = time.monotonic()
                 with pytest.raises(ProjectionError, match="applying 1 events failed: TimeoutError"):
-                    await store.apply(events)
-                assert time.monotonic() - started < 5.0
+                    await asyncio.wait_for(store.apply(events), timeout=30)
             finally:
                 os.kill(server.pid, signal.SIGCONT)
             await store.apply(events)

@@ -292,14 +292,17 @@ async def test_a_partition_count_other_than_the_topics_is_refused(
         await read_agent_history(kafka_bootstrap, topics, "H001", 2)
 
 
-async def test_an_unreachable_broker_is_named() -> None:
+async def test_an_unreachable_broker_is_named_as_unavailable_without_waiting() -> None:
+    """A refused connection says at once that the broker is down, naming it: it is not a
+    read that retries until its timeout and then raises the ``TimeoutError`` of a log too
+    slow to answer."""
     from streams.runtime.devstack.ports import free_port
 
     bootstrap = f"127.0.0.1:{free_port()}"
-    started = time.monotonic()
-    with pytest.raises((LogUnavailableError, TimeoutError), match=re.escape(bootstrap)):
+    with pytest.raises(
+        LogUnavailableError, match=f"^cannot read the event log at {re.escape(bootstrap)}: "
+    ):
         await read_agent_history(bootstrap, Topics("x."), "H001", 2, timeout=10)
-    assert time.monotonic() - started < 11
 
 
 def test_the_command_line_names_a_bad_agent_id_and_an_unreachable_broker() -> None:
