@@ -269,8 +269,13 @@ class IngestPipeline:
         if not missing:
             return
         if self.recover is not None:
-            folded, logged = await self.recover(missing)
-            await self.take_over(folded, logged)
+            recover = self.recover
+            # A backend down pauses a takeover as it pauses a batch: every rebalance takes
+            # partitions over, and a worker that exited on a Redis blip there restarted into
+            # another rebalance, the whole group crash-looping for as long as the outage.
+            # Both steps read or write idempotently, so doing them again is safe.
+            folded, logged = await self._retrying("taking over", lambda: recover(missing))
+            await self._retrying("taking over", lambda: self.take_over(folded, logged))
             log.info(
                 "took over partitions %s: %d agents, %d derived events, %d re-applied",
                 sorted(missing),

@@ -12,15 +12,18 @@ published event is remembered once, and Redis holds what that log says.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from projections.interfaces import ProjectionError
 from projections.working.redis_store import RedisWorkingMemory
 from schemas.agent_events import Observation
 from schemas.topics import Topics
@@ -230,3 +233,79 @@ async def test_broker_connections_cut_mid_stream_processing_resumes_exactly_once
     assert reconnected > 0, "nothing reconnected through the proxy after the outage"
     assert set(worker.crash_codes) <= {70}, worker.log_tails()
     assert outcome.recorded == len(events)
+
+
+async def test_redis_down_at_a_takeover_pauses_it_and_the_worker_stays_up(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A worker takes its partitions over at its first batch after each assignment, reading
+    the stores' applied offsets. Redis down then made it exit 70 where a batch pauses; every
+    start or rebalance in an outage killed the worker, each restart rebalanced the group again,
+    and the group crash-looped until Redis was back. Now the takeover waits for Redis too."""
+    prefix = f"takeoverfault{uuid.uuid4().hex[:8]}."
+    topics = Topics(prefix)
+    settings = isolated_settings(prefix, tmp_path, schedule_interval=0)
+    await ensure_topics(kafka_bootstrap, topics, settings.partitions)
+    events = workload(4, 10)
+    with RedisServer(tmp_path / "redis", port=free_port(), appendfsync="always") as redis:
+        store = RedisWorkingMemory.from_url(redis.url, namespace=settings.redis_namespace)
+        env = worker_env(settings, kafka_bootstrap, redis.url)
+        try:
+            first = SupervisedWorker(env, tmp_path / "first", max_restarts=0).start()
+            try:
+                async with AsyncPublisher(kafka_bootstrap, topics=topics) as publisher:
+                    positions = await publisher.publish_many(events[:-1])
+                await until_applied(store, ends_of(positions), first)
+            finally:
+                assert await first.stop() == 0, first.log_tails()
+
+            health = free_port()
+            second = SupervisedWorker(
+                env | {"ENGRAM_HEALTH_PORT": str(health)}, tmp_path / "second", max_restarts=3
+            ).start()
+            try:
+                await until_ready(f"http://127.0.0.1:{health}/readyz", second)
+                await asyncio.to_thread(redis.kill, signal.SIGKILL)
+                async with AsyncPublisher(kafka_bootstrap, topics=topics) as publisher:
+                    positions += [await publisher.publish(events[-1])]
+                await asyncio.sleep(REDIS_OUTAGE_S)  # the takeover meets the outage
+                assert second.runs[-1].exit_code is None, second.log_tails()
+                await asyncio.to_thread(redis.start)
+                await until_applied(store, ends_of(positions), second)
+            finally:
+                await second.stop()
+        finally:
+            await store.clear()
+            await store.close()
+    assert second.crash_codes == [], second.log_tails()
+    assert len(second.runs) == 1, second.log_tails()
+
+
+async def until_applied(
+    store: RedisWorkingMemory, ends: dict[TopicPartition, int], worker: SupervisedWorker
+) -> None:
+    deadline = time.monotonic() + 60
+    while await applied_or_none(store, ends) < sum(ends.values()):
+        assert time.monotonic() < deadline, worker.log_tails()
+        assert not worker.gave_up, worker.log_tails()
+        await asyncio.sleep(0.1)
+
+
+async def applied_or_none(store: RedisWorkingMemory, ends: dict[TopicPartition, int]) -> int:
+    """:func:`applied`, or 0 while Redis is not back."""
+    try:
+        return await applied(store, ends)
+    except ProjectionError:
+        return 0
+
+
+async def until_ready(url: str, worker: SupervisedWorker) -> None:
+    deadline = time.monotonic() + 60
+    async with httpx.AsyncClient(timeout=2) as http:
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if (await http.get(url)).status_code == 200:
+                    return
+            assert time.monotonic() < deadline, worker.log_tails()
+            assert not worker.gave_up, worker.log_tails()
+            await asyncio.sleep(0.1)
