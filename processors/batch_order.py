@@ -124,3 +124,33 @@ def batches_at_markers(
     )
     unmarked = [rest[i : i + tail_size] for i in range(0, len(rest), tail_size)]
     return LiveBatches(marked, unmarked)
+
+
+def cut_at_forgets(
+    records: Iterable[RawRecord], rank: TopicRank, schedule_topic: str
+) -> list[list[RawRecord]]:
+    """``records`` as batches to derive one after another: cut right after a command keyed by
+    an agent on ``schedule_topic`` (a ``ForgetAgent``; ticks have no key) that a later record
+    of the same agent follows, in :func:`canonical_order`. Without a cut, the records as given.
+
+    An agent's events after its erasure are its next life, and a batch seals what it derives
+    with the agent's key of the moment, which the erasure deletes once the batch is logged: in
+    one batch with the erasure, the next life was sealed with that key, applied to the stores
+    and unreadable in the log from then on. Cut, the next life is a batch of its own, sealed
+    with the new life's key. A prefix of the canonical order merges back into that prefix, so
+    a reprocess, which cuts the log at the live batches' markers, derives the same batches."""
+    records = list(records)
+    forgets = {r.key for r in records if r.topic == schedule_topic and r.key is not None}
+    if not forgets:
+        return [records]
+    parts: list[list[RawRecord]] = [[]]
+    forgotten: set[bytes] = set()
+    for raw in canonical_order(records, rank):
+        if raw.topic == schedule_topic:
+            if raw.key is not None:
+                forgotten.add(raw.key)
+        elif raw.key in forgotten:
+            parts.append([])
+            forgotten = set()
+        parts[-1].append(raw)
+    return [part for part in parts if part] or [[]]

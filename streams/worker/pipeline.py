@@ -34,7 +34,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 from processors.batch import BatchResult, RawRecord
 from processors.batch_markers import opening_markers
-from processors.batch_order import topic_rank
+from processors.batch_order import cut_at_forgets, topic_rank
 from processors.config import ProcessingConfig
 from processors.embedding import Embedder
 from processors.lifecycle import Deriving
@@ -355,7 +355,10 @@ class IngestPipeline:
                 if leave is not None:
                     leave(partitions - owned)
             with self.ownership.in_flight(), self._snapshots_give_way():
-                return await self._handle(records)
+                *before, last = cut_at_forgets(records, self.rank, self.topics.schedule)
+                for part in before:  # an agent's erasure, then its next life: two batches
+                    await self._handle(part)
+                return await self._handle(last)
 
     def _snapshots_give_way(self) -> contextlib.AbstractContextManager[None]:
         return self.snapshots.batch() if self.snapshots is not None else contextlib.nullcontext()

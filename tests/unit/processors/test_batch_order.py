@@ -18,7 +18,12 @@ from hypothesis import strategies as st
 
 from processors.batch import RawRecord
 from processors.batch_markers import logged_batches
-from processors.batch_order import batches_at_markers, canonical_order, topic_rank
+from processors.batch_order import (
+    batches_at_markers,
+    canonical_order,
+    cut_at_forgets,
+    topic_rank,
+)
 from processors.state_fold import FoldedState
 from schemas.memory_events import DerivedEvent, DerivedUpTo, MemoryRetrieved, SourcePosition
 from schemas.topics import Topics
@@ -86,6 +91,42 @@ def test_records_without_a_timestamp_come_first_in_rank_and_offset_order() -> No
         ("tick", 0),
         ("obs", 1),
     ]
+
+
+def keyed(topic: str, offset: int, timestamp: int, key: bytes | None) -> RawRecord:
+    return RawRecord(
+        topic=topic, partition=0, offset=offset, key=key, value=b"{}", timestamp_ms=timestamp
+    )
+
+
+def test_a_batch_is_cut_after_an_erasure_its_agent_has_later_records_of() -> None:
+    """An erasure of A (a keyed record on the schedule topic), then A's next life: cut between
+    them, in canonical order. B's records, and A's before it, stay where they are."""
+    records = [
+        keyed("obs", 0, 10, b"A"),
+        keyed("tick", 0, 20, b"A"),  # the erasure
+        keyed("obs", 1, 30, b"B"),
+        keyed("dec", 0, 40, b"A"),  # A's next life
+        keyed("tick", 1, 50, None),  # a tick
+        keyed("obs", 2, 60, b"A"),
+    ]
+    parts = cut_at_forgets(reversed(records), RANKS, "tick")
+    assert [positions(part) for part in parts] == [
+        [("obs", 0), ("tick", 0), ("obs", 1)],
+        [("dec", 0), ("tick", 1), ("obs", 2)],
+    ]
+    merged = [r for part in parts for r in part]
+    assert positions(merged) == positions(canonical_order(records, RANKS))
+    # Each part derives in the order it has within the whole.
+    assert all(positions(canonical_order(part, RANKS)) == positions(part) for part in parts)
+
+
+def test_a_batch_without_an_erasure_followed_by_its_agent_is_not_cut() -> None:
+    plain = [keyed("obs", 0, 10, b"A"), keyed("tick", 0, 20, None), keyed("obs", 1, 30, b"A")]
+    assert cut_at_forgets(plain, RANKS, "tick") == [plain]
+    last = [keyed("obs", 0, 10, b"A"), keyed("tick", 0, 20, b"A"), keyed("obs", 1, 30, b"B")]
+    assert [positions(p) for p in cut_at_forgets(last, RANKS, "tick")] == [positions(last)]
+    assert cut_at_forgets([], RANKS, "tick") == [[]]
 
 
 timestamps = st.lists(st.integers(min_value=0, max_value=50), max_size=15)

@@ -4,10 +4,12 @@ every snapshot, and a takeover from one leaves the forgotten agent out."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from processors.batch import RawRecord
+from processors.state_fold import FoldedState
 from processors.state_snapshot import (
     PartitionSnapshot,
     SnapshotManifest,
@@ -16,8 +18,8 @@ from processors.state_snapshot import (
     holds_nothing,
 )
 from schemas.agent_events import Observation
-from schemas.codec import encode_event
-from schemas.memory_events import ForgetAgent
+from schemas.codec import decode_derived_record, encode_event
+from schemas.memory_events import ForgetAgent, SourcePosition
 from streams.eventlog.snapshot_log import opened_snapshots
 from streams.privacy.keyring import FileKeyring
 from streams.privacy.sealing import RecordSealer
@@ -118,3 +120,45 @@ async def test_a_sealed_snapshot_without_its_keyring_is_no_snapshot(tmp_path: Pa
     assert await opened_snapshots({0: taken}, None) == {}
     other = FileKeyring(tmp_path / "other-keys")
     assert await opened_snapshots({0: taken}, RecordSealer(other)) == {}
+
+
+async def test_an_agents_next_life_in_the_batch_of_its_erasure_stays_readable(
+    tmp_path: Path,
+) -> None:
+    """A plain event of an agent right after its erasure, in one batch with it: the next life
+    was sealed with the key that batch then deleted, so the stores held a memory the log could
+    no longer open (a rebuild dropped it), and a fold of the log (a takeover's) said otherwise
+    than the worker. Cut there, the next life is sealed with its own key."""
+    keyring = FileKeyring(tmp_path / "keys")
+    broker, _, snapshots, pipeline = sealing_worker(keyring)
+    answering = asyncio.create_task(broker.run())
+    try:
+        await pipeline.handle([observation("alice", 0, SECRET)])
+        forget = ForgetAgent(
+            event_id="f1",
+            agent_id="alice",
+            requested_at=datetime.now(UTC),
+            key_ids=tuple(await keyring.key_ids("alice")),
+        )
+        erasure = RawRecord(
+            TOPICS.schedule, 0, 0, b"alice", encode_event(forget), None, "tick", timestamp_ms=2_000
+        )
+        next_life = replace(observation("alice", 1, "a new start"), timestamp_ms=3_000)
+        await pipeline.handle([erasure, next_life])
+        await snapshots.settled()
+    finally:
+        answering.cancel()
+
+    logged = []
+    for topic in (TOPICS.items, TOPICS.lifecycle):
+        values = broker.logs.get((topic, 0), [])
+        opened = await RecordSealer(keyring).open_all(list(values))
+        for offset, value in enumerate(opened):
+            assert isinstance(value, bytes) or offset < 1, f"{topic}@{offset} cannot be opened"
+            if isinstance(value, bytes):
+                where = SourcePosition(topic=topic, partition=0, offset=offset)
+                logged.append((where, decode_derived_record(value)))
+    folded, _ = FoldedState.from_log(logged, TOPICS.schedule)
+    live = pipeline.folded.states["alice"]
+    assert [e.content for e in live.working] == ["a new start"]
+    assert folded.states["alice"] == live
