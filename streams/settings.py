@@ -256,6 +256,15 @@ class EngramSettings(BaseSettings):
         "mid-batch: raise it where batches take longer.",
     )
 
+    stop_timeout: float = Field(
+        default=40.0,
+        gt=0.0,
+        description="Longest `engram worker` (or `serve`) takes to stop once signalled, its "
+        "batch in flight finished and committed, before it exits 75 without committing (what "
+        "it held is redelivered): a broker out of reach never lets the last commit end. Below "
+        "an orchestrator's grace period (60 s in deploy/), above ENGRAM_SESSION_TIMEOUT.",
+    )
+
     snapshots: bool = Field(
         default=True,
         description="Write per-partition state snapshots, so a takeover reads the latest one and "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shlex
 import signal
 import threading
@@ -24,7 +25,7 @@ from streams.cli.configuration import (
     record_dev_keyring,
     writable_data_dir,
 )
-from streams.cli.console import console, err, fail, run
+from streams.cli.console import UNREACHABLE, console, err, fail, run
 from streams.cli.progress import transfer
 from streams.cli.signals import (
     stop_on_signal,
@@ -473,6 +474,7 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
             with reported_if_slow(STOP_REPORTED_AFTER_S, _still_stopping):
                 if metrics is not None:
                     await metrics.stop()
+                _exit_unless_gone_within(settings.stop_timeout)
                 await node.stop()
         if reason is not None:
             log.warning("stopped: %s", reason)
@@ -480,6 +482,27 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
         log.info("stopped")
 
     run(main)
+
+
+def _exit_unless_gone_within(seconds: float) -> None:
+    """Exit 75 if the process is still here ``seconds`` from now, from a thread of its own:
+    with its broker gone, Faust's stop waited in its consumer thread's last commit (blocking
+    the event loop), or that thread (no daemon) kept the process from exiting after the node
+    had stopped, and the worker never exited by itself. Crash-only, as a batch that cannot
+    finish: nothing more is committed, and what the worker held is redelivered."""
+
+    def give_up() -> None:
+        log.error(
+            "not stopped within ENGRAM_STOP_TIMEOUT=%g s (a broker out of reach?): exiting "
+            "without committing; what this worker held is redelivered",
+            seconds,
+        )
+        logging.shutdown()
+        os._exit(UNREACHABLE)
+
+    timer = threading.Timer(seconds, give_up)
+    timer.daemon = True  # a process that ends first ends it
+    timer.start()
 
 
 def _still_stopping(report: str) -> None:

@@ -47,6 +47,7 @@ from schemas.topics import Topics
 from streams.eventlog.derived_log import read_partitions
 from streams.eventlog.publisher import AsyncPublisher, Position
 from streams.eventlog.topic_admin import ensure_topics
+from streams.runtime.devstack.broker import TansuBroker
 from streams.runtime.node import processing_config
 from streams.settings import EngramSettings
 from tests.benchmarks.workload import make_events
@@ -436,3 +437,42 @@ async def test_a_signal_while_the_worker_starts_stops_it_once_started(
     messages = [str(r.get("msg", "")) for r in stream.worker.log_records()]
     assert any(m.startswith("signalled: stopping") for m in messages), stream.worker.tail()
     assert "Traceback" not in stream.worker.tail(400)
+
+
+async def test_a_worker_whose_broker_is_gone_stops_within_its_stop_timeout(
+    redis_server_url: str, tmp_path: Path
+) -> None:
+    """Signalled after its broker died, a worker waited in Faust's last offset commit, which
+    retries the broker without end: it never exited by itself, and what stopped it (a kill)
+    set its exit code. Now it gives up after ENGRAM_STOP_TIMEOUT and exits 75 (the broker is
+    unreachable), committing nothing: what it held is redelivered."""
+    prefix = f"brokergone{uuid.uuid4().hex[:8]}."
+    settings = isolated_settings(
+        prefix, tmp_path / "stream", partitions=PARTITIONS, schedule_interval=0
+    )
+    with TansuBroker() as broker:
+        env = worker_environment(settings, broker.bootstrap, redis_server_url)
+        stream = Stream(
+            settings=settings,
+            topics=Topics(prefix),
+            worker=WorkerProcess(env | {"ENGRAM_STOP_TIMEOUT": "3"}, tmp_path / "worker.log"),
+            working=RedisWorkingMemory.from_url(redis_server_url, settings.redis_namespace),
+            redis_url=redis_server_url,
+            events=[],
+            positions=[],
+        )
+        try:
+            stream.worker.start()
+            await publish(broker.bootstrap, stream, make_events(200, agents=20, seed=5))
+            await wait_until_applied(stream, len(stream.positions), ALL_APPLIED_WITHIN_S)
+            broker.kill()
+            code = await asyncio.to_thread(stream.worker.terminate, 60)
+        finally:
+            stream.worker.stop()
+            await stream.working.clear()
+            await stream.working.close()
+    assert code == 75, f"exit code {code}:\n{stream.worker.tail()}"
+    messages = [str(r.get("msg", "")) for r in stream.worker.log_records()]
+    assert any(m.startswith("not stopped within ENGRAM_STOP_TIMEOUT=3 s") for m in messages), (
+        stream.worker.tail()
+    )
