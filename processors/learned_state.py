@@ -17,8 +17,7 @@ takeover:
   ``access_count``), for facts returned at least once. A fact that leaves ``facts``
   (superseded, or past the bound) leaves this too: a search is counted only on a fact the
   agent still holds, and its last count stays in the projection;
-* ``ratings``: feedback counts of the latest :data:`MAX_RATED_MEMORIES` memories rated (full,
-  those of memories no longer held make room first: :func:`processors.learning.fold_learning`).
+* ``ratings``: feedback counts of the latest :data:`MAX_RATED_MEMORIES` memories rated.
 
 The fold (:func:`fold_learned`) is the only way this state changes, live and on takeover
 alike: the live path derives events, then folds them (:mod:`processors.learning`), so the

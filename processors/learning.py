@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import assert_never
 
 from processors import facts, memory_feedback, plan_cache, procedures
-from processors.learned_state import MAX_RATED_MEMORIES, LearnedState, Rating, fold_learned
+from processors.learned_state import LearnedState, fold_learned
 from processors.learning_cause import Cause
 from processors.lifecycle import Deriving
 from processors.recording import AgentMemoryState, agent_type_of
@@ -83,26 +83,9 @@ def fold_learning(state: AgentMemoryState, event: LearnedEvent) -> AgentMemorySt
         known = state.learned.ratings.get(event.memory_id)
         if known is not None and known.revision >= event.revision:
             return state
-        learned = state.learned
-        if known is None and len(learned.ratings) >= MAX_RATED_MEMORIES:
-            learned = replace(learned, ratings=_ratings_still_held(learned.ratings, state))
         return replace(
             state,
-            learned=fold_learned(learned, event),
+            learned=fold_learned(state.learned, event),
             summaries=memory_feedback.rated_summaries(state.summaries, event),
         )
     return replace(state, learned=fold_learned(state.learned, event))
-
-
-def _ratings_still_held(ratings: dict[str, Rating], state: AgentMemoryState) -> dict[str, Rating]:
-    """``ratings`` of the memories the agent still holds: feedback counts only on a held
-    memory, so the others are of no use, and the bound (:data:`MAX_RATED_MEMORIES`) dropped
-    the oldest whatever it was. A memory still held lost its counts: rated again, it started
-    over at revision 0, which the projection, holding a higher one, ignored until the new
-    count passed it (6 upvotes showed as 3)."""
-    held = {
-        *state.working_ids,
-        *(entry.memory_id for entry in state.episodic),
-        *(summary.memory_id for summary in state.summaries),
-    }
-    return {memory_id: r for memory_id, r in ratings.items() if memory_id in held}

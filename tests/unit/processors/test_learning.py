@@ -4,7 +4,6 @@ fold of what was logged."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -277,37 +276,3 @@ def test_ratings_keep_the_latest_1024_memories_rated_and_drop_the_oldest() -> No
     assert "m2" not in state.ratings
     assert state.ratings["m1"] == Rating(upvotes=2, downvotes=0, revision=1)
     assert list(state.ratings)[-2:] == ["m1", "m1025"]
-
-
-def test_a_memory_still_held_keeps_its_counts_when_the_ratings_are_full() -> None:
-    """The bound dropped the oldest rating whatever it was: a memory the agent still holds
-    lost its counts, and rated again started over at revision 0, which the projection (at a
-    higher one) ignored until the new count passed it. Full, the ratings of memories no longer
-    held (which no feedback can reach) make room first."""
-    state = AgentMemoryState()
-    n = 0
-
-    def send(event: AgentEvent) -> list[DerivedEvent]:
-        nonlocal state
-        state = on_agent_event(event, state, CTX).state
-        learned, state = learn(event, state, CTX)
-        return list(learned)
-
-    def envelope() -> dict[str, object]:
-        nonlocal n
-        n += 1
-        return {"agent_id": "H001", "event_id": f"e{n}", "occurred_at": T0 + timedelta(days=n)}
-
-    kept = Observation(**envelope(), content="The levee held this spring")  # type: ignore[arg-type]
-    send(kept)
-    send(Feedback(**envelope(), target_event_id=kept.event_id, signal=1.0))  # type: ignore[arg-type]
-    gone = {f"m-gone-{i}": Rating(1, 0, 0) for i in range(MAX_RATED_MEMORIES - 1)}
-    state = replace(state, learned=replace(state.learned, ratings=state.learned.ratings | gone))
-    other = Observation(**envelope(), content="The pumps ran all night")  # type: ignore[arg-type]
-    send(other)
-    send(Feedback(**envelope(), target_event_id=other.event_id, signal=1.0))  # type: ignore[arg-type]
-    assert len(state.learned.ratings) == 2
-
-    (rated,) = send(Feedback(**envelope(), target_event_id=kept.event_id, signal=1.0))  # type: ignore[arg-type]
-    assert isinstance(rated, MemoryRated)
-    assert (rated.upvotes, rated.revision) == (2, 1)
