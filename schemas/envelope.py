@@ -38,10 +38,16 @@ dead-letter."""
 SimulationTime = Annotated[int, Field(ge=-TIME_BOUND, le=TIME_BOUND)]
 
 
+def _is_number_text(value: str) -> bool:
+    try:
+        float(value)  # "2026", " -5", "1.7e9": what pydantic would read as Unix seconds
+    except ValueError:
+        return False
+    return True
+
+
 def _not_a_number(value: Any) -> Any:
-    if isinstance(value, (int, float)) or (
-        isinstance(value, str) and value.strip().lstrip("+-").replace(".", "", 1).isdigit()
-    ):
+    if isinstance(value, (int, float)) or (isinstance(value, str) and _is_number_text(value)):
         raise ValueError(
             f"{value!r:.40} is a number, not a time: give ISO 8601 with an offset, "
             "such as 2026-11-22T10:00:00+00:00"

@@ -256,13 +256,15 @@ class EngramSettings(BaseSettings):
         "mid-batch: raise it where batches take longer.",
     )
 
-    stop_timeout: float = Field(
-        default=40.0,
+    stop_timeout: float | None = Field(
+        default=None,
         gt=0.0,
         description="Longest `engram worker` (or `serve`) takes to stop once signalled, its "
         "batch in flight finished and committed, before it exits 75 without committing (what "
-        "it held is redelivered): a broker out of reach never lets the last commit end. Below "
-        "an orchestrator's grace period (60 s in deploy/), above ENGRAM_SESSION_TIMEOUT.",
+        "it held is redelivered): a broker out of reach never lets the last commit end. Unset: "
+        "ENGRAM_SESSION_TIMEOUT + 35 s (a stop may wait that long for the batch in flight, and "
+        "up to 30 s for the query service and the recorder). Set, it must exceed "
+        "ENGRAM_SESSION_TIMEOUT.",
     )
 
     snapshots: bool = Field(
@@ -429,6 +431,25 @@ class EngramSettings(BaseSettings):
             if old in os.environ:
                 raise ValueError(f"{old} is no longer read: set {new} instead ({how})")
         return self
+
+    @model_validator(mode="after")
+    def _stop_outlasts_a_batch(self) -> EngramSettings:
+        """A stop waits for the batch in flight up to the session timeout: a shorter limit
+        would end healthy stops with exit 75 and a misleading reason."""
+        if self.stop_timeout is not None and self.stop_timeout <= self.session_timeout:
+            raise ValueError(
+                f"ENGRAM_STOP_TIMEOUT={self.stop_timeout:g} must exceed "
+                f"ENGRAM_SESSION_TIMEOUT={self.session_timeout:g}: a stop waits that long for "
+                "the batch in flight"
+            )
+        return self
+
+    @property
+    def stop_limit(self) -> float:
+        """Seconds a signalled process has to stop (``ENGRAM_STOP_TIMEOUT``, or its default)."""
+        if self.stop_timeout is not None:
+            return self.stop_timeout
+        return self.session_timeout + 35.0
 
     @model_validator(mode="after")
     def _replicas_reachable(self) -> EngramSettings:

@@ -320,8 +320,8 @@ class RedisWorkingMemory:
         return self._script(event, op, *argv)
 
     def _learned(self, event: LearnedEvent) -> bytes:
-        """Procedures, plans, facts and ratings: fields of the agent's memories hash
-        (:mod:`projections.learned.redis_fields`), with the applied offset."""
+        """Procedures, plans and ratings: fields of the agent's memories hash; facts: of its
+        facts hash (:mod:`projections.learned.redis_fields`); with the applied offset."""
         keys = [self._memories_key(event.agent_id), self._facts_key(event.agent_id)]
         position = event.source_position
         offset = b""

@@ -474,7 +474,7 @@ def run_node(settings: EngramSettings, **roles: bool) -> None:
             with reported_if_slow(STOP_REPORTED_AFTER_S, _still_stopping):
                 if metrics is not None:
                     await metrics.stop()
-                _exit_unless_gone_within(settings.stop_timeout)
+                _exit_unless_gone_within(settings.stop_limit)
                 await node.stop()
         if reason is not None:
             log.warning("stopped: %s", reason)

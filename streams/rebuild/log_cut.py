@@ -49,7 +49,6 @@ from schemas.memory_events import (
 )
 from schemas.topics import Topics, parse_position
 
-"""A partition and an offset in ASCII digits."""
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MILLISECOND = timedelta(milliseconds=1)
 

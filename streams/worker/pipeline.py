@@ -340,7 +340,9 @@ class IngestPipeline:
         self, records: Sequence[RawRecord], leave: Callable[[set[int]], None] | None = None
     ) -> BatchResult:
         """One batch, under the write lock, so a projection switch (which takes the lock to
-        pause this worker) never falls in the middle of a batch. Records of partitions the
+        pause this worker) never falls in the middle of a batch. A batch where an agent's
+        erasure is followed by its next life is handled as two (:func:`cut_at_forgets`); the
+        result returned is the last one's. Records of partitions the
         group revoked and did not assign again are left to their new owner, and ``leave`` is
         told which, so that their offsets are not committed."""
         async with self.write_lock.batch():

@@ -296,6 +296,7 @@ async def test_bad_field_is_refused_by_name(
         {"current_time": "2026"},
         {"mode": "recent", "current_time": " -1700000000.5"},
         {"filter": {"occurred_before": "1700000000"}},
+        {"current_time": "2.026e3"},
         {"as_of": 5},
     ],
 )

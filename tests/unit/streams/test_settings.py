@@ -147,3 +147,16 @@ def test_a_variable_exported_empty_is_unset(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("ENGRAM_REDIS_URL", " ")
     settings = EngramSettings()
     assert (settings.kafka_bootstrap, settings.redis_url) == (None, None)
+
+
+def test_a_stop_outlasts_the_session_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop waits for the batch in flight up to the session timeout: a limit below it would
+    end a healthy stop with exit 75. Unset, the limit follows the session timeout."""
+    monkeypatch.delenv("ENGRAM_STOP_TIMEOUT", raising=False)
+    monkeypatch.setenv("ENGRAM_SESSION_TIMEOUT", "30")
+    assert EngramSettings().stop_limit == 65
+    monkeypatch.setenv("ENGRAM_STOP_TIMEOUT", "50")
+    assert EngramSettings().stop_limit == 50
+    monkeypatch.setenv("ENGRAM_STOP_TIMEOUT", "20")
+    with pytest.raises(ValidationError, match="ENGRAM_STOP_TIMEOUT=20 must exceed"):
+        EngramSettings()

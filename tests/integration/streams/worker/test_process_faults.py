@@ -455,7 +455,7 @@ async def test_a_worker_whose_broker_is_gone_stops_within_its_stop_timeout(
         stream = Stream(
             settings=settings,
             topics=Topics(prefix),
-            worker=WorkerProcess(env | {"ENGRAM_STOP_TIMEOUT": "3"}, tmp_path / "worker.log"),
+            worker=WorkerProcess(env | {"ENGRAM_STOP_TIMEOUT": "8"}, tmp_path / "worker.log"),
             working=RedisWorkingMemory.from_url(redis_server_url, settings.redis_namespace),
             redis_url=redis_server_url,
             events=[],
@@ -473,6 +473,6 @@ async def test_a_worker_whose_broker_is_gone_stops_within_its_stop_timeout(
             await stream.working.close()
     assert code == 75, f"exit code {code}:\n{stream.worker.tail()}"
     messages = [str(r.get("msg", "")) for r in stream.worker.log_records()]
-    assert any(m.startswith("not stopped within ENGRAM_STOP_TIMEOUT=3 s") for m in messages), (
+    assert any(m.startswith("not stopped within ENGRAM_STOP_TIMEOUT=8 s") for m in messages), (
         stream.worker.tail()
     )
