@@ -126,9 +126,6 @@ def _recent(request: RetrievalRequest, memories: Sequence[StoredMemory]) -> Rank
 
 def weights_of(request: RetrievalRequest) -> Weights:
     """The weights the weighted mode ranks ``request`` by: the request's, else seed 003's
-    defaults; with a query, relevance weighs :data:`QUERY_RELEVANCE_WEIGHT` unless the request
-    set it."""
-    weights = request.weights or Weights()
-    if request.query and "relevance" not in weights.model_fields_set:
-        return weights.model_copy(update={"relevance": QUERY_RELEVANCE_WEIGHT})
-    return weights
+    defaults. A query's relevance weight (:data:`QUERY_RELEVANCE_WEIGHT`) is the request's
+    already: it is filled in where the request is read, so the record of the request names it."""
+    return request.weights or Weights()
