@@ -76,6 +76,11 @@ class NodeCollector(Collector):
             ("engram_worker_skipped", "Redelivered records already derived.", stats.skipped),
             ("engram_worker_projection_retries", "Store writes retried.", stats.projection_retries),
             (
+                "engram_worker_held_back",
+                "Records held back to be read again: records before them were not derived yet.",
+                stats.held_back,
+            ),
+            (
                 "engram_worker_forgotten_records",
                 "Records skipped: sealed with a forgotten agent's key.",
                 stats.forgotten_records,

@@ -26,9 +26,11 @@ import faust
 from faust.types import TP, EventT, StreamT
 
 from processors.batch import RawRecord, RecordKind
+from processors.source_order import SourceKey
 from processors.state_fold import FoldedState
 from schemas.memory_events import DerivedEvent
 from schemas.topics import Topics
+from streams.eventlog.first_record import first_record_at
 from streams.eventlog.kafka_security import KafkaSecurity, faust_credentials
 from streams.eventlog.snapshot_log import recover_state
 from streams.eventlog.topic_admin import TopicReplication
@@ -112,6 +114,7 @@ def create_processor_app(
             recover=recover,
             should_stop=lambda: app.should_stop,
             snapshots=snapshots,
+            first_record_at=partial(first_record_at, bootstrap),
             # A rebalance: every member's revocation (each waits for its batch in flight, at
             # most a session timeout), the join (Tansu waits half a session), the sync.
             settle_within=4 * settings.session_timeout,
@@ -175,7 +178,11 @@ def _add_ingest_agent(
     async def handle(records: list[RawRecord], events: list[EventT[bytes]]) -> None:
         try:
             started = time.perf_counter()
-            await holder["pipeline"].handle(records, leave=partial(uncommitted, events))
+            await holder["pipeline"].handle(
+                records,
+                leave=partial(uncommitted, events),
+                hold=partial(read_again, app, events),
+            )
             timings.batch(time.perf_counter() - started)
         except Exception:
             exit_without_committing("a batch could not be processed")
@@ -281,6 +288,28 @@ def uncommitted(events: Sequence[EventT[bytes]], partitions: set[int]) -> None:
     for event in events:
         if event.message.partition in partitions:
             event.message.acked = True
+
+
+async def read_again(
+    app: faust.App,
+    events: Sequence[EventT[bytes]],
+    first_held: Mapping[SourceKey, int],
+    rewind_to: Mapping[SourceKey, int],
+) -> None:
+    """The batch held back records of some partitions (:mod:`processors.source_order`): keep
+    them out of the commit, as :func:`uncommitted` does, and have the consumer read those
+    partitions again from where their records stop continuing the derived ones. A partition
+    revoked meanwhile is its new owner's to read."""
+    for event in events:
+        message = event.message
+        first = first_held.get((message.topic, message.partition))
+        if first is not None and message.offset >= first:
+            message.acked = True
+    seeks = {TP(topic, partition): offset for (topic, partition), offset in rewind_to.items()}
+    try:
+        await app.consumer.seek_wait(seeks)
+    except Exception:
+        log.warning("could not rewind held partitions; a rebalance moved them", exc_info=True)
 
 
 def _sender(app: faust.App) -> SendFn:

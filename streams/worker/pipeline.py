@@ -60,6 +60,7 @@ from streams.worker.batch_send import BatchSendFn
 from streams.worker.catch_up import catch_up
 from streams.worker.ownership import Ownership
 from streams.worker.snapshotting import Snapshotter
+from streams.worker.source_gaps import FirstRecordAt, Hold, settle_gaps
 
 log = logging.getLogger("engram.ingest")
 
@@ -109,6 +110,9 @@ class IngestStats:
     """Dead letters by ``error_kind`` (not_json, invalid, ...), for the metrics."""
     forgotten_records: int = 0
     """Records skipped because they were sealed with a forgotten agent's key."""
+    held_back: int = 0
+    """Records left out of a batch because records before them were not derived yet (a
+    rebalance's stale fetch: :mod:`processors.source_order`); they are read again."""
     projection_retries: int = 0
     last_batch_at: float | None = None
     applied: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -161,6 +165,10 @@ class IngestPipeline:
     placement: Callable[[str], int] | None = None
     """The partition an agent's records belong on (:func:`streams.eventlog.history.placement`);
     an agent event elsewhere is a dead letter. None: not checked."""
+    first_record_at: FirstRecordAt | None = None
+    """Where the first record at or after an offset of a source partition is, asked of the
+    broker when a partition's next record is not the one its mark says comes next
+    (:mod:`processors.source_order`). None: every such gap is taken as the log's own."""
 
     def __post_init__(self) -> None:
         self.config_version = self.config.version(self.embedder.id, self.summariser.id)
@@ -337,14 +345,19 @@ class IngestPipeline:
         )
 
     async def handle(
-        self, records: Sequence[RawRecord], leave: Callable[[set[int]], None] | None = None
+        self,
+        records: Sequence[RawRecord],
+        leave: Callable[[set[int]], None] | None = None,
+        hold: Hold | None = None,
     ) -> BatchResult:
         """One batch, under the write lock, so a projection switch (which takes the lock to
         pause this worker) never falls in the middle of a batch. A batch where an agent's
         erasure is followed by its next life is handled as two (:func:`cut_at_forgets`); the
         result returned is the last one's. Records of partitions the
         group revoked and did not assign again are left to their new owner, and ``leave`` is
-        told which, so that their offsets are not committed."""
+        told which, so that their offsets are not committed. Records that do not continue
+        their source partition from its mark are held back (:mod:`processors.source_order`),
+        and ``hold`` is told which, and where to read again from."""
         async with self.write_lock.batch():
             partitions = {r.partition for r in records}
             owned = await self.ownership.owned(partitions, self.settle_within, self.should_stop)
@@ -357,10 +370,31 @@ class IngestPipeline:
                 if leave is not None:
                     leave(partitions - owned)
             with self.ownership.in_flight(), self._snapshots_give_way():
+                await self._ensure_recovered(records)
+                records = await self._in_source_order(records, hold)
                 *before, last = cut_at_forgets(records, self.rank, self.topics.schedule)
                 for part in before:  # an agent's erasure, then its next life: two batches
                     await self._handle(part)
                 return await self._handle(last)
+
+    async def _in_source_order(
+        self, records: Sequence[RawRecord], hold: Hold | None
+    ) -> Sequence[RawRecord]:
+        """The records that continue their source partitions from the marks
+        (:mod:`streams.worker.source_gaps`); the shell is told which it held back."""
+        settled = await settle_gaps(records, self.folded.derived_upto, self.first_record_at)
+        if settled.rewind_to:
+            self.stats.held_back += len(records) - len(settled.records)
+            log.warning(
+                "held back records that do not continue their partitions; reading again",
+                extra={
+                    "held": {f"{t}:{p}": o for (t, p), o in settled.first_held.items()},
+                    "rewind_to": {f"{t}:{p}": o for (t, p), o in settled.rewind_to.items()},
+                },
+            )
+            if hold is not None:
+                await hold(settled.first_held, settled.rewind_to)
+        return settled.records
 
     def _snapshots_give_way(self) -> contextlib.AbstractContextManager[None]:
         return self.snapshots.batch() if self.snapshots is not None else contextlib.nullcontext()

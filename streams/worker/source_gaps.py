@@ -1,0 +1,76 @@
+"""Gaps in a source partition, settled with the broker before a batch derives across them.
+
+:func:`processors.source_order.in_source_order` says where a partition's next record is not
+the one its mark says comes next. Here the worker asks the broker what lies in between
+(:func:`streams.eventlog.first_record.first_record_at`): nothing, and the gap is the log's own
+and is derived across; records, and the partition is held back from the gap on, to be read
+again in order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from processors.batch import RawRecord
+from processors.source_order import Gap, SourceKey, SourceOrder, in_source_order
+
+log = logging.getLogger("engram.ingest")
+
+FirstRecordAt = Callable[[str, int, int], Awaitable[int | None]]
+"""``(topic, partition, offset)`` -> the offset of the first record there at or after
+``offset`` (None: the broker did not say)."""
+
+Hold = Callable[[Mapping[SourceKey, int], Mapping[SourceKey, int]], Awaitable[None]]
+"""Told, per source partition held back, the first offset left out of the batch (to keep out
+of the commit) and where the consumer must read again from."""
+
+
+@dataclass(frozen=True)
+class Settled:
+    records: list[RawRecord]
+    """The batch's records a worker may take now (see :class:`SourceOrder`)."""
+    first_held: dict[SourceKey, int]
+    """Per partition held back, its first record left out."""
+    rewind_to: dict[SourceKey, int]
+    """Per partition held back, where the consumer must read again from."""
+
+
+async def settle_gaps(
+    records: Sequence[RawRecord],
+    derived_upto: Mapping[SourceKey, int],
+    first_record_at: FirstRecordAt | None,
+) -> Settled:
+    """The records that continue their source partitions from the marks. Without
+    ``first_record_at`` every gap is taken as the log's own (as the consumer's order was
+    trusted before)."""
+    accepted: set[Gap] = set()
+    held: dict[SourceKey, Gap] = {}
+    order: SourceOrder
+    while True:
+        order = in_source_order(records, derived_upto, accepted, held)
+        if not order.gaps:
+            break
+        for gap in order.gaps:
+            if await _is_the_logs(gap, first_record_at):
+                accepted.add(gap)
+            else:
+                held[gap.key] = gap
+    first_held = {key: gap.found for key, gap in held.items()}
+    return Settled(order.records, first_held, order.held)
+
+
+async def _is_the_logs(gap: Gap, first_record_at: FirstRecordAt | None) -> bool:
+    """Whether nothing lies between a partition's mark and its next record here."""
+    if first_record_at is None:
+        return True
+    topic, partition = gap.key
+    first = await first_record_at(topic, partition, gap.expected)
+    if first is None:
+        log.warning(
+            "could not tell what lies before a record; holding it back",
+            extra={"topic": topic, "partition": partition, "offset": gap.found},
+        )
+        return False
+    return first >= gap.found

@@ -1,0 +1,146 @@
+"""A record that does not continue its source partition from the mark is held back, and read
+again, unless the broker says the log has nothing in between (:mod:`processors.source_order`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from processors.source_order import SourceKey
+from schemas.codec import decode_derived_record
+from schemas.memory_events import DerivedUpTo, MemoryRecorded
+from schemas.topics import Topics
+from streams.worker.pipeline import IngestPipeline
+from tests.agent_streams import CONFIG, EMBEDDER
+from tests.unit.streams.worker.test_ingest_protocol import Broker, Store, observation
+
+TOPICS = Topics()
+OBS = (TOPICS.observations, 0)
+
+
+class Log:
+    """The source partition as the broker holds it: which offsets exist."""
+
+    def __init__(self, offsets: set[int]) -> None:
+        self.offsets = offsets
+        self.asked: list[tuple[str, int, int]] = []
+
+    async def first_record_at(self, topic: str, partition: int, offset: int) -> int | None:
+        self.asked.append((topic, partition, offset))
+        later = [o for o in self.offsets if o >= offset]
+        return min(later) if later else None
+
+
+class Holds:
+    def __init__(self) -> None:
+        self.calls: list[tuple[dict[SourceKey, int], dict[SourceKey, int]]] = []
+
+    async def __call__(
+        self, first: Mapping[SourceKey, int], rewind: Mapping[SourceKey, int]
+    ) -> None:
+        self.calls.append((dict(first), dict(rewind)))
+
+
+def recorded(broker: Broker) -> list[str]:
+    events = [
+        decode_derived_record(v)
+        for (t, _), vs in broker.logs.items()
+        if t == TOPICS.items
+        for v in vs
+    ]
+    return [e.source_event_id for e in events if isinstance(e, MemoryRecorded)]
+
+
+def marked_upto(broker: Broker) -> int:
+    markers = [
+        decode_derived_record(v)
+        for (t, _), vs in broker.logs.items()
+        if t == TOPICS.lifecycle
+        for v in vs
+    ]
+    return max(
+        (
+            p.offset
+            for m in markers
+            if isinstance(m, DerivedUpTo)
+            for p in m.upto
+            if (p.topic, p.partition) == OBS
+        ),
+        default=-1,
+    )
+
+
+async def run(pipeline: IngestPipeline, broker: Broker, *batches: list[int], holds: Holds) -> None:
+    answering = asyncio.create_task(broker.run())
+    try:
+        for offsets in batches:
+            await pipeline.handle([observation(n, 0) for n in offsets], hold=holds)
+    finally:
+        answering.cancel()
+
+
+async def test_a_stale_record_ahead_of_the_redelivery_waits_for_it() -> None:
+    broker, holds, log = Broker(), Holds(), Log(set(range(10)))
+    pipeline = IngestPipeline(
+        CONFIG,
+        EMBEDDER,
+        TOPICS,
+        Store(broker.journal),
+        None,
+        broker.send,
+        first_record_at=log.first_record_at,
+    )
+    # Derived 0-4; then record 9, fetched before a rebalance, arrives ahead of the
+    # redelivery of 5-9.
+    await run(pipeline, broker, [0, 1, 2, 3, 4], [9], holds=holds)
+
+    assert log.asked == [(*OBS, 5)]
+    assert holds.calls == [({OBS: 9}, {OBS: 5})]
+    assert pipeline.folded.derived_upto[OBS] == 4
+    assert marked_upto(broker) == 4, "no marker names the record held back"
+    assert pipeline.stats.held_back == 1
+
+    await run(pipeline, broker, [5, 6, 7, 8, 9], holds=holds)
+    assert recorded(broker) == [f"a-{n}" for n in range(10)]
+    assert pipeline.stats.skipped == 0
+    assert marked_upto(broker) == 9
+
+
+async def test_a_gap_the_log_has_for_good_is_derived_across() -> None:
+    # Offsets 5 and 6 hold no record (a transaction's commit marker, a retention's cut).
+    broker, holds, log = Broker(), Holds(), Log({0, 1, 2, 3, 4, 7, 8})
+    pipeline = IngestPipeline(
+        CONFIG,
+        EMBEDDER,
+        TOPICS,
+        Store(broker.journal),
+        None,
+        broker.send,
+        first_record_at=log.first_record_at,
+    )
+    await run(pipeline, broker, [0, 1, 2, 3, 4], [7, 8], holds=holds)
+
+    assert log.asked == [(*OBS, 5)]
+    assert holds.calls == []
+    assert recorded(broker) == [f"a-{n}" for n in (0, 1, 2, 3, 4, 7, 8)]
+    assert pipeline.folded.derived_upto[OBS] == 8
+
+
+async def test_a_broker_that_does_not_answer_holds_the_record_back() -> None:
+    broker, holds = Broker(), Holds()
+
+    async def silent(topic: str, partition: int, offset: int) -> int | None:
+        return None
+
+    pipeline = IngestPipeline(
+        CONFIG,
+        EMBEDDER,
+        TOPICS,
+        Store(broker.journal),
+        None,
+        broker.send,
+        first_record_at=silent,
+    )
+    await run(pipeline, broker, [0, 1], [4], holds=holds)
+    assert holds.calls == [({OBS: 4}, {OBS: 2})]
+    assert recorded(broker) == ["a-0", "a-1"]
