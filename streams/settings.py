@@ -256,6 +256,15 @@ class EngramSettings(BaseSettings):
         "mid-batch: raise it where batches take longer.",
     )
 
+    delivery_timeout: float = Field(
+        default=60.0,
+        gt=0.0,
+        description="Longest the worker's producer waits for the broker to take a record (its "
+        "request timeout; a record no leader takes fails after it): a batch not delivered "
+        "within it exits the worker 70, uncommitted, to be redelivered. Faust's own default, "
+        "20 minutes, left a worker whose broker was lost hanging mid-batch that long.",
+    )
+
     stop_timeout: float | None = Field(
         default=None,
         gt=0.0,

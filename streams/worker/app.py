@@ -142,6 +142,7 @@ def _faust_app(settings: EngramSettings, bootstrap: str, app_id: str) -> faust.A
         topic_configs=replication.configs(),
         producer_linger=settings.producer_linger,
         producer_max_batch_size=1 << 20,
+        producer_request_timeout=settings.delivery_timeout,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=max(settings.session_timeout / 6, 0.5),
         broker_rebalance_timeout=max(settings.session_timeout * 2, 10.0),
