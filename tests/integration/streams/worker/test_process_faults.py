@@ -314,7 +314,7 @@ async def test_a_worker_killed_mid_stream_and_restarted_remembers_everything_onc
     kafka_bootstrap: str, make_stream: Callable[[str], Stream]
 ) -> None:
     stream = make_stream("sigkill")
-    await publish(kafka_bootstrap, stream, make_events(20_000, agents=400))
+    await publish(kafka_bootstrap, stream, make_events(12_000, agents=240))
     total = len(stream.positions)
 
     stream.worker.start()
