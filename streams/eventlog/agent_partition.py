@@ -26,6 +26,7 @@ from schemas.errors import EngramError
 from schemas.memory_events import SourcePosition
 from streams.eventlog.derived_log import read_with
 from streams.eventlog.kafka_clients import log_reader
+from streams.eventlog.log_starts import log_starts
 from streams.privacy.sealing import RecordSealer
 
 
@@ -98,12 +99,14 @@ async def read_agent_partition(
             if not tps:
                 return AgentPartition([], {}, 0)
             reported = await consumer.end_offsets(tps)
-            starts = await consumer.beginning_offsets(tps)
+            starts = await log_starts(consumer, tps)
             expected = sum(max(0, reported[tp] - starts[tp]) for tp in tps)
             if total is not None:
                 total(expected)
             # No deadline of its own: the caller's ``asyncio.timeout`` bounds the read.
-            reached = await read_with(consumer, tps, keep, timeout=math.inf, poll_ms=poll_ms)
+            reached = await read_with(
+                consumer, tps, keep, starts=starts, timeout=math.inf, poll_ms=poll_ms
+            )
         finally:
             await consumer.stop()
         opened = await sealer.open_all([value for _, _, value, _ in kept])
@@ -261,7 +264,7 @@ async def read_before(
                 tp = TopicPartition(topic, partition)
                 below = mine_below.get(topic, 0)
                 consumer.assign([tp])
-                await consumer.seek_to_beginning(tp)
+                consumer.seek(tp, (await log_starts(consumer, [tp]))[tp])
                 while await consumer.position(tp) < stop:
                     batch = await consumer.getmany(tp, timeout_ms=poll_ms, max_records=10_000)
                     for r in batch.get(tp, []):

@@ -50,6 +50,7 @@ from streams.eventlog.archive_files import (
 )
 from streams.eventlog.derived_log import at_end, read_to_end
 from streams.eventlog.kafka_clients import admin_client, archive_producer, log_reader
+from streams.eventlog.log_starts import log_starts
 from streams.eventlog.topic_admin import ONE_COPY, TopicReplication
 
 FORMAT = 1
@@ -137,7 +138,9 @@ async def _export_into(
         # per partition, with a fetch in flight, each answer waited out the fetch (~50 ms on
         # Tansu), and an empty stack took ~3.3 s to archive its 32 partitions.
         tps = [TopicPartition(t, p) for t, partitions in layout.items() for p in partitions]
-        begins = await consumer.beginning_offsets(tps) if tps else {}
+        # Where each partition starts as read, not as reported: Tansu may report a start past
+        # the first batch, which an export would then leave out (log_starts).
+        begins = await log_starts(consumer, tps)
         ends = await consumer.end_offsets(tps) if tps else {}
         if sized is not None:
             sized(sum(ends[tp] - begins[tp] for tp in tps))

@@ -24,6 +24,7 @@ from schemas.codec import DecodeError, decode_derived_record, decode_retrieval
 from schemas.memory_events import DerivedEvent, DerivedRecord, DerivedUpTo, SourcePosition
 from schemas.topics import Topics
 from streams.eventlog.kafka_clients import log_reader
+from streams.eventlog.log_starts import log_starts
 from streams.privacy.sealing import FORGOTTEN, RecordSealer
 
 log = logging.getLogger("engram.derived_log")
@@ -87,12 +88,12 @@ async def read_with(
     poll_ms: int = 300,
 ) -> dict[TopicPartition, int]:
     """:func:`read_to_end` with a consumer the caller started (and stops)."""
+    given = dict(starts or {})
+    # Not seek_to_beginning: Tansu may report a start past the first batch (log_starts).
+    given |= await log_starts(consumer, [tp for tp in tps if tp not in given])
     consumer.assign(list(tps))
     for tp in tps:
-        if starts is not None and tp in starts:
-            consumer.seek(tp, starts[tp])
-        else:
-            await consumer.seek_to_beginning(tp)
+        consumer.seek(tp, given[tp])
     ends = await consumer.end_offsets(list(tps))
     # An end of 0 is exact (an empty partition); only a non-empty end may under-report.
     remaining = {tp for tp in tps if ends[tp] > 0}

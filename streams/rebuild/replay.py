@@ -63,6 +63,7 @@ from schemas.memory_events import DerivedEvent, DerivedRecord, DerivedUpTo, Sour
 from schemas.topics import Topics
 from streams.eventlog.derived_log import decode_opened, read_to_end
 from streams.eventlog.kafka_clients import group_offsets_client, log_reader
+from streams.eventlog.log_starts import log_starts
 from streams.privacy.sealing import RecordSealer
 from streams.rebuild.projection_switch import member_id
 from streams.rebuild.replay_index import ReplayIndexer
@@ -119,11 +120,13 @@ class DerivedLogCursor:
             await consumer.start()
             tps = self.topic_partitions()
             ends = await consumer.end_offsets(tps)
-            starts = await consumer.beginning_offsets(tps)
-            if since is not None:
+            if since is None:
+                starts = await log_starts(consumer, tps)
+            else:
                 found = await consumer.offsets_for_times(
                     {tp: int(since.timestamp() * 1000) for tp in tps}
                 )
+                starts = {}
                 for tp in tps:
                     hit = found.get(tp)
                     starts[tp] = ends[tp] if hit is None else hit.offset

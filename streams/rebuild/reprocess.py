@@ -74,6 +74,7 @@ from schemas.topics import Topics
 from streams.eventlog.derived_log import read_markers, read_to_end
 from streams.eventlog.history import placement
 from streams.eventlog.kafka_clients import group_offsets_client, log_reader, record_producer
+from streams.eventlog.log_starts import log_starts
 from streams.eventlog.topic_admin import TopicReplication, ensure_topics
 from streams.privacy.sealing import RecordSealer
 from streams.rebuild.projection_switch import member_id
@@ -200,7 +201,7 @@ async def _record_counts(bootstrap: str, names: Sequence[str], partitions: int) 
         await consumer.start()
         tps = [TopicPartition(name, p) for name in names for p in range(partitions)]
         ends = await consumer.end_offsets(tps)
-        starts = await consumer.beginning_offsets(tps)
+        starts = await log_starts(consumer, tps)
         return sum(max(0, ends[tp] - starts[tp]) for tp in tps)
     finally:
         await consumer.stop()

@@ -33,6 +33,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from projections.service.embedded_server import EmbeddedServer
 from streams.eventlog.kafka_clients import log_end_reader
 from streams.eventlog.log_ends import BrokerLogEnds
+from streams.eventlog.log_starts import log_starts
 from streams.rebuild.replay import committed_offsets
 
 log = logging.getLogger("engram.health")
@@ -112,7 +113,7 @@ class AssignmentProgress:
         try:
             await reader.start()
             ends = await ends_of(assigned)
-            starts = await reader.beginning_offsets(tps)
+            starts = await log_starts(reader, tps)
         finally:
             await reader.stop()
             await ends_of.stop()
