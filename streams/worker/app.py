@@ -123,12 +123,25 @@ def create_processor_app(
             snapshots.before_write = pipeline.sync_projections
             snapshots.sealer = pipeline.sealer
         holder["pipeline"] = pipeline
+        app.commit_ceiling = partial(commit_ceiling, pipeline, frozenset(_inputs(topics)))
         return pipeline
 
     return ProcessorApp(app=app, topics=topics, bind=bind, timings=timings)
 
 
-def _faust_app(settings: EngramSettings, bootstrap: str, app_id: str) -> faust.App:
+def commit_ceiling(
+    pipeline: IngestPipeline, inputs: frozenset[str], topic: str, partition: int
+) -> int | None:
+    """The highest offset the consumer may commit for an input partition: the one after the
+    last record the pipeline derived there (-1, none, for a partition it holds no mark of:
+    not taken over yet, or released). Other topics are not capped."""
+    if topic not in inputs:
+        return None
+    upto = pipeline.folded.derived_upto.get((topic, partition))
+    return -1 if upto is None else upto + 1
+
+
+def _faust_app(settings: EngramSettings, bootstrap: str, app_id: str) -> TunedFaustApp:
     (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
     replication = TopicReplication.from_settings(settings)
     return TunedFaustApp(

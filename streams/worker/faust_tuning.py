@@ -15,12 +15,12 @@ reads with ``topic_replication_factor`` replicas but no way to ask for ``min.ins
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import faust
 from faust.transport.drivers import aiokafka as driver
-from faust.types import TopicT
+from faust.types import TP, TopicT
 from mode.services import WaitResults
 
 from streams.worker.faust_handoff import wait_first_started
@@ -36,9 +36,41 @@ class _ConsumerThread(driver.AIOKafkaConsumerThread):
         return consumer
 
 
+CommitCeiling = Callable[[str, int], int | None]
+"""``(topic, partition)`` -> the highest offset the consumer may commit there (-1: none at all;
+None: no ceiling, a topic the worker does not derive from)."""
+
+
+def capped_commits(offsets: Mapping[TP, int], ceiling: CommitCeiling) -> dict[TP, int]:
+    """``offsets`` no higher than ``ceiling`` allows; a partition with no room left out."""
+    capped: dict[TP, int] = {}
+    for tp, offset in offsets.items():
+        top = ceiling(tp.topic, tp.partition)
+        if top is None:
+            capped[tp] = offset
+        elif top >= 0:
+            capped[tp] = min(offset, top)
+    return capped
+
+
 class _Consumer(driver.Consumer):
     def _new_consumer_thread(self) -> _ConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    def _filter_committable_offsets(self, tps: Iterable[TP]) -> dict[TP, int]:
+        # Faust counts a jump in the offsets it reads as acknowledged (its gap tracking, for
+        # transactions' control records), so after the worker held records back and rewound
+        # (processors/source_order.py) it would commit past records not derived yet. The
+        # worker's ceiling is the offset after the last one derived.
+        offsets = super()._filter_committable_offsets(tps)
+        ceiling: CommitCeiling | None = getattr(self.app, "commit_ceiling", None)
+        if ceiling is None:
+            return offsets
+        return {
+            tp: offset
+            for tp, offset in capped_commits(offsets, ceiling).items()
+            if self._should_commit(tp, offset)
+        }
 
     async def wait_first(self, *coros: Any, timeout: Any = None) -> WaitResults:
         # Faust's fetcher awaits this once per record (the handoff to the streams).
@@ -65,6 +97,8 @@ class TunedFaustApp(faust.App):
     ) -> None:
         self.fetch_max_wait_ms = max(1, int(fetch_max_wait * 1000))
         self.topic_configs = dict(topic_configs or {})
+        self.commit_ceiling: CommitCeiling | None = None
+        """Set by the worker: how far its consumer may commit each partition."""
         super().__init__(*args, **kwargs)
 
     def topic(self, *topics: str, config: Mapping[str, Any] | None = None, **kwargs: Any) -> TopicT:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from processors.batch import RawRecord
 from processors.source_order import Gap, SourceKey, SourceOrder, in_source_order
+from processors.state_fold import FoldedState
 
 log = logging.getLogger("engram.ingest")
 
@@ -35,6 +36,25 @@ class Settled:
     """Per partition held back, its first record left out."""
     rewind_to: dict[SourceKey, int]
     """Per partition held back, where the consumer must read again from."""
+
+
+def marks_of(records: Sequence[RawRecord], folded: FoldedState) -> Mapping[SourceKey, int]:
+    """Where each source partition of ``records`` was derived up to. A source with no mark in
+    a partition number whose derived log holds events starts at its first record here: a log
+    written before markers kept no mark of sources that derive no recording (the
+    retrievals), and the committed offset, where that record comes from, is the truth there.
+    In a log still empty, every source starts at 0."""
+    marks = folded.derived_upto
+    unmarked = {(r.topic, r.partition) for r in records} - marks.keys()
+    if not unmarked:
+        return marks
+    logged = {p for _, p in folded.log_ends}
+    first: dict[SourceKey, int] = {}
+    for r in records:
+        key = (r.topic, r.partition)
+        if key in unmarked and r.partition in logged:
+            first[key] = min(first.get(key, r.offset), r.offset - 1)
+    return {**marks, **first} if first else marks
 
 
 async def settle_gaps(

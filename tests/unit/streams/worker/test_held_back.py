@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import replace
 
 from processors.source_order import SourceKey
 from schemas.codec import decode_derived_record
@@ -144,3 +145,18 @@ async def test_a_broker_that_does_not_answer_holds_the_record_back() -> None:
     await run(pipeline, broker, [0, 1], [4], holds=holds)
     assert holds.calls == [({OBS: 4}, {OBS: 2})]
     assert recorded(broker) == ["a-0", "a-1"]
+
+
+def test_a_source_without_a_mark_in_a_log_written_before_starts_where_the_consumer_is() -> None:
+    """A log written before markers kept no mark of the retrievals: the first one delivered
+    (from the committed offset) is where that source starts, not offset 0."""
+    from streams.worker.source_gaps import marks_of
+
+    pipeline = IngestPipeline(CONFIG, EMBEDDER, TOPICS, Store([]), None, Broker().send)
+    access = (TOPICS.access, 0)
+    records = [replace(observation(n, 0), topic=TOPICS.access) for n in (30, 31)]
+    assert marks_of(records, pipeline.folded).get(access) is None, "an empty log: from 0"
+    pipeline.folded.log_ends[(TOPICS.items, 0)] = 10
+    assert marks_of(records, pipeline.folded)[access] == 29
+    pipeline.folded.derived_upto[access] = 12
+    assert marks_of(records, pipeline.folded)[access] == 12, "a mark rules"
