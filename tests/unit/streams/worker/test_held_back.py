@@ -12,6 +12,7 @@ from schemas.codec import decode_derived_record
 from schemas.memory_events import DerivedUpTo, MemoryRecorded
 from schemas.topics import Topics
 from streams.worker.pipeline import IngestPipeline
+from streams.worker.source_gaps import FirstRecordAt, marks_of
 from tests.agent_streams import CONFIG, EMBEDDER
 from tests.unit.streams.worker.test_ingest_protocol import Broker, Store, observation
 
@@ -71,6 +72,19 @@ def marked_upto(broker: Broker) -> int:
     )
 
 
+def asking(broker: Broker, first_record_at: FirstRecordAt) -> IngestPipeline:
+    """A pipeline that asks ``first_record_at`` where a gap's next record is."""
+    return IngestPipeline(
+        CONFIG,
+        EMBEDDER,
+        TOPICS,
+        Store(broker.journal),
+        None,
+        broker.send,
+        first_record_at=first_record_at,
+    )
+
+
 async def run(pipeline: IngestPipeline, broker: Broker, *batches: list[int], holds: Holds) -> None:
     answering = asyncio.create_task(broker.run())
     try:
@@ -82,15 +96,7 @@ async def run(pipeline: IngestPipeline, broker: Broker, *batches: list[int], hol
 
 async def test_a_stale_record_ahead_of_the_redelivery_waits_for_it() -> None:
     broker, holds, log = Broker(), Holds(), Log(set(range(10)))
-    pipeline = IngestPipeline(
-        CONFIG,
-        EMBEDDER,
-        TOPICS,
-        Store(broker.journal),
-        None,
-        broker.send,
-        first_record_at=log.first_record_at,
-    )
+    pipeline = asking(broker, log.first_record_at)
     # Derived 0-4; then record 9, fetched before a rebalance, arrives ahead of the
     # redelivery of 5-9.
     await run(pipeline, broker, [0, 1, 2, 3, 4], [9], holds=holds)
@@ -110,15 +116,7 @@ async def test_a_stale_record_ahead_of_the_redelivery_waits_for_it() -> None:
 async def test_a_gap_the_log_has_for_good_is_derived_across() -> None:
     # Offsets 5 and 6 hold no record (a transaction's commit marker, a retention's cut).
     broker, holds, log = Broker(), Holds(), Log({0, 1, 2, 3, 4, 7, 8})
-    pipeline = IngestPipeline(
-        CONFIG,
-        EMBEDDER,
-        TOPICS,
-        Store(broker.journal),
-        None,
-        broker.send,
-        first_record_at=log.first_record_at,
-    )
+    pipeline = asking(broker, log.first_record_at)
     await run(pipeline, broker, [0, 1, 2, 3, 4], [7, 8], holds=holds)
 
     assert log.asked == [(*OBS, 5)]
@@ -133,15 +131,7 @@ async def test_a_broker_that_does_not_answer_holds_the_record_back() -> None:
     async def silent(topic: str, partition: int, offset: int) -> int | None:
         return None
 
-    pipeline = IngestPipeline(
-        CONFIG,
-        EMBEDDER,
-        TOPICS,
-        Store(broker.journal),
-        None,
-        broker.send,
-        first_record_at=silent,
-    )
+    pipeline = asking(broker, silent)
     await run(pipeline, broker, [0, 1], [4], holds=holds)
     assert holds.calls == [({OBS: 4}, {OBS: 2})]
     assert recorded(broker) == ["a-0", "a-1"]
@@ -150,8 +140,6 @@ async def test_a_broker_that_does_not_answer_holds_the_record_back() -> None:
 def test_a_source_without_a_mark_in_a_log_written_before_starts_where_the_consumer_is() -> None:
     """A log written before markers kept no mark of the retrievals: the first one delivered
     (from the committed offset) is where that source starts, not offset 0."""
-    from streams.worker.source_gaps import marks_of
-
     pipeline = IngestPipeline(CONFIG, EMBEDDER, TOPICS, Store([]), None, Broker().send)
     access = (TOPICS.access, 0)
     records = [replace(observation(n, 0), topic=TOPICS.access) for n in (30, 31)]
