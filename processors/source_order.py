@@ -24,9 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from processors.batch import RawRecord
-
-SourceKey = tuple[str, int]
-"""A source (topic, partition)."""
+from processors.batch_markers import SourceKey
 
 
 @dataclass(frozen=True, slots=True)

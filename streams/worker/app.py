@@ -26,7 +26,7 @@ import faust
 from faust.types import TP, EventT, StreamT
 
 from processors.batch import RawRecord, RecordKind
-from processors.source_order import SourceKey
+from processors.batch_markers import SourceKey
 from processors.state_fold import FoldedState
 from schemas.memory_events import DerivedEvent
 from schemas.topics import Topics

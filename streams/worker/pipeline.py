@@ -60,7 +60,7 @@ from streams.worker.batch_send import BatchSendFn
 from streams.worker.catch_up import catch_up
 from streams.worker.ownership import Ownership
 from streams.worker.snapshotting import Snapshotter
-from streams.worker.source_gaps import FirstRecordAt, Hold, marks_of, settle_gaps
+from streams.worker.source_gaps import FirstRecordAt, Hold, settle_gaps
 
 log = logging.getLogger("engram.ingest")
 
@@ -382,9 +382,9 @@ class IngestPipeline:
     ) -> Sequence[RawRecord]:
         """The records that continue their source partitions from the marks
         (:mod:`streams.worker.source_gaps`); the shell is told which it held back."""
-        settled = await settle_gaps(records, marks_of(records, self.folded), self.first_record_at)
+        settled = await settle_gaps(records, self.folded, self.first_record_at)
         if settled.rewind_to:
-            self.stats.held_back += len(records) - len(settled.records)
+            self.stats.held_back += settled.held_back
             log.warning(
                 "held back records that do not continue their partitions; reading again",
                 extra={

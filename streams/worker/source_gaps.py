@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from processors.batch import RawRecord
-from processors.source_order import Gap, SourceKey, SourceOrder, in_source_order
+from processors.batch_markers import SourceKey
+from processors.source_order import Gap, in_source_order
 from processors.state_fold import FoldedState
 
 log = logging.getLogger("engram.ingest")
@@ -36,6 +37,8 @@ class Settled:
     """Per partition held back, its first record left out."""
     rewind_to: dict[SourceKey, int]
     """Per partition held back, where the consumer must read again from."""
+    held_back: int = 0
+    """Records of the batch left out for being held back (duplicates dropped are not)."""
 
 
 def marks_of(records: Sequence[RawRecord], folded: FoldedState) -> Mapping[SourceKey, int]:
@@ -58,18 +61,23 @@ def marks_of(records: Sequence[RawRecord], folded: FoldedState) -> Mapping[Sourc
 
 
 async def settle_gaps(
-    records: Sequence[RawRecord],
-    derived_upto: Mapping[SourceKey, int],
-    first_record_at: FirstRecordAt | None,
+    records: Sequence[RawRecord], folded: FoldedState, first_record_at: FirstRecordAt | None
 ) -> Settled:
     """The records that continue their source partitions from the marks. Without
     ``first_record_at`` every gap is taken as the log's own (as the consumer's order was
-    trusted before)."""
+    trusted before).
+
+    A batch that continues every mark (all but around a rebalance) costs one pass: the
+    sources without a mark (:func:`marks_of`) are looked at only when a gap shows, since a
+    mark they would get only moves their expected start up to their first record."""
+    order = in_source_order(records, folded.derived_upto)
+    if not order.gaps:
+        return Settled(order.records, {}, {})
+    marks = marks_of(records, folded)
     accepted: set[Gap] = set()
     held: dict[SourceKey, Gap] = {}
-    order: SourceOrder
     while True:
-        order = in_source_order(records, derived_upto, accepted, held)
+        order = in_source_order(records, marks, accepted, held)
         if not order.gaps:
             break
         for gap in order.gaps:
@@ -78,7 +86,10 @@ async def settle_gaps(
             else:
                 held[gap.key] = gap
     first_held = {key: gap.found for key, gap in held.items()}
-    return Settled(order.records, first_held, order.held)
+    held_back = sum(
+        1 for r in records if r.offset >= first_held.get((r.topic, r.partition), r.offset + 1)
+    )
+    return Settled(order.records, first_held, order.held, held_back)
 
 
 async def _is_the_logs(gap: Gap, first_record_at: FirstRecordAt | None) -> bool:
