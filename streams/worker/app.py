@@ -42,6 +42,7 @@ from streams.worker.ownership import RebalanceTimeoutError
 from streams.worker.pipeline import IngestPipeline, SendFn
 from streams.worker.scheduler import publish_ticks, ticks_for
 from streams.worker.snapshotting import Snapshotter
+from streams.worker.source_gaps import RememberedAnswers
 from streams.worker.timings import WorkerTimings
 
 log = logging.getLogger("engram.processors")
@@ -114,7 +115,7 @@ def create_processor_app(
             recover=recover,
             should_stop=lambda: app.should_stop,
             snapshots=snapshots,
-            first_record_at=partial(first_record_at, bootstrap),
+            first_record_at=RememberedAnswers(partial(first_record_at, bootstrap)),
             # A rebalance: every member's revocation (each waits for its batch in flight, at
             # most a session timeout), the join (Tansu waits half a session), the sync.
             settle_within=4 * settings.session_timeout,

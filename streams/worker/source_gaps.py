@@ -9,9 +9,11 @@ again in order.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from processors.batch import RawRecord
 from processors.batch_markers import SourceKey
@@ -80,8 +82,11 @@ async def settle_gaps(
         order = in_source_order(records, marks, accepted, held)
         if not order.gaps:
             break
-        for gap in order.gaps:
-            if await _is_the_logs(gap, first_record_at):
+        # One question per partition with a gap, asked together: after a rebalance many
+        # partitions can show one, and each question opens a consumer of its own.
+        answers = await asyncio.gather(*(_is_the_logs(g, first_record_at) for g in order.gaps))
+        for gap, the_logs in zip(order.gaps, answers, strict=True):
+            if the_logs:
                 accepted.add(gap)
             else:
                 held[gap.key] = gap
@@ -90,6 +95,40 @@ async def settle_gaps(
         1 for r in records if r.offset >= first_held.get((r.topic, r.partition), r.offset + 1)
     )
     return Settled(order.records, first_held, order.held, held_back)
+
+
+ANSWERS_KEPT_S = 5.0
+"""How long an answer of the broker is reused for the same question."""
+
+
+@dataclass
+class RememberedAnswers:
+    """``first_record_at`` whose answers are reused for :data:`ANSWERS_KEPT_S` seconds.
+
+    After a rewind, Faust goes on handing over the rest of the fetch it was draining, so the
+    next batches show the same gap again (from the same mark, to later records) until that
+    fetch runs out; each would otherwise open a consumer to ask what is already known. Where
+    records lie stays true until a retention deletes them, hence the bound: a partition
+    trimmed meanwhile is asked about again within seconds, not rewound for good."""
+
+    ask: FirstRecordAt
+    keep_for: float = ANSWERS_KEPT_S
+    clock: Callable[[], float] = time.monotonic
+    asked: int = 0
+    """Questions that went to the broker."""
+    _answers: dict[tuple[str, int, int], tuple[float, int]] = field(default_factory=dict)
+
+    async def __call__(self, topic: str, partition: int, offset: int) -> int | None:
+        now = self.clock()
+        self._answers = {k: v for k, v in self._answers.items() if now - v[0] < self.keep_for}
+        known = self._answers.get((topic, partition, offset))
+        if known is not None:
+            return known[1]
+        self.asked += 1
+        answer = await self.ask(topic, partition, offset)
+        if answer is not None:  # no answer is asked again: the broker may answer next time
+            self._answers[(topic, partition, offset)] = (now, answer)
+        return answer
 
 
 async def _is_the_logs(gap: Gap, first_record_at: FirstRecordAt | None) -> bool:

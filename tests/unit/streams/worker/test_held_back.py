@@ -8,11 +8,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from processors.source_order import SourceKey
+from processors.state_fold import FoldedState
 from schemas.codec import decode_derived_record
 from schemas.memory_events import DerivedUpTo, MemoryRecorded
 from schemas.topics import Topics
 from streams.worker.pipeline import IngestPipeline
-from streams.worker.source_gaps import FirstRecordAt, marks_of
+from streams.worker.source_gaps import FirstRecordAt, RememberedAnswers, marks_of, settle_gaps
 from tests.agent_streams import CONFIG, EMBEDDER
 from tests.unit.streams.worker.test_ingest_protocol import Broker, Store, observation
 
@@ -148,3 +149,59 @@ def test_a_source_without_a_mark_in_a_log_written_before_starts_where_the_consum
     assert marks_of(records, pipeline.folded)[access] == 29
     pipeline.folded.derived_upto[access] = 12
     assert marks_of(records, pipeline.folded)[access] == 12, "a mark rules"
+
+
+async def test_the_gaps_of_several_partitions_are_asked_about_together() -> None:
+    """After a rebalance many partitions can show a gap at once; asked one after another, each
+    question's consumer start would add up against the group's rebalance timeout."""
+    waiting: list[tuple[str, int, int]] = []
+    everyone_asked = asyncio.Event()
+
+    async def first_record_at(topic: str, partition: int, offset: int) -> int | None:
+        waiting.append((topic, partition, offset))
+        if len(waiting) == 3:
+            everyone_asked.set()
+        # Asked one at a time, the first question would wait here for the others in vain.
+        await asyncio.wait_for(everyone_asked.wait(), 5)
+        return offset
+
+    folded = FoldedState(derived_upto={(TOPICS.observations, p): 4 for p in range(3)})
+    records = [observation(9, p) for p in range(3)]
+    settled = await settle_gaps(records, folded, first_record_at)
+
+    assert sorted(waiting) == [(TOPICS.observations, p, 5) for p in range(3)]
+    assert settled.records == [], "records lie in every gap: all three are held back"
+    assert settled.rewind_to == {(TOPICS.observations, p): 5 for p in range(3)}
+
+
+async def test_the_same_gap_shown_again_after_a_rewind_is_not_asked_about_again() -> None:
+    """Faust goes on handing over the fetch it was draining after a rewind: the same gap,
+    from the same mark, shows in the next batches until that fetch runs out."""
+    broker, holds, log = Broker(), Holds(), Log(set(range(20)))
+    now = [0.0]
+    remembered = RememberedAnswers(log.first_record_at, keep_for=5.0, clock=lambda: now[0])
+    pipeline = asking(broker, remembered)
+    await run(pipeline, broker, [0, 1, 2, 3, 4], [9], [10, 11], [12], holds=holds)
+
+    assert log.asked == [(*OBS, 5)], "one question for three batches"
+    assert [rewind for _, rewind in holds.calls] == [{OBS: 5}] * 3
+    now[0] = 5.0
+    await run(pipeline, broker, [13], holds=holds)
+    assert log.asked == [(*OBS, 5)] * 2, "an answer is asked for again once it is old"
+    assert remembered.asked == 2
+
+    await run(pipeline, broker, list(range(5, 20)), holds=holds)
+    assert recorded(broker) == [f"a-{n}" for n in range(20)]
+
+
+async def test_no_answer_is_not_remembered() -> None:
+    asked: list[int] = []
+
+    async def silent(topic: str, partition: int, offset: int) -> int | None:
+        asked.append(offset)
+        return None
+
+    remembered = RememberedAnswers(silent)
+    assert await remembered(*OBS, 5) is None
+    assert await remembered(*OBS, 5) is None
+    assert asked == [5, 5]
