@@ -64,6 +64,7 @@ from schemas.topics import Topics
 from streams.eventlog.derived_log import decode_opened, read_to_end
 from streams.eventlog.kafka_clients import group_offsets_client, log_reader
 from streams.eventlog.log_starts import log_starts
+from streams.eventlog.offsets_since import offsets_since
 from streams.privacy.sealing import RecordSealer
 from streams.rebuild.projection_switch import member_id
 from streams.rebuild.replay_index import ReplayIndexer
@@ -123,13 +124,7 @@ class DerivedLogCursor:
             if since is None:
                 starts = await log_starts(consumer, tps)
             else:
-                found = await consumer.offsets_for_times(
-                    {tp: int(since.timestamp() * 1000) for tp in tps}
-                )
-                starts = {}
-                for tp in tps:
-                    hit = found.get(tp)
-                    starts[tp] = ends[tp] if hit is None else hit.offset
+                starts = await offsets_since(consumer, tps, int(since.timestamp() * 1000), ends)
         finally:
             await consumer.stop()
         self.next_offset = dict(starts)
