@@ -20,7 +20,9 @@ So a snapshot never claims what the log does not hold (its marker is logged befo
 the projections have not applied (it is taken after the batch is applied, and the projections
 are made durable before it is written). A snapshot that cannot be written is skipped with a
 warning: the next one or a longer takeover read makes up for it, the batch itself is done. One
-is written at a time: while one is being written, the next waits for a batch after it ends.
+is written at a time: a snapshot that falls due while one is being written is taken as soon as
+that one is done, between batches (or by the batch in flight then, as it ends), not left for a
+batch that may be a tick away.
 
 A snapshot gives way to the batches: the projections' sync and each chunk wait until no batch
 is in flight, for at most :data:`GIVE_WAY` seconds (so a backlog, whose batches follow each
@@ -86,6 +88,10 @@ class Snapshotter:
     """Seals each agent's state with its key, as the log's records are (None, or one without
     a keyring: states stay plain)."""
     _writing: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+    _owed: tuple[FoldedState, Mapping[str, int], set[int]] | None = field(
+        default=None, init=False, repr=False
+    )
+    """What a batch that ended while a snapshot was being written made due: taken next."""
     _between_batches: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -137,7 +143,23 @@ class Snapshotter:
         if self.records < self.every_records and time.monotonic() - self.last < self.every_seconds:
             return
         if self._writing is not None and not self._writing.done():
+            # Taken once the one being written is done (_write_while_owed), between batches.
+            self._owed = (folded, partition_of, owned)
             return
+        taken = self._take(folded, partition_of, owned)
+        if not taken:
+            return
+        keys = await self._keys_of(taken)
+        if keys is None:
+            self._due_again(taken)
+            return
+        self._writing = asyncio.get_running_loop().create_task(self._write_while_owed(taken, keys))
+
+    def _take(
+        self, folded: FoldedState, partition_of: Mapping[str, int], owned: set[int]
+    ) -> list[PartitionSnapshot]:
+        """The snapshots of the partitions that moved, as the state stands now (between
+        batches); the count towards the next due time starts again."""
         self.records, self.last = 0, time.monotonic()
         # Released partitions (between batches only: :mod:`streams.worker.ownership`) are
         # their new owner's to write.
@@ -149,13 +171,27 @@ class Snapshotter:
             is not None
         ]
         self.moved.clear()
-        if not taken:
-            return
-        keys = await self._keys_of(taken)
-        if keys is None:
-            self._due_again(taken)
-            return
-        self._writing = asyncio.get_running_loop().create_task(self._write_all(taken, keys))
+        return taken
+
+    async def _write_while_owed(
+        self, taken: Sequence[PartitionSnapshot], keys: Mapping[str, AgentKey]
+    ) -> None:
+        """Write ``taken``, then what a batch that ended meanwhile made due. Left for the next
+        batch, that state waited for one: on a quiet stream, the next tick, a minute on. When a
+        batch is in flight as the write ends, that batch takes it as it ends."""
+        while True:
+            await self._write_all(taken, keys)
+            owed, self._owed = self._owed, None
+            if owed is None or not self._between_batches.is_set():
+                return
+            taken = self._take(*owed)
+            if not taken:
+                return
+            found = await self._keys_of(taken)
+            if found is None:
+                self._due_again(taken)
+                return
+            keys = found
 
     async def _keys_of(self, taken: Sequence[PartitionSnapshot]) -> dict[str, AgentKey] | None:
         """The current key of every agent with something in its state (None: the keyring

@@ -121,14 +121,34 @@ async def test_a_snapshot_holds_the_state_of_the_batch_that_made_it_due() -> Non
     log.hold.set()
     await snapshots.settled()
 
-    assert snapshots.written == 1, "one snapshot at a time: the second batch started none"
     chunk = json.loads(log.values[0])
     assert chunk["agents"]["alice"]["next_seq"] == 1
-    assert snapshots.moved == {0}, "the second batch's state is due next time"
-    await worker.batch()
-    await snapshots.settled()
-    assert snapshots.written == 2
+    assert snapshots.written == 2, "the second batch's snapshot followed, with no third batch"
     assert json.loads(log.values[2])["agents"]["alice"]["next_seq"] == 2
+    assert snapshots.moved == set()
+
+
+async def test_a_snapshot_due_while_one_is_written_is_taken_by_the_batch_in_flight() -> None:
+    """The write ends while a batch runs: the state is not taken then (mid-batch), but by
+    that batch as it ends."""
+    log = Log()
+    log.hold = asyncio.Event()
+    snapshots = Snapshotter(log.send, TOPICS, every_records=1, before_write=log.sync)
+    worker = Worker(snapshots)
+    worker.folded.states["alice"] = AgentMemoryState(next_seq=1)
+    await worker.batch()
+    worker.folded.states["alice"] = AgentMemoryState(next_seq=2)
+    await worker.batch()  # due while the first is written
+    with snapshots.batch():
+        log.hold.set()
+        await snapshots.settled()
+        assert snapshots.written == 1, "nothing taken while a batch is in flight"
+        worker.folded.states["alice"] = AgentMemoryState(next_seq=3)
+        await worker.batch()
+    await snapshots.settled()
+
+    assert snapshots.written == 2
+    assert json.loads(log.values[2])["agents"]["alice"]["next_seq"] == 3
 
 
 async def test_a_snapshot_falls_due_by_records_and_counts_afresh_after_it() -> None:
