@@ -254,7 +254,7 @@ class IngestPipeline:
             # A snapshot being written would be valid whoever owns the partitions next, but
             # the new owner's takeover reads the snapshot topic: let it find this one whole.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.snapshots.settled(), within / 2)
+                await asyncio.wait_for(self.snapshots.settled(owed=False), within / 2)
         await self.ownership.between_batches(within - (time.monotonic() - began))
         self.release(partitions)
         self.ownership.revoke(partitions)

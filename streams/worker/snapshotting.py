@@ -92,6 +92,9 @@ class Snapshotter:
         default=None, init=False, repr=False
     )
     """What a batch that ended while a snapshot was being written made due: taken next."""
+    _settling: int = field(default=0, init=False, repr=False)
+    """Callers of :meth:`settled` waiting with ``owed`` False: the write in progress is the
+    last one then."""
     _between_batches: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -182,12 +185,17 @@ class Snapshotter:
         while True:
             await self._write_all(taken, keys)
             owed, self._owed = self._owed, None
-            if owed is None or not self._between_batches.is_set():
+            if owed is None or not self._between_batches.is_set() or self._settling:
                 return
-            taken = self._take(*owed)
-            if not taken:
-                return
-            found = await self._keys_of(taken)
+            taken = []
+            try:
+                taken = self._take(*owed)
+                found = await self._keys_of(taken) if taken else None
+            except Exception as exc:  # in a task of its own: said here, or said nowhere
+                log.warning(
+                    "could not take a snapshot; the next one will", extra={"error": repr(exc)}
+                )
+                found = None
             if found is None:
                 self._due_again(taken)
                 return
@@ -205,13 +213,29 @@ class Snapshotter:
         except KeyringError as exc:
             log.warning("the keyring is unavailable; no snapshot this time: %s", exc)
             return None
-        return sealer.current_keys(agents)
+        keys = sealer.current_keys(agents)
+        if missing := agents - keys.keys():
+            # A batch ran during the fetch (a snapshot owed is taken beside the batches) and
+            # dropped keys from the sealer's cache: a keyring that moved on, an agent forgotten.
+            log.warning(
+                "the keys of some agents changed while a snapshot was taken; due again",
+                extra={"agents": len(missing)},
+            )
+            return None
+        return keys
 
-    async def settled(self) -> None:
+    async def settled(self, *, owed: bool = True) -> None:
         """Until the snapshots being written are written or given up, whatever became of them
-        (a waiter that gives up waiting leaves them be)."""
-        if self._writing is not None:
+        (a waiter that gives up waiting leaves them be). ``owed`` False: what falls due
+        meanwhile is left to the next batch rather than written too, for a revocation, whose
+        budget the wait comes out of."""
+        if self._writing is None:
+            return
+        self._settling += 0 if owed else 1
+        try:
             await asyncio.wait({self._writing})
+        finally:
+            self._settling -= 0 if owed else 1
 
     async def stop(self) -> None:
         """Give up the snapshots being written (a takeover reads the one before, and a longer
@@ -263,9 +287,11 @@ class Snapshotter:
         pending: list[Any] = []
         size = 0
 
-        def sealed(agent: str, state: bytes) -> bytes | None:
+        def sealed(agent: str, state: bytes) -> bytes:
             key = keys.get(agent)
-            return None if key is None else seal(key, state)
+            if key is None:  # never in plain text on a sealed log (see _keys_of)
+                raise KeyError(f"no key to seal the state of agent {agent!r} with")
+            return seal(key, state)
 
         # Each chunk encoded when it is next.
         chunks = iter_chunk_records(snapshot, snapshot_id, seal=sealed if keys else None)

@@ -4,11 +4,15 @@ every snapshot, and a takeover from one leaves the forgotten agent out."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from processors.batch import RawRecord
+from processors.recording import AgentMemoryState
 from processors.state_fold import FoldedState
 from processors.state_snapshot import (
     PartitionSnapshot,
@@ -27,7 +31,7 @@ from streams.worker.pipeline import IngestPipeline
 from streams.worker.snapshotting import Snapshotter
 from tests.agent_streams import CONFIG, EMBEDDER
 from tests.unit.streams.worker.test_ingest_protocol import TOPICS, Broker, Store
-from tests.unit.streams.worker.test_snapshotting import Log
+from tests.unit.streams.worker.test_snapshotting import Log, Worker
 
 SECRET = "my-bank-pin-is-4711"
 
@@ -162,3 +166,34 @@ async def test_an_agents_next_life_in_the_batch_of_its_erasure_stays_readable(
     live = pipeline.folded.states["alice"]
     assert [e.content for e in live.working] == ["a new start"]
     assert folded.states["alice"] == live
+
+
+async def test_keys_dropped_while_they_were_fetched_leave_no_snapshot_in_plain_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot owed is taken beside the batches, so a batch can refresh the sealer (a
+    keyring that moved on, an agent forgotten) while the snapshot's keys are fetched: the
+    snapshot is then due again, never written unsealed."""
+    sealer = RecordSealer(FileKeyring(tmp_path / "keys"))
+    written = Log()
+    snapshots = Snapshotter(written.send, TOPICS, every_records=1, sealer=sealer)
+    worker = Worker(snapshots)
+    worker.folded.states["alice"] = AgentMemoryState(next_seq=1, year=3)
+    fetch = sealer.prepare_seal
+
+    async def fetched_as_a_batch_refreshes(agent_ids: Iterable[str]) -> None:
+        await fetch(agent_ids)
+        sealer._current.clear()
+
+    monkeypatch.setattr(sealer, "prepare_seal", fetched_as_a_batch_refreshes)
+    await worker.batch()
+    await snapshots.settled()
+    assert written.values == [], "nothing written, in plain text or otherwise"
+    assert snapshots.moved == {0}, "due again"
+
+    monkeypatch.setattr(sealer, "prepare_seal", fetch)
+    await worker.batch()
+    await snapshots.settled()
+    (snapshot,) = snapshots_in(written.values)
+    assert set(snapshot.sealed) == {"alice"}
+    assert not snapshot.states, "no state in plain text"

@@ -309,3 +309,47 @@ async def test_a_stop_as_the_batch_ends_gives_up_the_snapshot_waiting_for_it(tur
     await asyncio.sleep(0.01)  # a sync already started is shielded and ends; nothing else runs
     assert [step for step in log.happened[before:] if step.startswith("send")] == []
     assert "send b'0/manifest'" not in log.happened
+
+
+async def test_a_revocation_waiting_for_the_snapshot_waits_for_that_one_only() -> None:
+    """What falls due while it waits is the next batch's: a revocation's budget is spent on
+    one write, not on a chain of them."""
+    log = Log()
+    log.hold = asyncio.Event()
+    snapshots = Snapshotter(log.send, TOPICS, every_records=1, before_write=log.sync)
+    worker = Worker(snapshots)
+    await worker.batch()
+    await worker.batch()  # due while the first is written
+    waiting = asyncio.create_task(snapshots.settled(owed=False))
+    await asyncio.sleep(0)
+    log.hold.set()
+    await waiting
+    await asyncio.sleep(0.01)
+
+    assert snapshots.written == 1
+    assert snapshots.moved == {0}, "left to the next batch"
+    await worker.batch()
+    await snapshots.settled()
+    assert snapshots.written == 2
+
+
+async def test_a_snapshot_owed_that_cannot_be_taken_is_said_and_stays_due(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = Log()
+    log.hold = asyncio.Event()
+    snapshots = Snapshotter(log.send, TOPICS, every_records=1, before_write=log.sync)
+    worker = Worker(snapshots)
+    await worker.batch()
+    await worker.batch()
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("a state that cannot be taken")
+
+    monkeypatch.setattr(snapshotting, "partition_snapshot", broken)
+    log.hold.set()
+    await snapshots.settled()
+
+    assert snapshots.written == 1
+    assert snapshots.moved == {0}
+    assert "could not take a snapshot; the next one will" in caplog.messages
