@@ -86,8 +86,10 @@ async def read_with(
     starts: Mapping[TopicPartition, int] | None = None,
     timeout: float = 120.0,
     poll_ms: int = 300,
+    done: Callable[[TopicPartition], bool] | None = None,
 ) -> dict[TopicPartition, int]:
-    """:func:`read_to_end` with a consumer the caller started (and stops)."""
+    """:func:`read_to_end` with a consumer the caller started (and stops); ``done`` ends the
+    read of a partition before its end (asked after each fetch that returned some of it)."""
     given = dict(starts or {})
     # Not seek_to_beginning: Tansu may report a start past the first batch (log_starts).
     given |= await log_starts(consumer, [tp for tp in tps if tp not in given])
@@ -111,6 +113,8 @@ async def read_with(
         for tp, records in batch.items():
             for record in records:
                 on_record(tp, record)
+            if done is not None and done(tp):
+                remaining.discard(tp)
         for tp in list(remaining):
             reached[tp] = await consumer.position(tp)
             if (highwater := consumer.highwater(tp)) is not None:

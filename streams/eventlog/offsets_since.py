@@ -29,11 +29,13 @@ async def offsets_since(
     since_ms: int,
     ends: Mapping[TopicPartition, int],
     *,
-    timeout: float = 120.0,
+    timeout: float = 600.0,
 ) -> dict[TopicPartition, int]:
     """The offset of the first record of each of ``tps`` written at or after ``since_ms``
     (milliseconds since the epoch; record timestamps), or its end (``ends``) when there is
-    none. ``consumer`` is started; a partition read on is left assigned to it."""
+    none. ``consumer`` is started; a partition read on is left assigned to it. Raises
+    :class:`TimeoutError` when that read takes longer than ``timeout`` seconds (a dev
+    broker's log in memory reads at some 300,000 records a second)."""
     found = await consumer.offsets_for_times({tp: since_ms for tp in tps})
     starts: dict[TopicPartition, int] = {}
     unsure: dict[TopicPartition, int] = {}
@@ -63,6 +65,11 @@ async def _first_written_since(
             first[tp] = record.offset
 
     reached = await read_with(
-        consumer, list(from_offsets), note, starts=from_offsets, timeout=timeout
+        consumer,
+        list(from_offsets),
+        note,
+        starts=from_offsets,
+        timeout=timeout,
+        done=first.__contains__,
     )
     return {tp: first.get(tp, reached[tp]) for tp in from_offsets}

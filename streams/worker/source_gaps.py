@@ -31,6 +31,10 @@ Hold = Callable[[Mapping[SourceKey, int], Mapping[SourceKey, int]], Awaitable[No
 of the commit) and where the consumer must read again from."""
 
 
+PROBES_AT_ONCE = 8
+"""Questions to the broker in flight at once, each on a consumer of its own."""
+
+
 @dataclass(frozen=True)
 class Settled:
     records: list[RawRecord]
@@ -78,13 +82,14 @@ async def settle_gaps(
     marks = marks_of(records, folded)
     accepted: set[Gap] = set()
     held: dict[SourceKey, Gap] = {}
+    at_once = asyncio.Semaphore(PROBES_AT_ONCE)
     while True:
         order = in_source_order(records, marks, accepted, held)
         if not order.gaps:
             break
-        # One question per partition with a gap, asked together: after a rebalance many
-        # partitions can show one, and each question opens a consumer of its own.
-        answers = await asyncio.gather(*(_is_the_logs(g, first_record_at) for g in order.gaps))
+        # One question per partition with a gap, asked together (up to PROBES_AT_ONCE): after
+        # a rebalance many partitions can show one, and each question opens a consumer.
+        answers = await asyncio.gather(*(_asked(g, first_record_at, at_once) for g in order.gaps))
         for gap, the_logs in zip(order.gaps, answers, strict=True):
             if the_logs:
                 accepted.add(gap)
@@ -129,6 +134,13 @@ class RememberedAnswers:
         if answer is not None:  # no answer is asked again: the broker may answer next time
             self._answers[(topic, partition, offset)] = (now, answer)
         return answer
+
+
+async def _asked(
+    gap: Gap, first_record_at: FirstRecordAt | None, at_once: asyncio.Semaphore
+) -> bool:
+    async with at_once:
+        return await _is_the_logs(gap, first_record_at)
 
 
 async def _is_the_logs(gap: Gap, first_record_at: FirstRecordAt | None) -> bool:

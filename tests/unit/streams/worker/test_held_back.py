@@ -13,7 +13,13 @@ from schemas.codec import decode_derived_record
 from schemas.memory_events import DerivedUpTo, MemoryRecorded
 from schemas.topics import Topics
 from streams.worker.pipeline import IngestPipeline
-from streams.worker.source_gaps import FirstRecordAt, RememberedAnswers, marks_of, settle_gaps
+from streams.worker.source_gaps import (
+    PROBES_AT_ONCE,
+    FirstRecordAt,
+    RememberedAnswers,
+    marks_of,
+    settle_gaps,
+)
 from tests.agent_streams import CONFIG, EMBEDDER
 from tests.unit.streams.worker.test_ingest_protocol import Broker, Store, observation
 
@@ -205,3 +211,22 @@ async def test_no_answer_is_not_remembered() -> None:
     assert await remembered(*OBS, 5) is None
     assert await remembered(*OBS, 5) is None
     assert asked == [5, 5]
+
+
+async def test_at_most_probes_at_once_questions_are_in_flight() -> None:
+    in_flight: list[int] = [0]
+    most = [0]
+
+    async def first_record_at(topic: str, partition: int, offset: int) -> int | None:
+        in_flight[0] += 1
+        most[0] = max(most[0], in_flight[0])
+        await asyncio.sleep(0.01)
+        in_flight[0] -= 1
+        return offset
+
+    partitions = range(PROBES_AT_ONCE + 4)
+    folded = FoldedState(derived_upto={(TOPICS.observations, p): 4 for p in partitions})
+    settled = await settle_gaps([observation(9, p) for p in partitions], folded, first_record_at)
+
+    assert most[0] == PROBES_AT_ONCE
+    assert len(settled.rewind_to) == len(partitions)
