@@ -92,6 +92,7 @@ class Snapshotter:
         default=None, init=False, repr=False
     )
     """What a batch that ended while a snapshot was being written made due: taken next."""
+    _batches_begun: int = field(default=0, init=False, repr=False)
     _settling: int = field(default=0, init=False, repr=False)
     """Callers of :meth:`settled` waiting with ``owed`` False: the write in progress is the
     last one then."""
@@ -105,6 +106,7 @@ class Snapshotter:
         """Around each batch: the snapshot being written waits for it to end (up to
         :data:`GIVE_WAY`)."""
         self._between_batches.clear()
+        self._batches_begun += 1
         try:
             yield
         finally:
@@ -187,7 +189,7 @@ class Snapshotter:
             owed, self._owed = self._owed, None
             if owed is None or not self._between_batches.is_set() or self._settling:
                 return
-            taken = []
+            taken, begun = [], self._batches_begun
             try:
                 taken = self._take(*owed)
                 found = await self._keys_of(taken) if taken else None
@@ -196,8 +198,14 @@ class Snapshotter:
                     "could not take a snapshot; the next one will", extra={"error": repr(exc)}
                 )
                 found = None
+            if found is not None and self._batches_begun != begun:
+                # A batch ran during the fetch: one that forgot an agent of this state would
+                # have had its key deleted, and the key fetched be its next life's, which the
+                # state would then open to. Inside a batch (after_batch) none can.
+                found = None
             if found is None:
                 self._due_again(taken)
+                self.records = max(self.records, self.every_records)  # the next batch takes it
                 return
             keys = found
 

@@ -197,3 +197,37 @@ async def test_keys_dropped_while_they_were_fetched_leave_no_snapshot_in_plain_t
     (snapshot,) = snapshots_in(written.values)
     assert set(snapshot.sealed) == {"alice"}
     assert not snapshot.states, "no state in plain text"
+
+
+async def test_a_snapshot_owed_is_not_sealed_with_keys_fetched_while_a_batch_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Taken between batches, its keys fetched beside the next one: had that batch forgotten
+    an agent, the key fetched would be the agent's next life's, and the old state would open
+    with it. So it is left to the next batch, which takes it as it ends."""
+    sealer = RecordSealer(FileKeyring(tmp_path / "keys"))
+    written = Log()
+    written.hold = asyncio.Event()
+    snapshots = Snapshotter(written.send, TOPICS, every_records=1, sealer=sealer)
+    worker = Worker(snapshots)
+    worker.folded.states["alice"] = AgentMemoryState(next_seq=1, year=3)
+    await worker.batch()
+    worker.folded.states["alice"] = AgentMemoryState(next_seq=2, year=3)
+    await worker.batch()  # owed: the first is being written
+    fetch = sealer.prepare_seal
+
+    async def fetched_beside_a_batch(agent_ids: Iterable[str]) -> None:
+        with snapshots.batch():
+            sealer._current.clear()  # as a batch's refresh would
+            await fetch(agent_ids)
+
+    monkeypatch.setattr(sealer, "prepare_seal", fetched_beside_a_batch)
+    written.hold.set()
+    await snapshots.settled()
+    assert snapshots.written == 1, "the owed snapshot was not written"
+    assert snapshots.moved == {0}
+
+    monkeypatch.setattr(sealer, "prepare_seal", fetch)
+    await worker.batch()
+    await snapshots.settled()
+    assert snapshots.written == 2, "the next batch took it"
