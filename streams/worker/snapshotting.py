@@ -93,6 +93,7 @@ class Snapshotter:
     )
     """What a batch that ended while a snapshot was being written made due: taken next."""
     _batches_begun: int = field(default=0, init=False, repr=False)
+    """Batches begun and releases made: a key fetch beside either is not trusted."""
     _settling: int = field(default=0, init=False, repr=False)
     """Callers of :meth:`settled` waiting with ``owed`` False: the write in progress is the
     last one then."""
@@ -129,6 +130,9 @@ class Snapshotter:
         (the pipeline lets it end before a revocation, for a while)."""
         self.covered.release(partitions)
         self.moved -= partitions
+        # Their next owner may forget an agent of theirs: keys being fetched for an owed
+        # snapshot now are not to be trusted (_write_while_owed), as after a batch.
+        self._batches_begun += 1
 
     async def after_batch(
         self,
@@ -204,8 +208,9 @@ class Snapshotter:
                 # state would then open to. Inside a batch (after_batch) none can.
                 found = None
             if found is None:
-                self._due_again(taken)
-                self.records = max(self.records, self.every_records)  # the next batch takes it
+                if taken:
+                    self._due_again(taken)
+                    self.records = max(self.records, self.every_records)  # the next batch's
                 return
             keys = found
 

@@ -231,3 +231,30 @@ async def test_a_snapshot_owed_is_not_sealed_with_keys_fetched_while_a_batch_ran
     await worker.batch()
     await snapshots.settled()
     assert snapshots.written == 2, "the next batch took it"
+
+
+async def test_a_snapshot_owed_is_not_sealed_with_keys_fetched_while_its_partition_went(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A revocation that released the partition during the fetch: its next owner may forget
+    an agent of it, out of this worker's sight."""
+    sealer = RecordSealer(FileKeyring(tmp_path / "keys"))
+    written = Log()
+    written.hold = asyncio.Event()
+    snapshots = Snapshotter(written.send, TOPICS, every_records=1, sealer=sealer)
+    worker = Worker(snapshots)
+    worker.folded.states["alice"] = AgentMemoryState(next_seq=1, year=3)
+    await worker.batch()
+    worker.folded.states["alice"] = AgentMemoryState(next_seq=2, year=3)
+    await worker.batch()
+    fetch = sealer.prepare_seal
+
+    async def fetched_as_the_partition_is_released(agent_ids: Iterable[str]) -> None:
+        sealer._current.clear()
+        await fetch(agent_ids)
+        snapshots.release({0})
+
+    monkeypatch.setattr(sealer, "prepare_seal", fetched_as_the_partition_is_released)
+    written.hold.set()
+    await snapshots.settled()
+    assert snapshots.written == 1, "the owed snapshot was not written"
