@@ -199,12 +199,9 @@ async def test_keys_dropped_while_they_were_fetched_leave_no_snapshot_in_plain_t
     assert not snapshot.states, "no state in plain text"
 
 
-async def test_a_snapshot_owed_is_not_sealed_with_keys_fetched_while_a_batch_ran(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Taken between batches, its keys fetched beside the next one: had that batch forgotten
-    an agent, the key fetched would be the agent's next life's, and the old state would open
-    with it. So it is left to the next batch, which takes it as it ends."""
+async def owing_a_snapshot(tmp_path: Path) -> tuple[RecordSealer, Log, Snapshotter, Worker]:
+    """A sealing snapshotter writing one snapshot (the broker holds it until ``hold`` is set)
+    and owing the next, which a second batch made due meanwhile."""
     sealer = RecordSealer(FileKeyring(tmp_path / "keys"))
     written = Log()
     written.hold = asyncio.Event()
@@ -213,7 +210,17 @@ async def test_a_snapshot_owed_is_not_sealed_with_keys_fetched_while_a_batch_ran
     worker.folded.states["alice"] = AgentMemoryState(next_seq=1, year=3)
     await worker.batch()
     worker.folded.states["alice"] = AgentMemoryState(next_seq=2, year=3)
-    await worker.batch()  # owed: the first is being written
+    await worker.batch()
+    return sealer, written, snapshots, worker
+
+
+async def test_a_snapshot_owed_is_not_sealed_with_keys_fetched_while_a_batch_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Taken between batches, its keys fetched beside the next one: had that batch forgotten
+    an agent, the key fetched would be the agent's next life's, and the old state would open
+    with it. So it is left to the next batch, which takes it as it ends."""
+    sealer, written, snapshots, worker = await owing_a_snapshot(tmp_path)
     fetch = sealer.prepare_seal
 
     async def fetched_beside_a_batch(agent_ids: Iterable[str]) -> None:
@@ -238,15 +245,7 @@ async def test_a_snapshot_owed_is_not_sealed_with_keys_fetched_while_its_partiti
 ) -> None:
     """A revocation that released the partition during the fetch: its next owner may forget
     an agent of it, out of this worker's sight."""
-    sealer = RecordSealer(FileKeyring(tmp_path / "keys"))
-    written = Log()
-    written.hold = asyncio.Event()
-    snapshots = Snapshotter(written.send, TOPICS, every_records=1, sealer=sealer)
-    worker = Worker(snapshots)
-    worker.folded.states["alice"] = AgentMemoryState(next_seq=1, year=3)
-    await worker.batch()
-    worker.folded.states["alice"] = AgentMemoryState(next_seq=2, year=3)
-    await worker.batch()
+    sealer, written, snapshots, _ = await owing_a_snapshot(tmp_path)
     fetch = sealer.prepare_seal
 
     async def fetched_as_the_partition_is_released(agent_ids: Iterable[str]) -> None:
