@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any, NoReturn
 
 import faust
-from faust.types import TP, EventT, StreamT
+from faust.types import TP, EventT, Message, StreamT
 
 from processors.batch import RawRecord, RecordKind
 from processors.batch_markers import SourceKey
@@ -298,10 +298,15 @@ def uncommitted(events: Sequence[EventT[bytes]], partitions: set[int]) -> None:
     """Keep the records of ``partitions`` out of the offsets Faust commits: the batch left them
     to the partitions' new owner, and ``take_batches`` acks every event it yielded, so Faust
     would otherwise commit past them while it still counts the partitions as its own (until the
-    new assignment, or at its final commit when it stops). A message already marked acked is
-    never added to the consumer's acked offsets (Faust's ``Message.ack``)."""
+    new assignment, or at its final commit when it stops)."""
+    _out_of_commit(events, lambda message: message.partition in partitions)
+
+
+def _out_of_commit(events: Sequence[EventT[bytes]], left_out: Callable[[Message], bool]) -> None:
+    """Mark the messages ``left_out`` says as acked already: such a message is never added to
+    the consumer's acked offsets (Faust's ``Message.ack``), so no commit passes it."""
     for event in events:
-        if event.message.partition in partitions:
+        if left_out(event.message):
             event.message.acked = True
 
 
@@ -315,11 +320,10 @@ async def read_again(
     them out of the commit, as :func:`uncommitted` does, and have the consumer read those
     partitions again from where their records stop continuing the derived ones. A partition
     revoked meanwhile is its new owner's to read."""
-    for event in events:
-        message = event.message
-        first = first_held.get((message.topic, message.partition))
-        if first is not None and message.offset >= first:
-            message.acked = True
+    _out_of_commit(
+        events,
+        lambda m: m.offset >= first_held.get((m.topic, m.partition), m.offset + 1),
+    )
     seeks = {TP(topic, partition): offset for (topic, partition), offset in rewind_to.items()}
     try:
         await app.consumer.seek_wait(seeks)
