@@ -119,8 +119,6 @@ class RememberedAnswers:
     ask: FirstRecordAt
     keep_for: float = ANSWERS_KEPT_S
     clock: Callable[[], float] = time.monotonic
-    asked: int = 0
-    """Questions that went to the broker."""
     _answers: dict[tuple[str, int, int], tuple[float, int]] = field(default_factory=dict)
 
     async def __call__(self, topic: str, partition: int, offset: int) -> int | None:
@@ -129,7 +127,6 @@ class RememberedAnswers:
         known = self._answers.get((topic, partition, offset))
         if known is not None:
             return known[1]
-        self.asked += 1
         answer = await self.ask(topic, partition, offset)
         if answer is not None:  # no answer is asked again: the broker may answer next time
             self._answers[(topic, partition, offset)] = (now, answer)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -30,14 +29,15 @@ from schemas.topics import Topics
 from streams.eventlog.derived_log import read_partitions
 from streams.eventlog.publisher import AsyncPublisher, Position
 from streams.runtime.node import Endpoints, Node
+from tests.integration.opt_in import opt_in
 from tests.integration.streams.isolated import isolated_settings, log_sealer
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.timeout(300),
-    pytest.mark.skipif(
-        os.environ.get("ENGRAM_REJOIN_TEST") != "1",
-        reason="about 85 s on two cores: run it with ENGRAM_REJOIN_TEST=1 pytest -n 0 "
+    opt_in(
+        "ENGRAM_REJOIN_TEST",
+        "about 85 s on two cores: run it with ENGRAM_REJOIN_TEST=1 pytest -n 0 "
         "tests/integration/streams/worker/test_rejoins.py",
     ),
 ]

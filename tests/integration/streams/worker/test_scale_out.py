@@ -33,6 +33,7 @@ from streams.eventlog.derived_log import read_partitions, read_records
 from streams.eventlog.publisher import AsyncPublisher
 from streams.eventlog.topic_admin import ensure_topics
 from tests.benchmarks.workload import make_events
+from tests.integration.opt_in import opt_in
 from tests.integration.streams.isolated import isolated_settings, log_sealer
 from tests.integration.streams.worker.test_process_faults import (
     Stream,
@@ -45,9 +46,9 @@ from tests.integration.streams.worker_process import WorkerProcess, worker_envir
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.timeout(400),
-    pytest.mark.skipif(
-        os.environ.get("ENGRAM_SCALE_OUT_TEST") != "1",
-        reason="1-2 minutes on two cores: run it with ENGRAM_SCALE_OUT_TEST=1 pytest "
+    opt_in(
+        "ENGRAM_SCALE_OUT_TEST",
+        "1-2 minutes on two cores: run it with ENGRAM_SCALE_OUT_TEST=1 pytest "
         "tests/integration/streams/worker/test_scale_out.py (ENGRAM_SCALE_OUT_SNAPSHOT_EVERY=1 "
         "for a snapshot due after every full batch)",
     ),
