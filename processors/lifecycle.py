@@ -321,7 +321,7 @@ def consolidate(
             capacity_forgetting(e.memory_id, e.seq, "episodic", copy, ctx.config_version)
             for e in evicted
         )
-    working = tuple(w if w.considered else replace(w, considered=True) for w in state.working)
+    working = tuple(w if w.considered else w.as_considered() for w in state.working)
     out.append(
         ConsolidationCompleted(
             event_id=derived_event_id(trigger.event_id, f"consolidated:{agent_id}"),

@@ -259,6 +259,7 @@ class ExtractiveSummariser:
         for unit in ranked:
             text = shorten(unit.text, cap)
             if used + 1 + len(text) <= room:
-                chosen.append(replace(unit, text=text))
+                # shorten hands back the text itself when it fits: no copy then.
+                chosen.append(unit if text is unit.text else replace(unit, text=text))
                 used += 1 + len(text)
         return chosen

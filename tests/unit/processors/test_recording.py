@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 from datetime import UTC, datetime
 
 import numpy as np
@@ -15,7 +16,7 @@ from processors.batch import MAX_KEPT_BYTES, RawRecord, process_batch
 from processors.config import load_processing_config
 from processors.embedding import HashingEmbedder, keywords
 from processors.lifecycle import Deriving
-from processors.recording import AgentMemoryState, record
+from processors.recording import AgentMemoryState, WorkingEntry, record
 from processors.summarising import ExtractiveSummariser
 from schemas.agent_events import Feedback, Observation
 from schemas.codec import encode_event
@@ -369,3 +370,12 @@ def test_an_event_on_another_partition_than_its_agents_is_misplaced() -> None:
     assert [
         m.source_position.partition for m in result.derived if isinstance(m, MemoryRecorded)
     ] == [3]
+
+
+def test_an_entry_considered_keeps_every_other_field() -> None:
+    # Every field a distinct sentinel, so a field added to WorkingEntry and left out of
+    # as_considered (reset to its default, or refused) fails here.
+    sentinels = {f.name: object() for f in dataclasses.fields(WorkingEntry)}
+    entry = WorkingEntry(**sentinels)  # type: ignore[arg-type]
+
+    assert entry.as_considered() == dataclasses.replace(entry, considered=True)

@@ -7,6 +7,7 @@ extra is not installed; the test of the error a missing extra gives always runs.
 from __future__ import annotations
 
 import importlib.util
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -126,6 +127,26 @@ def test_auto_takes_bfloat16_only_where_the_cpu_computes_it(
     monkeypatch.setattr(semantic_embedding, "native_bfloat16", lambda: False)
     assert MiniLMEmbedder("auto").precision == "float32"
     assert MiniLMEmbedder("bfloat16").precision == "bfloat16"
+
+
+@needs_extra
+def test_bfloat16_asked_for_where_it_is_emulated_is_warned_of(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(semantic_embedding, "native_bfloat16", lambda: False)
+    with caplog.at_level(logging.WARNING, logger=semantic_embedding.__name__):
+        MiniLMEmbedder("auto")
+        MiniLMEmbedder("float32")
+        assert not caplog.records
+        MiniLMEmbedder("bfloat16")
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == [
+        "MiniLM runs in bfloat16 on a CPU that does not compute it natively"
+    ]
+    monkeypatch.setattr(semantic_embedding, "native_bfloat16", lambda: True)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=semantic_embedding.__name__):
+        MiniLMEmbedder("bfloat16")
+    assert not caplog.records
 
 
 @needs_extra
