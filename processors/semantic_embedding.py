@@ -122,19 +122,7 @@ class MiniLMEmbedder:
         if dim != self.DIM:
             raise SemanticExtraMissingError(f"the model under {path} has {dim} dimensions, not 384")
         self._lock = threading.Lock()
-        native = native_bfloat16()
-        self.precision: Literal["bfloat16", "float32"] = (
-            ("bfloat16" if native else "float32") if precision == "auto" else precision
-        )
-        if self.precision == "bfloat16" and not native:
-            # Asked for by name: honoured, since a deployment may want the same vectors on
-            # every node, but said, as it is the slow choice here.
-            logger.warning(
-                "MiniLM runs in bfloat16 on a CPU that does not compute it natively: emulated, "
-                "several times slower than float32 (28 texts/s against 183 on an AVX2 CPU); "
-                "ENGRAM_MINILM_PRECISION=auto takes float32 here",
-                extra={"precision": precision},
-            )
+        self.precision = resolved_precision(precision, native=native_bfloat16())
 
     @property
     def id(self) -> str:
@@ -175,6 +163,23 @@ class MiniLMEmbedder:
             "cpu", dtype=torch.bfloat16
         )
         return autocast
+
+
+def resolved_precision(asked: Precision, *, native: bool) -> Literal["bfloat16", "float32"]:
+    """The arithmetic the model runs in. bfloat16 asked for by name is honoured where the CPU
+    only emulates it (a deployment may want the same vectors on every node), and warned of, as
+    it is the slow choice there."""
+    precision: Literal["bfloat16", "float32"] = (
+        ("bfloat16" if native else "float32") if asked == "auto" else asked
+    )
+    if precision == "bfloat16" and not native:
+        logger.warning(
+            "MiniLM runs in bfloat16 on a CPU that does not compute it natively: emulated, "
+            "several times slower than float32 (28 texts/s against 183 on an AVX2 CPU); "
+            "ENGRAM_MINILM_PRECISION=auto takes float32 here",
+            extra={"precision": asked},
+        )
+    return precision
 
 
 def native_bfloat16() -> bool:

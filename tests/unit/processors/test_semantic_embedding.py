@@ -129,24 +129,19 @@ def test_auto_takes_bfloat16_only_where_the_cpu_computes_it(
     assert MiniLMEmbedder("bfloat16").precision == "bfloat16"
 
 
-@needs_extra
 def test_bfloat16_asked_for_where_it_is_emulated_is_warned_of(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(semantic_embedding, "native_bfloat16", lambda: False)
     with caplog.at_level(logging.WARNING, logger=semantic_embedding.__name__):
-        MiniLMEmbedder("auto")
-        MiniLMEmbedder("float32")
+        assert semantic_embedding.resolved_precision("auto", native=False) == "float32"
+        assert semantic_embedding.resolved_precision("float32", native=False) == "float32"
+        assert semantic_embedding.resolved_precision("auto", native=True) == "bfloat16"
+        assert semantic_embedding.resolved_precision("bfloat16", native=True) == "bfloat16"
         assert not caplog.records
-        MiniLMEmbedder("bfloat16")
+        assert semantic_embedding.resolved_precision("bfloat16", native=False) == "bfloat16"
     assert [r.getMessage().split(":")[0] for r in caplog.records] == [
         "MiniLM runs in bfloat16 on a CPU that does not compute it natively"
     ]
-    monkeypatch.setattr(semantic_embedding, "native_bfloat16", lambda: True)
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger=semantic_embedding.__name__):
-        MiniLMEmbedder("bfloat16")
-    assert not caplog.records
 
 
 @needs_extra
