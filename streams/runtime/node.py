@@ -397,7 +397,16 @@ class Node:
             )
             self.progress.watch(self.processor.app)  # before the app joins its group
         await self.processor.app.start()
-        log.info("processors started", extra={"config_version": self.pipeline.config_version})
+        started: dict[str, object] = {
+            "config_version": self.pipeline.config_version,
+            "embedder": self.embedder.id,
+        }
+        # MiniLM's arithmetic: on a CPU without native bfloat16, auto takes float32, which an
+        # operator sizing a cluster from our figures needs to know.
+        precision = getattr(self.embedder, "precision", None)
+        if precision is not None:
+            started["precision"] = precision
+        log.info("processors started", extra=started)
 
     async def _start_service(self) -> None:
         assert self.episodic is not None

@@ -309,12 +309,15 @@ async def test_a_running_worker_process_exits_asking_for_the_versions_configurat
     try:
         for _ in range(int(WAIT_S / 0.1)):
             worker.check_alive()
-            if any(r.get("msg") == "processors started" for r in worker.log_records()):
+            started = [r for r in worker.log_records() if r.get("msg") == "processors started"]
+            if started:
                 break
             await asyncio.sleep(0.1)
         else:
             raise AssertionError(f"the worker did not start:\n{worker.tail()}")
         embedder = embedder_from_name(settings.embedder).id
+        # The log says which embedder the worker derives with (and, for MiniLM, its precision).
+        assert started[0].get("embedder") == embedder, started
         log = DerivedLog(f"{prefix}v1.", f"{prefix}engram.v1", "0123456789ab", embedder)
         await registered(settings, redis_server_url, log)
         code = await asyncio.to_thread(worker.exit_code, WAIT_S)
