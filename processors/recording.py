@@ -81,24 +81,10 @@ class WorkingEntry:
         )
 
     def as_considered(self) -> WorkingEntry:
-        """This entry once a year-end consolidation decided on it. Built by the constructor:
-        a year end marks every working memory of every agent, and ``dataclasses.replace``
-        costs three times as much."""
-        return WorkingEntry(
-            memory_id=self.memory_id,
-            seq=self.seq,
-            importance=self.importance,
-            content=self.content,
-            tags=self.tags,
-            kind=self.kind,
-            step=self.step,
-            year=self.year,
-            occurred_at=self.occurred_at,
-            source_event_id=self.source_event_id,
-            source_event_type=self.source_event_type,
-            agent_type=self.agent_type,
-            considered=True,
-        )
+        """This entry once a year-end consolidation decided on it. Built from its fields: a
+        year end marks every working memory of every agent, and ``dataclasses.replace``, which
+        checks each field first, costs 1.6 times as much."""
+        return WorkingEntry(**{**self.__dict__, "considered": True})
 
 
 UNITS_PER_RELEVANCE = 1_000_000_000

@@ -373,8 +373,8 @@ def test_an_event_on_another_partition_than_its_agents_is_misplaced() -> None:
 
 
 def test_an_entry_considered_keeps_every_other_field() -> None:
-    # Every field a distinct sentinel, so a field added to WorkingEntry and left out of
-    # as_considered (reset to its default, or refused) fails here.
+    # Every field a distinct sentinel, so a field the copy loses or resets to its default
+    # fails here.
     sentinels = {f.name: object() for f in dataclasses.fields(WorkingEntry)}
     entry = WorkingEntry(**sentinels)  # type: ignore[arg-type]
 
