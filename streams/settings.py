@@ -16,7 +16,7 @@ from urllib.parse import quote, urlsplit
 from pydantic import Field, FilePath, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from processors.config import LifecycleRules
+from processors.config import LifecycleRules, ProcessingConfig, load_processing_config
 from projections.episodic.edge_segments import DECODED_MEMORIES, OPTIMIZE_EVERY, VECTOR_DATATYPE
 from projections.episodic.scope import CANDIDATE_LIMIT, RELEVANCE_CANDIDATE_LIMIT
 
@@ -507,3 +507,15 @@ def kafka_security_problem(settings: EngramSettings) -> str | None:
     if settings.kafka_ssl_keyfile is not None and settings.kafka_ssl_certfile is None:
         return "ENGRAM_KAFKA_SSL_KEYFILE needs ENGRAM_KAFKA_SSL_CERTFILE (the client certificate)"
     return None
+
+
+def processing_config(settings: EngramSettings) -> ProcessingConfig:
+    """The rules a process derives by: the agent types' file and the settings that override
+    it (capacities, the episodic threshold, the lifecycle rules)."""
+    return load_processing_config(
+        settings.agent_types,
+        episodic_threshold=settings.episodic_threshold,
+        working_capacity=settings.working_capacity,
+        episodic_capacity=settings.episodic_capacity,
+        lifecycle=settings.lifecycle,
+    )

@@ -16,7 +16,7 @@ from streams.cli.configuration import configure, load_settings, open_keyring
 from streams.cli.console import console, fail, friendly_errors, if_stopped, run
 from streams.cli.progress import sized_as_it_goes
 from streams.cli.version_stores import VersionStores, version_stores
-from streams.settings import EngramSettings
+from streams.settings import EngramSettings, processing_config
 
 if TYPE_CHECKING:
     from projections.versions import ProjectionVersion, ProjectionVersions
@@ -309,7 +309,7 @@ def _reprocess_job(
 ) -> Callable[[RecordSealer], Reprocess]:
     """The reprocess the configuration asks for, given how to seal (once the keyring is open);
     a configuration that names an unknown embedder or summariser fails here, before any work."""
-    config = deferred.node.processing_config(settings)
+    config = processing_config(settings)
     embedder = deferred.embedding.embedder_from_name(
         settings.embedder, minilm_precision=settings.minilm_precision
     )

@@ -16,7 +16,6 @@ from typing import Any
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from processors.config import ProcessingConfig, load_processing_config
 from processors.embedding import Embedder, embedder_from_name
 from processors.summarising import Summariser
 from projections.episodic.edge_location import EdgeHolderLease, record_edge_dir
@@ -55,7 +54,7 @@ from streams.runtime.node_metrics import node_registry
 from streams.runtime.retrieval_recorder import RetrievalRecorder
 from streams.runtime.tracing import Tracing, start_tracing
 from streams.runtime.worker_health import AssignmentProgress, ProbeServer, probe_app
-from streams.settings import EngramSettings
+from streams.settings import EngramSettings, processing_config
 from streams.worker.app import ProcessorApp, create_processor_app
 from streams.worker.pipeline import IngestPipeline
 
@@ -71,16 +70,6 @@ class Endpoints:
 
     kafka_bootstrap: str
     redis_url: str
-
-
-def processing_config(settings: EngramSettings) -> ProcessingConfig:
-    return load_processing_config(
-        settings.agent_types,
-        episodic_threshold=settings.episodic_threshold,
-        working_capacity=settings.working_capacity,
-        episodic_capacity=settings.episodic_capacity,
-        lifecycle=settings.lifecycle,
-    )
 
 
 @dataclass

@@ -58,8 +58,7 @@ from streams.eventlog import derived_log, snapshot_log
 from streams.eventlog.history import partition_for
 from streams.eventlog.kafka_clients import record_producer
 from streams.eventlog.topic_admin import ensure_topics
-from streams.runtime.node import processing_config
-from streams.settings import EngramSettings
+from streams.settings import EngramSettings, processing_config
 from tests.benchmarks.servers import fresh_servers
 from tests.benchmarks.workload import make_events
 

@@ -27,8 +27,7 @@ from schemas.memory_events import DerivedEvent, MemoryForgotten, MemoryRecorded,
 from schemas.topics import Topics
 from streams.eventlog.derived_log import read_partitions, read_records
 from streams.privacy.sealing import RecordSealer
-from streams.runtime.node import processing_config
-from streams.settings import EngramSettings
+from streams.settings import EngramSettings, processing_config
 from tests.agent_streams import agent_key_of
 
 

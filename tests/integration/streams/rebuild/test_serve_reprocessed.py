@@ -38,8 +38,8 @@ from streams.rebuild.projection_switch import (
     Serving,
     WrongConfigurationError,
 )
-from streams.runtime.node import Endpoints, Node, processing_config
-from streams.settings import EngramSettings
+from streams.runtime.node import Endpoints, Node
+from streams.settings import EngramSettings, processing_config
 from tests.integration.fixtures.qdrant import SharedQdrant
 from tests.integration.streams.isolated import invoke, isolated_settings
 from tests.integration.streams.rebuild.test_reprocess import configurations

@@ -37,7 +37,8 @@ from streams.eventlog.derived_log import read_partitions, read_records
 from streams.eventlog.publisher import AsyncPublisher
 from streams.privacy.sealing import RecordSealer
 from streams.rebuild.from_log import rebuild_projections
-from streams.runtime.node import Endpoints, Node, processing_config
+from streams.runtime.node import Endpoints, Node
+from streams.settings import processing_config
 from tests.integration.streams.isolated import isolated_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -48,8 +48,7 @@ from streams.eventlog.derived_log import read_partitions
 from streams.eventlog.publisher import AsyncPublisher, Position
 from streams.eventlog.topic_admin import ensure_topics
 from streams.runtime.devstack.broker import TansuBroker
-from streams.runtime.node import processing_config
-from streams.settings import EngramSettings
+from streams.settings import EngramSettings, processing_config
 from tests.benchmarks.workload import make_events
 from tests.integration.streams.isolated import isolated_settings, log_sealer
 from tests.integration.streams.worker_process import WorkerProcess, worker_environment
