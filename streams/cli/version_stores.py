@@ -84,6 +84,7 @@ def version_stores(settings: EngramSettings) -> VersionStores:
             optimize_every=settings.edge_optimize_every,
             decoded_memories=settings.edge_decoded_memories,
             edge_vectors=settings.edge_vectors,
+            sync_every=settings.edge_sync_seconds,
         )
 
     async def open_stores(version: ProjectionVersion) -> ProjectionStores:
