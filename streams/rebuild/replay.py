@@ -52,6 +52,7 @@ from processors.emission_order import causal_order
 from projections.interfaces import EpisodicMemoryStore, WorkingMemoryStore
 from projections.versions import (
     OpenStores,
+    ProjectionStores,
     ProjectionVersion,
     ProjectionVersions,
     building,
@@ -340,6 +341,20 @@ class HeldStores(list[WorkingMemoryStore | EpisodicMemoryStore]):
     the switch, or when it ends without one."""
 
     closed: bool = False
+    episodic: EpisodicMemoryStore | None = None
+
+    @classmethod
+    def of(cls, stores: ProjectionStores) -> HeldStores:
+        working, episodic = stores
+        held = cls([working] if episodic is None else [working, episodic])
+        held.episodic = episodic
+        return held
+
+    async def sync(self) -> None:
+        """Before the version is called ready on their word: the episodic store's durable
+        checkpoint may lag what it applied (Qdrant Edge's group commit)."""
+        if self.episodic is not None and not self.closed:
+            await self.episodic.sync()
 
     async def let_go(self) -> None:
         if self.closed:
@@ -408,7 +423,7 @@ class Replay:
         expected = await cursor.start_at(since)
         if total is not None:
             total(expected)
-        stores = HeldStores(store for store in await self.open_stores(target) if store is not None)
+        stores = HeldStores.of(await self.open_stores(target))
         index = None if self.open_index is None else self.open_index(target)
         indexer = None
         if index is not None:
@@ -433,6 +448,7 @@ class Replay:
                 if applied + held < self.tail_small:
                     break
             if target.name is not None and registered_here:
+                await stores.sync()
                 await self.versions.set_state(target.name, "ready")
             if switch:
                 await self._switch(cursor, stores, report, advance, indexer)

@@ -43,15 +43,16 @@ async def test_a_version_store_keeps_the_configured_sync_lag(
     version = ProjectionVersion("v1", f"{prefix}v1", "episodic_v1")
     try:
         working, episodic = await stores.open_stores(version)
-        assert isinstance(episodic, EdgeEpisodicMemory)
-        path = episodic.path
         try:
+            assert isinstance(episodic, EdgeEpisodicMemory)
+            path = episodic.path
             await episodic.apply(random_log("alice", 12, seed=SEED))
             assert await episodic.applied_offset(TOPIC, SEED) == 11
             on_disk = read_positions(path / POSITIONS_FILE).get((TOPIC, SEED))
             assert on_disk == (11 if durable_at_once else None)
         finally:
-            await episodic.close()
+            if episodic is not None:
+                await episodic.close()
             await working.close()
         # Closing syncs whatever waited.
         assert read_positions(path / POSITIONS_FILE).get((TOPIC, SEED)) == 11
