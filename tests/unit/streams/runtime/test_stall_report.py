@@ -2,6 +2,7 @@ import asyncio
 import logging
 import threading
 import time
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
@@ -44,6 +45,25 @@ def _loop_waiting_in_another_thread(*, in_a_generator: bool = False) -> Iterator
         loop.call_soon_threadsafe(never.set)
         thread.join(5)
         loop.close()
+
+
+class _WarnsWhenItsClassIsRead:
+    """What a deprecated module attribute of typing_extensions is to ``isinstance`` (torch's
+    ``torch.distributed.reduce_op``): an object that warns when its ``__class__`` is read."""
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # type: ignore[override]
+        warnings.warn("deprecated", FutureWarning, stacklevel=2)
+        return type(self)
+
+
+def test_an_object_that_warns_when_its_class_is_read_does_not_stop_the_report() -> None:
+    held = _WarnsWhenItsClassIsRead()
+    with _loop_waiting_in_another_thread(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = unfinished_tasks_report()
+    assert "waits_for_a_shutdown_nobody_sets" in report
+    assert held is not None  # alive while the report walked the collector's objects
 
 
 @pytest.mark.parametrize("in_a_generator", [False, True], ids=["task", "async-generator"])
