@@ -22,9 +22,10 @@ The pointer, the fence and the writers' pause are the protocol of :mod:`projecti
 (:class:`processors.batch_markers.MarkerIndex`).
 
 Why a cut is needed: a worker logs what a batch derived on two topics, then a "logged up to"
-marker per partition number (:class:`schemas.memory_events.DerivedUpTo`), and the stores skip
-an event whose source offset is below the one they have applied. A pass that applied half of a
-batch would apply later positions first and then skip the rest of that batch. So a pass
+marker per partition number (:class:`schemas.memory_events.DerivedUpTo`), and the working
+store skips an event whose source offset is below the one it has applied (the episodic store
+applies it again, idempotently). A pass that applied half of a batch would apply later
+positions first, and the working store would then skip the rest of that batch. So a pass
 applies only events that a marker read covers (markers name where their batch's events
 landed); a batch in flight is held back for the next pass, even under the fence, and what an
 attempt cut short by a crash logged (its next owner derives the batch again) is dropped.
