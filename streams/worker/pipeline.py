@@ -402,8 +402,9 @@ class IngestPipeline:
     async def _handle(self, records: Sequence[RawRecord]) -> BatchResult:
         await self._ensure_recovered(records)
         await self._with_keyring(self._prepare_keys, records)
-        if self.summariser.blocking:
-            # A summariser that waits on a network must not stall the consumer's heartbeats.
+        if self.summariser.blocking or getattr(self.embedder, "batches_misses", False):
+            # A summariser that waits on a network, or a model that computes for seconds a
+            # batch, must not stall the consumer's heartbeats and the stores' replies.
             batch = await asyncio.to_thread(self.derive, records)
         else:
             batch = self.derive(records)

@@ -5,11 +5,13 @@ projections. Two awaited round trips per batch, whatever the batch holds."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 
 from processors.batch import RawRecord
@@ -228,3 +230,46 @@ async def test_a_snapshot_due_after_a_batch_gives_way_to_the_next_batch(
     # The second batch's snapshot, due while the first was written, follows it.
     assert during_a_batch == [False, False]
     assert written.happened[-1] == "send b'0/manifest'"
+
+
+class ThreadNotingEmbedder:
+    """The hashing embedder, noting the thread each call runs on; ``batches_misses`` says its
+    calls are dear, as a model's are."""
+
+    def __init__(self, batches_misses: bool) -> None:
+        self.batches_misses = batches_misses
+        self.threads: set[int] = set()
+
+    @property
+    def id(self) -> str:
+        return EMBEDDER.id
+
+    @property
+    def dim(self) -> int:
+        return EMBEDDER.dim
+
+    def embed(self, text: str) -> np.ndarray:
+        self.threads.add(threading.get_ident())
+        return EMBEDDER.embed(text)
+
+    def embed_many(self, texts: Sequence[str]) -> np.ndarray:
+        self.threads.add(threading.get_ident())
+        return EMBEDDER.embed_many(texts)
+
+
+@pytest.mark.parametrize("dear", [True, False])
+async def test_a_model_embeds_off_the_event_loop(dear: bool) -> None:
+    """MiniLM takes ~10 ms of CPU a text, seconds for a batch: on the loop it would stall the
+    consumer's heartbeats and time out the stores' replies (a benchmark's Redis read did, at
+    10 s). The hashing embedder, microseconds a text, stays on the loop."""
+    broker = Broker()
+    embedder = ThreadNotingEmbedder(batches_misses=dear)
+    pipeline = IngestPipeline(CONFIG, embedder, TOPICS, Store(broker.journal), None, broker.send)
+    answering = asyncio.create_task(broker.run())
+    try:
+        await pipeline.handle([observation(0, 0), observation(1, 0)])
+    finally:
+        answering.cancel()
+    assert embedder.threads, "nothing was embedded"
+    loop_thread = threading.get_ident()
+    assert (loop_thread in embedder.threads) is not dear
