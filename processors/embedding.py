@@ -189,14 +189,18 @@ class HashingEmbedder:
         return rows_f32
 
 
-def embedder_from_name(name: str, *, minilm_precision: str = "auto") -> Embedder:
-    """Embedders by configuration name (``ENGRAM_EMBEDDER``); ``minilm_precision`` is
-    ``ENGRAM_MINILM_PRECISION`` (:data:`processors.semantic_embedding.PRECISIONS`)."""
+def embedder_from_name(
+    name: str, *, minilm_precision: str = "auto", minilm_runtime: str = "auto"
+) -> Embedder:
+    """Embedders by configuration name (``ENGRAM_EMBEDDER``); ``minilm_precision`` and
+    ``minilm_runtime`` are ``ENGRAM_MINILM_PRECISION`` and ``ENGRAM_MINILM_RUNTIME``
+    (:data:`processors.semantic_embedding.PRECISIONS` and ``RUNTIMES``)."""
     match = re.fullmatch(r"hashing(?:-(\d+))?", name)
     if match:
         return HashingEmbedder(int(match.group(1) or 384))
     if name in ("minilm", "minilm-l6-v2", "minilm-l6-v2-384"):
-        from processors.semantic_embedding import MiniLMEmbedder, Precision
+        from processors.semantic_embedding import MiniLMEmbedder, Precision, Runtime
 
-        return MiniLMEmbedder(cast(Precision, minilm_precision))  # checked there
+        # Both are checked there.
+        return MiniLMEmbedder(cast(Precision, minilm_precision), cast(Runtime, minilm_runtime))
     raise ValueError(f"unknown embedder {name!r}; known: hashing, hashing-<dim>, minilm")

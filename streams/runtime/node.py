@@ -142,7 +142,9 @@ class Node:
                 settings.api_keys_file, "query service", settings.http_host
             )
         self.embedder = embedder_from_name(
-            settings.embedder, minilm_precision=settings.minilm_precision
+            settings.embedder,
+            minilm_precision=settings.minilm_precision,
+            minilm_runtime=settings.minilm_runtime,
         )
         self.keyring = await open_keyring(
             settings.keyring,

@@ -15,6 +15,7 @@ import pytest
 
 from processors import semantic_embedding
 from processors.embedding import HashingEmbedder, embedder_from_name
+from processors.minilm_onnx import onnx_runtime_missing
 from processors.semantic_embedding import (
     INSTALL_HINT,
     MiniLMEmbedder,
@@ -25,6 +26,10 @@ from processors.semantic_embedding import (
 needs_extra = pytest.mark.skipif(
     bool(semantic_extra_missing()),
     reason=f"the 'semantic' extra is not installed ({INSTALL_HINT})",
+)
+needs_onnx = pytest.mark.skipif(
+    bool(semantic_extra_missing() or onnx_runtime_missing()),
+    reason=f"the 'semantic' extra with ONNX Runtime is not installed ({INSTALL_HINT})",
 )
 
 # A question and the memory that answers it share no keyword; the distractor shares none either.
@@ -53,11 +58,20 @@ PARAPHRASES = [
 ]
 
 
-@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+@pytest.fixture(
+    scope="module",
+    params=[
+        ("float32", "torch"),
+        ("bfloat16", "torch"),
+        pytest.param(("float32", "onnx"), marks=needs_onnx),
+    ],
+    ids=lambda p: "-".join(p),
+)
 def minilm(request: pytest.FixtureRequest) -> MiniLMEmbedder:
-    """Both precisions: ``auto`` takes bfloat16 on a CPU that computes it natively, and every
-    promise below holds in either."""
-    return MiniLMEmbedder(request.param)
+    """Both precisions and both runtimes: ``auto`` takes bfloat16 on a CPU that computes it
+    natively and ONNX Runtime for float32 elsewhere, and every promise below holds in each."""
+    precision, runtime = request.param
+    return MiniLMEmbedder(precision, runtime)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -107,7 +121,7 @@ def test_bfloat16_gives_the_vectors_of_float32() -> None:
         "I've taught algebra at the high school for six years, mostly ninth grade, and I coach "
         "the chess club on Thursdays after the last bell.",
     ]
-    exact = MiniLMEmbedder("float32").embed_many(texts)
+    exact = MiniLMEmbedder("float32", "torch").embed_many(texts)
     fast = MiniLMEmbedder("bfloat16")
     assert fast.precision == "bfloat16"
     rows = fast.embed_many(texts)
@@ -144,10 +158,62 @@ def test_bfloat16_asked_for_where_it_is_emulated_is_warned_of(
     ]
 
 
+@needs_onnx
+def test_onnx_runtime_gives_the_vectors_of_torch() -> None:
+    """ONNX Runtime is a speed choice, not another model: a worker on one runtime and a query
+    service on the other must place the same text at the same point."""
+    texts = [
+        "Year 3: A minor flood left 40 cm of water in the basement after the storm",
+        "We brought home a beagle puppy from the shelter on Saturday.",
+        "How is her health after the operation?",
+        "I've taught algebra at the high school for six years, mostly ninth grade, and I coach "
+        "the chess club on Thursdays after the last bell. " * 20,  # past 256 word pieces
+        "what did I do?",
+    ]
+    reference = MiniLMEmbedder("float32", "torch").embed_many(texts)
+    onnx = MiniLMEmbedder("float32", "onnx")
+    assert onnx.runtime == "onnx"
+    for batch_size in (32, 2):  # one batch, and batches cut longest first
+        rows = onnx.embed_many(texts, batch_size=batch_size)
+        assert rows.dtype == np.float32
+        for row, expected in zip(rows[:-1], reference[:-1], strict=True):
+            assert np.linalg.norm(row) == pytest.approx(1.0, abs=1e-5)
+            assert cosine(row, expected) > 1 - 1e-5
+        assert not rows[-1].any()  # no keyword: zeros, as on torch
+        assert not reference[-1].any()
+
+
+@needs_onnx
+def test_auto_takes_onnx_runtime_for_float32_only() -> None:
+    assert MiniLMEmbedder("float32").runtime == "onnx"
+    assert MiniLMEmbedder("float32", "torch").runtime == "torch"
+    assert MiniLMEmbedder("bfloat16").runtime == "torch"
+
+
+def test_the_runtime_resolves_without_loading_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(semantic_embedding, "onnx_runtime_missing", lambda: [])
+    assert semantic_embedding.resolved_runtime("auto", precision="float32") == "onnx"
+    assert semantic_embedding.resolved_runtime("auto", precision="bfloat16") == "torch"
+    assert semantic_embedding.resolved_runtime("torch", precision="float32") == "torch"
+    monkeypatch.setattr(semantic_embedding, "onnx_runtime_missing", lambda: ["onnxruntime"])
+    assert semantic_embedding.resolved_runtime("auto", precision="float32") == "torch"
+    with pytest.raises(SemanticExtraMissingError) as raised:
+        semantic_embedding.resolved_runtime("onnx", precision="float32")
+    assert "onnxruntime" in str(raised.value)
+    assert INSTALL_HINT in str(raised.value)
+
+
+def test_a_runtime_that_cannot_run_the_precision_is_refused_before_anything_loads() -> None:
+    with pytest.raises(ValueError, match="bfloat16 on torch only"):
+        embedder_from_name("minilm", minilm_precision="bfloat16", minilm_runtime="onnx")
+    with pytest.raises(ValueError, match=r"unknown MiniLM runtime 'tvm'.*auto, onnx, torch"):
+        embedder_from_name("minilm", minilm_runtime="tvm")
+
+
 @needs_extra
 def test_bfloat16_is_what_the_model_computes_in(minilm: MiniLMEmbedder) -> None:
     """The layers that run under the precision: a Linear's output is bfloat16 in bfloat16 (not
-    float16, not float32), float32 in float32."""
+    float16, not float32), float32 in float32; on ONNX Runtime the torch model never runs."""
     import torch
 
     seen: list[torch.dtype] = []
@@ -157,6 +223,9 @@ def test_bfloat16_is_what_the_model_computes_in(minilm: MiniLMEmbedder) -> None:
         minilm.embed("I started a pottery class on Thursday nights.")
     finally:
         hook.remove()
+    if minilm.runtime == "onnx":
+        assert not seen
+        return
     expected = torch.bfloat16 if minilm.precision == "bfloat16" else torch.float32
     assert seen, "the hook saw no forward pass"
     assert set(seen) == {expected}

@@ -39,6 +39,19 @@ def test_minilm_precision_defaults_to_auto_and_refuses_what_it_does_not_know(
         EngramSettings()
 
 
+def test_minilm_runtime_defaults_to_auto_and_refuses_what_it_does_not_know(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ENGRAM_MINILM_RUNTIME", raising=False)
+    assert EngramSettings().minilm_runtime == "auto"
+    for runtime in ("onnx", "torch"):
+        monkeypatch.setenv("ENGRAM_MINILM_RUNTIME", runtime)
+        assert EngramSettings().minilm_runtime == runtime
+    monkeypatch.setenv("ENGRAM_MINILM_RUNTIME", "tvm")
+    with pytest.raises(ValidationError, match="minilm_runtime"):
+        EngramSettings()
+
+
 def test_relevance_has_its_own_candidate_bound_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
