@@ -1,8 +1,9 @@
 """all-MiniLM-L6-v2 in float32, run by ONNX Runtime instead of torch.
 
-Why: on two cores of an AVX2 CPU torch computes the model at about 60% of what the cores can
-multiply in float32 (~175 of the ingest workload's texts a second, ~28 word pieces each), and
-ONNX Runtime close to all of it (~285), with every row within a cosine of 3e-7 of torch's. The
+Why: on two cores of an AVX2 CPU ONNX Runtime spends less CPU a text than torch (on the ingest
+workload's texts ~7% less, ~31 word pieces each; on short texts alone ~25%), and a worker
+ingested 101-107 events/s with it against 81-99 with torch (``bench_ingest --events 10000
+--embedder minilm``, alternated), every row within a cosine of 3e-7 of torch's. The
 graph is exported from the torch model already loaded, into memory, when the embedder is made
 (~1.5 s): no file is written, so none can go stale when the model package or torch changes.
 

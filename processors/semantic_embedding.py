@@ -58,11 +58,12 @@ it only where the CPU has it (AVX512-BF16 or AMX), and asking for it elsewhere i
 
 Runtime = Literal["auto", "onnx", "torch"]
 RUNTIMES: tuple[Runtime, ...] = ("auto", "onnx", "torch")
-"""What runs the model (``ENGRAM_MINILM_RUNTIME``). ``onnx``: ONNX Runtime, float32 only, ~1.6x
-torch's float32 texts/s on two AVX2 cores (286 against 175 of the ingest workload's texts),
-every row within a cosine of 3e-7 of torch's (:mod:`processors.minilm_onnx`). ``torch``: the
-model as sentence-transformers runs it, the only runtime of bfloat16. ``auto``: ONNX Runtime
-for float32 where it is installed (it comes with the extra), torch otherwise."""
+"""What runs the model (``ENGRAM_MINILM_RUNTIME``). ``onnx``: ONNX Runtime, float32 only (on
+two AVX2 cores ~7% less CPU a text than torch on the ingest workload's texts, 101-107 events/s
+end to end against torch's 81-99), every row within a cosine of 3e-7 of torch's
+(:mod:`processors.minilm_onnx`). ``torch``: the model as sentence-transformers runs it, the only
+runtime of bfloat16. ``auto``: ONNX Runtime for float32 where it is installed (it comes with
+the extra), torch otherwise."""
 
 
 class SemanticExtraMissingError(EngramError, RuntimeError):
