@@ -189,6 +189,22 @@ class HashingEmbedder:
         return rows_f32
 
 
+def embedder_dim(name: str) -> int:
+    """The dimensions of the embedder ``name`` gives, without making it (a model takes seconds
+    to load): what a store needs to be opened."""
+    match = re.fullmatch(r"hashing(?:-(\d+))?", name)
+    if match:
+        return int(match.group(1) or 384)
+    if name in MINILM_NAMES:
+        from processors.semantic_embedding import MiniLMEmbedder
+
+        return MiniLMEmbedder.DIM
+    raise ValueError(f"unknown embedder {name!r}; known: hashing, hashing-<dim>, minilm")
+
+
+MINILM_NAMES = ("minilm", "minilm-l6-v2", "minilm-l6-v2-384")
+
+
 def embedder_from_name(
     name: str, *, minilm_precision: str = "auto", minilm_runtime: str = "auto"
 ) -> Embedder:
@@ -198,7 +214,7 @@ def embedder_from_name(
     match = re.fullmatch(r"hashing(?:-(\d+))?", name)
     if match:
         return HashingEmbedder(int(match.group(1) or 384))
-    if name in ("minilm", "minilm-l6-v2", "minilm-l6-v2-384"):
+    if name in MINILM_NAMES:
         from processors.semantic_embedding import MiniLMEmbedder, Precision, Runtime
 
         # Both are checked there.

@@ -62,6 +62,7 @@ class OnnxMiniLM:
         encoder = transformer.auto_model.eval()
         names = ["input_ids", "attention_mask", "token_type_ids"]
         axes = {name: {0: "batch", 1: "tokens"} for name in [*names, "last_hidden_state"]}
+        # Two lengths, so the sample is padded and the trace takes the attention mask's path.
         sample = self._tokenizer(["a", "two words"], padding=True, return_tensors="pt")
         graph = io.BytesIO()
         with warnings.catch_warnings(), torch.inference_mode():

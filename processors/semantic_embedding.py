@@ -97,8 +97,8 @@ class MiniLMEmbedder:
     DIM = 384
     MODEL_ID = "minilm-l6-v2-384"
     batches_misses = True
-    """A call costs a forward pass (~8 ms for one short text on two cores, ~2.5 ms a text in
-    a batch of 32): a batch's summaries are embedded together after it is derived
+    """A call costs a forward pass (torch, float32: ~8 ms for one short text on two cores, ~2.5
+    ms a text in a batch of 32): a batch's summaries are embedded together after it is derived
     (:mod:`processors.batch_embedding`)."""
 
     def __init__(self, precision: Precision = "auto", runtime: Runtime = "auto") -> None:
@@ -112,6 +112,9 @@ class MiniLMEmbedder:
             raise ValueError(
                 "MiniLM runs bfloat16 on torch only: ENGRAM_MINILM_RUNTIME=onnx computes float32"
             )
+        if runtime == "onnx":
+            # The one precision ONNX Runtime computes; auto would take bfloat16 where native.
+            precision = "float32"
         missing = semantic_extra_missing()
         if missing:
             raise SemanticExtraMissingError(
@@ -141,11 +144,28 @@ class MiniLMEmbedder:
         self._lock = threading.Lock()
         self.precision = resolved_precision(precision, native=native_bfloat16())
         self.runtime = resolved_runtime(runtime, precision=self.precision)
-        self._onnx: OnnxMiniLM | None = None
-        if self.runtime == "onnx":
-            import torch
+        self._onnx = self._onnx_session(asked=runtime) if self.runtime == "onnx" else None
+        if self._onnx is None:
+            self.runtime = "torch"
 
-            self._onnx = OnnxMiniLM(self._model, threads=torch.get_num_threads())
+    def _onnx_session(self, *, asked: Runtime) -> OnnxMiniLM | None:
+        """The model on ONNX Runtime; where it cannot be built (an export torch cannot make, a
+        broken install), ``auto`` warns and keeps torch, and ``onnx`` asked by name fails."""
+        import torch
+
+        try:
+            return OnnxMiniLM(self._model, threads=torch.get_num_threads())
+        except Exception as exc:
+            if asked == "onnx":
+                raise SemanticExtraMissingError(
+                    f"MiniLM could not run on ONNX Runtime ({type(exc).__name__}: {exc}); "
+                    "ENGRAM_MINILM_RUNTIME=torch runs it on torch"
+                ) from exc
+            logger.warning(
+                "MiniLM runs on torch: ONNX Runtime could not be set up",
+                extra={"error": f"{type(exc).__name__}: {exc}"},
+            )
+            return None
 
     @property
     def id(self) -> str:
@@ -161,7 +181,7 @@ class MiniLMEmbedder:
 
     def embed_many(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """One row per text, in order. Batching pays: on two CPU cores a short text costs
-        ~8 ms alone and ~2.5 ms in a batch of 32 (float32; bfloat16 ~2.4 times less)."""
+        ~8 ms alone and ~2.5 ms in a batch of 32 (torch, float32; bfloat16 ~2.4 times less)."""
         out = np.zeros((len(texts), self.DIM), dtype=np.float32)
         todo = [i for i, text in enumerate(texts) if keywords(text)]
         if not todo:
@@ -211,6 +231,8 @@ def resolved_precision(asked: Precision, *, native: bool) -> Literal["bfloat16",
 def resolved_runtime(asked: Runtime, *, precision: str) -> Literal["onnx", "torch"]:
     """What runs the model: ``auto`` takes ONNX Runtime for float32 where it can be imported.
     ``onnx`` asked for by name and not installed is an error that names the install command."""
+    if asked == "onnx" and precision != "float32":
+        raise ValueError(f"MiniLM runs {precision} on torch only, not on ONNX Runtime")
     if asked == "torch" or precision != "float32":
         return "torch"
     missing = onnx_runtime_missing()

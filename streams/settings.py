@@ -145,7 +145,7 @@ class EngramSettings(BaseSettings):
     minilm_runtime: Literal["auto", "onnx", "torch"] = Field(
         default="auto",
         description="What runs the 'minilm' embedder: 'onnx' (ONNX Runtime, float32 only, "
-        "~10% more events/s than torch on an AVX2 CPU, rows within a cosine of 3e-7), "
+        "~7% less CPU a text than torch on an AVX2 CPU, rows within a cosine of 3e-7), "
         "'torch' (the only runtime of bfloat16), or 'auto': ONNX Runtime for float32 where "
         "it is installed.",
     )

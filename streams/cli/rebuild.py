@@ -311,7 +311,9 @@ def _reprocess_job(
     a configuration that names an unknown embedder or summariser fails here, before any work."""
     config = processing_config(settings)
     embedder = deferred.embedding.embedder_from_name(
-        settings.embedder, minilm_precision=settings.minilm_precision
+        settings.embedder,
+        minilm_precision=settings.minilm_precision,
+        minilm_runtime=settings.minilm_runtime,
     )
     api_key = settings.summariser_api_key
     summariser = deferred.chat_summariser.summariser_from_url(

@@ -233,7 +233,9 @@ async def _recaller(settings: EngramSettings, timeout: float) -> AsyncIterator[L
             redis_url,
             settings.redis_namespace,
             deferred.embedding.embedder_from_name(
-                settings.embedder, minilm_precision=settings.minilm_precision
+                settings.embedder,
+                minilm_precision=settings.minilm_precision,
+                minilm_runtime=settings.minilm_runtime,
             ),
             dense_share=settings.dense_share,
             candidate_limit=settings.retrieval_candidates,

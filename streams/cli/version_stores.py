@@ -47,9 +47,7 @@ def version_stores(settings: EngramSettings) -> VersionStores:
     if not settings.kafka_bootstrap or not settings.redis_url:
         fail("set ENGRAM_KAFKA_BOOTSTRAP and ENGRAM_REDIS_URL (engram up prints both)")
     bootstrap, redis_url = settings.kafka_bootstrap, settings.redis_url
-    dim = deferred.embedding.embedder_from_name(
-        settings.embedder, minilm_precision=settings.minilm_precision
-    ).dim
+    dim = deferred.embedding.embedder_dim(settings.embedder)
     api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
     versions = deferred.projection_versions.ProjectionVersions.from_url(
         redis_url, settings.redis_namespace, settings.qdrant_collection

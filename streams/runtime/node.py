@@ -392,11 +392,11 @@ class Node:
             "config_version": self.pipeline.config_version,
             "embedder": self.embedder.id,
         }
-        # MiniLM's arithmetic: on a CPU without native bfloat16, auto takes float32, which an
-        # operator sizing a cluster from our figures needs to know.
-        precision = getattr(self.embedder, "precision", None)
-        if precision is not None:
-            started["precision"] = precision
+        # MiniLM's arithmetic and runtime: auto picks both by the CPU and what is installed,
+        # which an operator sizing a cluster from our figures needs to know.
+        for name in ("precision", "runtime"):
+            if (value := getattr(self.embedder, name, None)) is not None:
+                started[name] = value
         log.info("processors started", extra=started)
 
     async def _start_service(self) -> None:

@@ -226,8 +226,9 @@ async def run(turns: int, seed: int) -> None:
         print(f"semantic left out: the 'semantic' extra is not installed ({', '.join(missing)})")
     else:
         try:
-            precision = EngramSettings().minilm_precision  # ENGRAM_MINILM_PRECISION
-            embedders.append(("semantic (MiniLM)", MiniLMEmbedder(precision)))
+            settings = EngramSettings()  # ENGRAM_MINILM_PRECISION, ENGRAM_MINILM_RUNTIME
+            model = MiniLMEmbedder(settings.minilm_precision, settings.minilm_runtime)
+            embedders.append(("semantic (MiniLM)", model))
         except SemanticExtraMissingError as exc:
             print(f"semantic left out: {exc}")
     with RedisServer() as redis, tempfile.TemporaryDirectory(prefix="engram-long-") as edge:

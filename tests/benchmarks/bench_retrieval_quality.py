@@ -351,8 +351,9 @@ def scorers(signals: Sequence[str], dataset: Dataset) -> tuple[dict[str, Scorer]
 
                 started = time.perf_counter()
                 try:
-                    precision = EngramSettings().minilm_precision  # ENGRAM_MINILM_PRECISION
-                    dense[name] = DenseScorer(MiniLMEmbedder(precision))
+                    settings = EngramSettings()  # ENGRAM_MINILM_PRECISION and _RUNTIME
+                    model = MiniLMEmbedder(settings.minilm_precision, settings.minilm_runtime)
+                    dense[name] = DenseScorer(model)
                 except SemanticExtraMissingError as error:
                     notes.append(f"minilm left out: {error}")
                     return None

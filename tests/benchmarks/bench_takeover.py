@@ -179,7 +179,11 @@ class _Meta:
 
 def synthesise(history: int, agents: int, tail_batches: int, batch_size: int) -> SyntheticLog:
     settings = EngramSettings(embedder="hashing-64")
-    embedder = embedder_from_name(settings.embedder)
+    embedder = embedder_from_name(
+        settings.embedder,
+        minilm_precision=settings.minilm_precision,
+        minilm_runtime=settings.minilm_runtime,
+    )
     summariser = ExtractiveSummariser()
     config = processing_config(settings)
     ctx = Deriving(config, embedder, summariser, config.version(embedder.id, summariser.id))

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from processors import semantic_embedding
-from processors.embedding import HashingEmbedder, embedder_from_name
+from processors.embedding import HashingEmbedder, embedder_dim, embedder_from_name
 from processors.minilm_onnx import onnx_runtime_missing
 from processors.semantic_embedding import (
     INSTALL_HINT,
@@ -166,8 +166,8 @@ def test_onnx_runtime_gives_the_vectors_of_torch() -> None:
         "Year 3: A minor flood left 40 cm of water in the basement after the storm",
         "We brought home a beagle puppy from the shelter on Saturday.",
         "How is her health after the operation?",
-        "I've taught algebra at the high school for six years, mostly ninth grade, and I coach "
-        "the chess club on Thursdays after the last bell. " * 20,  # past 256 word pieces
+        # Past 256 word pieces, and never the same sentence twice, so a cut elsewhere shows.
+        " ".join(f"On day {d} I walked {d * 7 % 13} miles to lock {d % 5}." for d in range(60)),
         "what did I do?",
     ]
     reference = MiniLMEmbedder("float32", "torch").embed_many(texts)
@@ -201,6 +201,38 @@ def test_the_runtime_resolves_without_loading_a_model(monkeypatch: pytest.Monkey
         semantic_embedding.resolved_runtime("onnx", precision="float32")
     assert "onnxruntime" in str(raised.value)
     assert INSTALL_HINT in str(raised.value)
+    with pytest.raises(ValueError, match="bfloat16 on torch only"):
+        semantic_embedding.resolved_runtime("onnx", precision="bfloat16")
+
+
+@needs_onnx
+def test_onnx_asked_by_name_computes_float32_where_auto_would_take_bfloat16(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(semantic_embedding, "native_bfloat16", lambda: True)
+    embedder = MiniLMEmbedder(runtime="onnx")
+    assert (embedder.precision, embedder.runtime) == ("float32", "onnx")
+
+
+@needs_onnx
+def test_onnx_runtime_that_cannot_be_set_up_falls_back_to_torch_unless_asked_by_name(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An export an older torch cannot make, or a broken install: auto keeps working."""
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise TypeError("export() got an unexpected keyword argument 'dynamo'")
+
+    monkeypatch.setattr(semantic_embedding, "OnnxMiniLM", broken)
+    with caplog.at_level(logging.WARNING, logger=semantic_embedding.__name__):
+        embedder = MiniLMEmbedder("float32")
+    assert embedder.runtime == "torch"
+    assert embedder.embed("I adopted a cat.").any()
+    assert [r.getMessage() for r in caplog.records] == [
+        "MiniLM runs on torch: ONNX Runtime could not be set up"
+    ]
+    with pytest.raises(SemanticExtraMissingError, match="ENGRAM_MINILM_RUNTIME=torch"):
+        MiniLMEmbedder("float32", "onnx")
 
 
 def test_a_runtime_that_cannot_run_the_precision_is_refused_before_anything_loads() -> None:
@@ -317,3 +349,20 @@ def test_a_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPat
         embedder_from_name("minilm")
     assert "torch" in str(raised.value)
     assert INSTALL_HINT in str(raised.value)
+
+
+def test_an_embedders_dimensions_are_known_without_making_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Opening a version's stores needs the dimensions only: no model is loaded for them."""
+
+    def no_model(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("a model was made")
+
+    monkeypatch.setattr(MiniLMEmbedder, "__init__", no_model)
+    assert embedder_dim("minilm") == 384
+    assert embedder_dim("minilm-l6-v2-384") == 384
+    assert embedder_dim("hashing") == 384
+    assert embedder_dim("hashing-64") == 64 == embedder_from_name("hashing-64").dim
+    with pytest.raises(ValueError, match="unknown embedder 'bert'"):
+        embedder_dim("bert")
