@@ -404,7 +404,7 @@ class IngestPipeline:
         await self._with_keyring(self._prepare_keys, records)
         if self.summariser.blocking or getattr(self.embedder, "batches_misses", False):
             # A summariser that waits on a network, or a model that computes for seconds a
-            # batch, must not stall the consumer's heartbeats and the stores' replies.
+            # batch, must not stall the loop: the stores' replies, queries, health checks.
             batch = await asyncio.to_thread(self.derive, records)
         else:
             batch = self.derive(records)

@@ -259,8 +259,8 @@ class ThreadNotingEmbedder:
 
 @pytest.mark.parametrize("dear", [True, False])
 async def test_a_model_embeds_off_the_event_loop(dear: bool) -> None:
-    """MiniLM takes ~10 ms of CPU a text, seconds for a batch: on the loop it would stall the
-    consumer's heartbeats and time out the stores' replies (a benchmark's Redis read did, at
+    """MiniLM takes ~10 ms of CPU a text, seconds for a batch: on the loop it would stall what
+    else the process serves and time out the stores' replies (a benchmark's Redis read did, at
     10 s). The hashing embedder, microseconds a text, stays on the loop."""
     broker = Broker()
     embedder = ThreadNotingEmbedder(batches_misses=dear)
