@@ -189,6 +189,9 @@ class HashingEmbedder:
         return rows_f32
 
 
+MINILM_NAMES = ("minilm", "minilm-l6-v2", "minilm-l6-v2-384")
+
+
 def embedder_dim(name: str) -> int:
     """The dimensions of the embedder ``name`` gives, without making it (a model takes seconds
     to load): what a store needs to be opened."""
@@ -202,21 +205,16 @@ def embedder_dim(name: str) -> int:
     raise ValueError(f"unknown embedder {name!r}; known: hashing, hashing-<dim>, minilm")
 
 
-MINILM_NAMES = ("minilm", "minilm-l6-v2", "minilm-l6-v2-384")
-
-
 def embedder_from_name(
     name: str, *, minilm_precision: str = "auto", minilm_runtime: str = "auto"
 ) -> Embedder:
     """Embedders by configuration name (``ENGRAM_EMBEDDER``); ``minilm_precision`` and
     ``minilm_runtime`` are ``ENGRAM_MINILM_PRECISION`` and ``ENGRAM_MINILM_RUNTIME``
     (:data:`processors.semantic_embedding.PRECISIONS` and ``RUNTIMES``)."""
-    match = re.fullmatch(r"hashing(?:-(\d+))?", name)
-    if match:
-        return HashingEmbedder(int(match.group(1) or 384))
+    dim = embedder_dim(name)  # an unknown name fails here
     if name in MINILM_NAMES:
         from processors.semantic_embedding import MiniLMEmbedder, Precision, Runtime
 
         # Both are checked there.
         return MiniLMEmbedder(cast(Precision, minilm_precision), cast(Runtime, minilm_runtime))
-    raise ValueError(f"unknown embedder {name!r}; known: hashing, hashing-<dim>, minilm")
+    return HashingEmbedder(dim)

@@ -143,10 +143,9 @@ class MiniLMEmbedder:
             raise SemanticExtraMissingError(f"the model under {path} has {dim} dimensions, not 384")
         self._lock = threading.Lock()
         self.precision = resolved_precision(precision, native=native_bfloat16())
-        self.runtime = resolved_runtime(runtime, precision=self.precision)
-        self._onnx = self._onnx_session(asked=runtime) if self.runtime == "onnx" else None
-        if self._onnx is None:
-            self.runtime = "torch"
+        resolved = resolved_runtime(runtime, precision=self.precision)
+        self._onnx = self._onnx_session(asked=runtime) if resolved == "onnx" else None
+        self.runtime: Literal["onnx", "torch"] = "torch" if self._onnx is None else "onnx"
 
     def _onnx_session(self, *, asked: Runtime) -> OnnxMiniLM | None:
         """The model on ONNX Runtime; where it cannot be built (an export torch cannot make, a
@@ -201,7 +200,7 @@ class MiniLMEmbedder:
         return out
 
     def _arithmetic(self) -> contextlib.AbstractContextManager[Any]:
-        if self.precision == "float32" or self._onnx is not None:
+        if self.precision == "float32":  # ONNX Runtime's too
             return contextlib.nullcontext()
         import torch
 
